@@ -1,0 +1,110 @@
+//! The one error type of lfrt's set-up and control paths.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Why building, starting or controlling a runtime failed. Nothing is left running when a
+/// constructor returns an error.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration is invalid. `file`/`line` are set when it came from a TOML file.
+    Config {
+        /// The configuration file, if any.
+        file: Option<PathBuf>,
+        /// 1-based line of the offending value, if known.
+        line: Option<usize>,
+        /// The field, as a path (`group[1].priority`, `group[0].handler[2].bind`).
+        field: String,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
+    /// `rt = "required"` but the kernel will not grant the real-time policy.
+    RtPermission {
+        /// The group whose threads could not be made real-time.
+        group: String,
+        /// The priority that was refused.
+        priority: u8,
+        /// The kernel's answer.
+        source: io::Error,
+        /// What the process has: capability and rlimit.
+        have: String,
+    },
+    /// A scheduling call failed for another reason.
+    Sched {
+        /// The group.
+        group: String,
+        /// What was attempted.
+        what: String,
+        /// The kernel's answer.
+        source: io::Error,
+    },
+    /// A socket could not be bound.
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The kernel's answer (e.g. address in use).
+        source: io::Error,
+    },
+    /// Every slot of the group's handle table is in use.
+    TooManyHandles {
+        /// The configured `max_handles`.
+        max: usize,
+    },
+    /// A system call failed.
+    Io {
+        /// What lfrt was doing.
+        context: &'static str,
+        /// The kernel's answer.
+        source: io::Error,
+    },
+    /// The runtime is in the wrong state for the call (e.g. started twice).
+    State(&'static str),
+}
+
+impl Error {
+    pub(crate) fn config(field: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::Config { file: None, line: None, field: field.into(), message: message.into() }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Config { file, line, field, message } => {
+                match (file, line) {
+                    (Some(p), Some(l)) => write!(f, "{}:{l}: ", p.display())?,
+                    (Some(p), None) => write!(f, "{}: ", p.display())?,
+                    _ => {}
+                }
+                write!(f, "invalid `{field}`: {message}")
+            }
+            Error::RtPermission { group, priority, source, have } => write!(
+                f,
+                "group `{group}`: real-time priority {priority} refused ({source}); rt = \"required\" needs \
+                 CAP_SYS_NICE or a soft RLIMIT_RTPRIO >= {priority} (this process has {have}). Grant it with \
+                 `setcap cap_sys_nice+ep $(which lfrt)`, or `ulimit -r {priority}` / an rtprio line in \
+                 /etc/security/limits.conf, or run with rt = \"best-effort\""
+            ),
+            Error::Sched { group, what, source } => write!(f, "group `{group}`: {what}: {source}"),
+            Error::Bind { addr, source } => write!(f, "cannot bind {addr}: {source}"),
+            Error::TooManyHandles { max } => write!(f, "handle table full: all {max} slots in use (raise max_handles)"),
+            Error::Io { context, source } => write!(f, "{context}: {source}"),
+            Error::State(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::RtPermission { source, .. }
+            | Error::Sched { source, .. }
+            | Error::Bind { source, .. }
+            | Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! One Leader/Followers group: its shared state and the pool thread's life.
+//!
+//! A pool thread: (1) takes its scheduling policy and priority, *then* its CPU affinity (a
+//! SCHED_OTHER thread pinned to a CPU that a FIFO thread keeps busy would starve before it could
+//! raise itself); (2) pre-faults its stack and creates its [`Context`] (buffers written, so
+//! resident); (3) reports ready; (4) loops: join → lead (wait for one event) → promote →
+//! process → rejoin, until shutdown.
+//!
+//! # Real-time safety of the loop
+//! No allocation, no formatting, no logging, no lock other than the group's PI locks; it blocks
+//! only in `epoll_wait` (as leader), `futex` (as follower) or the handler. A test counts the
+//! allocations of 100,000 dispatches for every event source and promotion order.
+
+use crate::alloc_count;
+use crate::config::{GroupConfig, RtMode};
+use crate::error::Error;
+use crate::handle_set::{Dispatched, HandleSet, Registry, Wait};
+use crate::handler::{Context, Event};
+use crate::leader::{Joined, Promoted, Protocol};
+use crate::metrics::Counters;
+use crate::pi_mutex::PiMutex;
+use crate::sys::{self, mem, sched, sched::Sched};
+use crate::telemetry::Sample;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
+use std::sync::Arc;
+
+/// Dispatches a thread makes before its allocation and page-fault baselines are taken.
+/// Covers one-time lazy initialisation (first use of a handler, thread-locals).
+pub const WARMUP_DISPATCHES: u64 = 64;
+
+/// Stack kept free of pre-faulting for the guard area and the thread's own start-up frames.
+const STACK_MARGIN: usize = 32 * 1024;
+
+/// What other threads (runtime, watchdog, reporters) see of one pool thread.
+#[derive(Debug)]
+pub(crate) struct ThreadSlot {
+    pub(crate) sched: Sched,
+    pub(crate) priority: u8,
+    pub(crate) tid: AtomicI32,
+    /// Handler start time (ns) while a handler runs, 0 otherwise.
+    pub(crate) busy_since: AtomicU64,
+    /// Token of the event being processed.
+    pub(crate) busy_token: AtomicU64,
+    pub(crate) dispatches: AtomicU64,
+    pub(crate) allocs_now: AtomicU64,
+    /// Allocation count at warm-up; `u64::MAX` before.
+    pub(crate) allocs_base: AtomicU64,
+    pub(crate) faults_base: AtomicU64,
+    /// Minor faults at exit (the /proc entry is gone afterwards); `u64::MAX` while running.
+    pub(crate) faults_final: AtomicU64,
+    pub(crate) samples: AtomicU64,
+    pub(crate) samples_dropped: AtomicU64,
+    /// Set by the watchdog (under `sched_lock`) when it demoted this thread.
+    pub(crate) demoted: AtomicBool,
+    pub(crate) sched_lock: PiMutex<()>,
+    pub(crate) exited: AtomicBool,
+}
+
+impl ThreadSlot {
+    fn new(sched: Sched, priority: u8) -> ThreadSlot {
+        ThreadSlot {
+            sched,
+            priority,
+            tid: AtomicI32::new(0),
+            busy_since: AtomicU64::new(0),
+            busy_token: AtomicU64::new(0),
+            dispatches: AtomicU64::new(0),
+            allocs_now: AtomicU64::new(0),
+            allocs_base: AtomicU64::new(u64::MAX),
+            faults_base: AtomicU64::new(u64::MAX),
+            faults_final: AtomicU64::new(u64::MAX),
+            samples: AtomicU64::new(0),
+            samples_dropped: AtomicU64::new(0),
+            demoted: AtomicBool::new(false),
+            sched_lock: PiMutex::new(()),
+            exited: AtomicBool::new(false),
+        }
+    }
+
+    /// Allocations since warm-up (0 before warm-up).
+    pub(crate) fn allocations(&self) -> u64 {
+        let base = self.allocs_base.load(Acquire);
+        if base == u64::MAX {
+            0
+        } else {
+            self.allocs_now.load(Relaxed).saturating_sub(base)
+        }
+    }
+
+    /// Minor page faults since warm-up (0 before warm-up).
+    pub(crate) fn minor_faults(&self) -> u64 {
+        let base = self.faults_base.load(Acquire);
+        if base == u64::MAX {
+            return 0;
+        }
+        let now = match self.faults_final.load(Acquire) {
+            u64::MAX => sched::minor_faults(self.tid.load(Relaxed)).unwrap_or(base),
+            f => f,
+        };
+        now.saturating_sub(base)
+    }
+
+    /// Puts the thread back to its configured policy if the watchdog demoted it. Called by the
+    /// thread itself after clearing `busy_since`.
+    fn restore_if_demoted(&self) {
+        if self.demoted.load(SeqCst) {
+            let _g = self.sched_lock.lock();
+            if self.demoted.swap(false, SeqCst) {
+                let _ = sched::set_current(self.sched);
+            }
+        }
+    }
+}
+
+/// A group's shared state.
+#[derive(Debug)]
+pub(crate) struct Group {
+    pub(crate) index: u16,
+    pub(crate) cfg: GroupConfig,
+    pub(crate) protocol: Protocol,
+    pub(crate) handles: Arc<HandleSet>,
+    pub(crate) counters: Counters,
+    pub(crate) threads: Box<[ThreadSlot]>,
+}
+
+impl Group {
+    pub(crate) fn new(index: u16, cfg: GroupConfig) -> Result<Group, Error> {
+        let handles = HandleSet::new(cfg.max_handles).map_err(|e| Error::Io { context: "creating the group's epoll instance", source: e })?;
+        let threads = (0..cfg.threads)
+            .map(|i| {
+                let p = cfg.thread_priority(i);
+                let s = match cfg.policy {
+                    crate::config::Policy::Fifo => Sched::Fifo(p),
+                    crate::config::Policy::Rr => Sched::Rr(p),
+                    crate::config::Policy::Other => Sched::Other,
+                };
+                ThreadSlot::new(s, p)
+            })
+            .collect();
+        Ok(Group {
+            index,
+            protocol: Protocol::new(cfg.threads, cfg.promotion),
+            handles: Arc::new(handles),
+            counters: Counters::default(),
+            threads,
+            cfg,
+        })
+    }
+
+    pub(crate) fn registry(&self) -> Registry {
+        Registry { set: self.handles.clone() }
+    }
+
+    /// Asks every thread of the group to return (non-blocking).
+    pub(crate) fn stop(&self) {
+        self.protocol.shutdown();
+        self.handles.wake_for_shutdown();
+    }
+}
+
+/// How a pool thread's set-up went.
+#[derive(Debug)]
+pub(crate) enum Setup {
+    /// Running with the configured policy (`true`) or at normal priority (`false`, best-effort).
+    Ready { rt_applied: bool, error: Option<std::io::Error> },
+    Failed(Error),
+}
+
+/// Body of pool thread `idx` of `group`.
+pub(crate) fn pool_thread(
+    group: Arc<Group>,
+    idx: u16,
+    mut ring: rtrb::Producer<Sample>,
+    rt: RtMode,
+    ready: std::sync::mpsc::Sender<Setup>,
+) {
+    let slot = &group.threads[idx as usize];
+    let tid = sys::gettid();
+    slot.tid.store(tid, Release);
+
+    // 1. Priority first, then affinity.
+    let mut rt_applied = true;
+    let mut rt_error = None;
+    if slot.sched != Sched::Other {
+        if let Err(e) = sched::set_current(slot.sched) {
+            if rt == RtMode::Required {
+                let p = sched::RtPrivilege::probe();
+                let have = format!("CAP_SYS_NICE {}, RLIMIT_RTPRIO {}", if p.cap_sys_nice { "yes" } else { "no" }, p.rlimit_rtprio);
+                let err = if e.raw_os_error() == Some(libc::EPERM) {
+                    Error::RtPermission { group: group.cfg.name.clone(), priority: slot.priority, source: e, have }
+                } else {
+                    Error::Sched { group: group.cfg.name.clone(), what: format!("setting {:?}", slot.sched), source: e }
+                };
+                let _ = ready.send(Setup::Failed(err));
+                slot.exited.store(true, Release);
+                return;
+            }
+            rt_applied = false;
+            rt_error = Some(e);
+        }
+    }
+    if let Some(cpus) = &group.cfg.cpus {
+        if let Err(e) = sched::set_current_affinity(cpus) {
+            let _ = ready.send(Setup::Failed(Error::Sched { group: group.cfg.name.clone(), what: format!("pinning to CPUs {cpus:?}"), source: e }));
+            slot.exited.store(true, Release);
+            return;
+        }
+    }
+
+    // 2. Thread-specific storage, resident before the first event.
+    mem::prefault_stack(group.cfg.stack_bytes.saturating_sub(STACK_MARGIN));
+    let mut buffer = vec![0u8; group.cfg.buffer_bytes].into_boxed_slice();
+    let mut scratch = vec![0u8; group.cfg.buffer_bytes].into_boxed_slice();
+    mem::prefault(&mut buffer);
+    mem::prefault(&mut scratch);
+    let mut ctx = Context {
+        buffer,
+        scratch,
+        group: group.index,
+        thread: idx,
+        priority: slot.priority,
+        tid,
+        registry: group.registry(),
+        origin_ns: 0,
+        overruns: 0,
+    };
+    let _ = ready.send(Setup::Ready { rt_applied, error: rt_error });
+    drop(ready);
+
+    run(&group, idx, slot, &mut ctx, &mut ring);
+
+    slot.faults_final.store(mem::thread_minor_faults(), Release);
+    slot.allocs_now.store(alloc_count::thread_allocations(), Release);
+    slot.exited.store(true, Release);
+}
+
+/// The Leader/Followers loop (activities 3–5). See the module docs for its real-time contract.
+fn run(group: &Group, idx: u16, slot: &ThreadSlot, ctx: &mut Context, ring: &mut rtrb::Producer<Sample>) {
+    let c = &group.counters;
+    let mut dispatches = 0u64;
+    loop {
+        if group.protocol.join(idx, slot.priority) == Joined::Shutdown {
+            return;
+        }
+        // Leader: wait for one event on the handle set. ONESHOT disarms its handle.
+        let (token, readiness) = match group.handles.wait() {
+            Ok(Wait::Event { token, readiness }) => (token, readiness),
+            Ok(Wait::Shutdown) => {
+                group.protocol.resign(idx);
+                continue;
+            }
+            Ok(Wait::Interrupted) => continue, // still the leader: join() returns Leader again
+            Err(_) => {
+                // The epoll fd itself failed: nothing can be waited on any more.
+                group.stop();
+                group.protocol.resign(idx);
+                continue;
+            }
+        };
+        let woke_ns = sys::now_ns();
+        // Promote before processing, so the handle set is never left without a leader
+        // while there is a follower.
+        match group.protocol.promote(idx) {
+            Promoted::Follower(_) => Counters::add(&c.promotions, 1),
+            Promoted::Vacant => Counters::add(&c.vacant, 1),
+        }
+        // Processing.
+        c.processing.fetch_add(1, Relaxed);
+        ctx.origin_ns = 0;
+        ctx.overruns = 0;
+        let event = Event { token, readiness, woke_ns };
+        let start_ns = sys::now_ns();
+        slot.busy_token.store(token_raw(&event), Relaxed);
+        slot.busy_since.store(start_ns, SeqCst);
+        let outcome = group.handles.dispatch(&event, ctx);
+        slot.busy_since.store(0, SeqCst);
+        slot.restore_if_demoted();
+        let end_ns = sys::now_ns();
+        c.processing.fetch_sub(1, Relaxed);
+        match outcome {
+            Dispatched::Stale => continue,
+            Dispatched::Panicked => Counters::add(&c.panics, 1),
+            Dispatched::Closed => Counters::add(&c.closed_by_handler, 1),
+            Dispatched::Handled => {}
+        }
+        Counters::add(&c.dispatched, 1);
+        dispatches += 1;
+        slot.dispatches.store(dispatches, Relaxed);
+
+        let sample = Sample {
+            group: group.index,
+            thread: idx,
+            token: token_raw(&event),
+            origin_ns: ctx.origin_ns,
+            woke_ns,
+            start_ns,
+            end_ns,
+            overruns: ctx.overruns.min(u64::from(u32::MAX)) as u32,
+        };
+        slot.samples.fetch_add(1, Relaxed);
+        if ring.push(sample).is_err() {
+            slot.samples_dropped.fetch_add(1, Relaxed);
+        }
+
+        slot.allocs_now.store(alloc_count::thread_allocations(), Relaxed);
+        if dispatches == WARMUP_DISPATCHES {
+            slot.faults_base.store(mem::thread_minor_faults(), Release);
+            slot.allocs_base.store(alloc_count::thread_allocations(), Release);
+        }
+    }
+}
+
+fn token_raw(e: &Event) -> u64 {
+    let t = e.token();
+    // Tokens are opaque outside handle_set; the raw value is index | generation << 32.
+    t.raw()
+}

@@ -1,0 +1,267 @@
+//! A group's handle set: one epoll instance plus the demultiplexing table.
+//!
+//! Every handle is registered `EPOLLONESHOT`: the wait that reports an event also deactivates
+//! the handle (the pattern's activity 2), so a newly promoted leader can never detect the same
+//! event again while it is being processed. After its handler returns the handle is re-armed
+//! with `EPOLL_CTL_MOD`.
+//!
+//! The demultiplexing table is a slab preallocated at `max_handles` slots. A [`Token`] carries
+//! the slot index and the slot's generation; the generation is bumped whenever a slot is
+//! emptied, so an event that was already dequeued for a removed handle (stale) never reaches
+//! the handler that reused the slot.
+//!
+//! Invariants:
+//! * a slot's handler runs only under the slot lock, and only after its generation matched the
+//!   event's token; with ONESHOT this means each event is dispatched at most once and no handler
+//!   ever runs on two threads at once;
+//! * a handle is re-armed only after its handler returned.
+
+use crate::error::Error;
+use crate::handler::{Context, Disposition, Event, EventHandler};
+use crate::pi_mutex::PiMutex;
+use crate::sys::{epoll, fd::EventFd};
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::Arc;
+
+/// Identifies one registered handle within its group: slot index and generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token(u64);
+
+impl Token {
+    fn new(index: u32, generation: u32) -> Token {
+        Token(u64::from(generation) << 32 | u64::from(index))
+    }
+    /// The slot index in the group's handle table.
+    pub fn index(self) -> usize {
+        (self.0 & 0xffff_ffff) as usize
+    }
+    /// The raw 64-bit value (`generation << 32 | index`), as carried in telemetry samples.
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+    fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
+
+/// The epoll data word of the shutdown eventfd (no slot can have it: index < max_handles).
+const SHUTDOWN: u64 = u64::MAX;
+
+struct Entry {
+    handler: Box<dyn EventHandler>,
+    fd: RawFd,
+    events: u32,
+}
+
+struct Slot {
+    generation: AtomicU32,
+    entry: PiMutex<Option<Entry>>,
+}
+
+/// What the leader's wait produced.
+#[derive(Debug)]
+pub(crate) enum Wait {
+    Event { token: Token, readiness: u32 },
+    Shutdown,
+    Interrupted,
+}
+
+/// What dispatching one event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dispatched {
+    Handled,
+    Closed,
+    Panicked,
+    Stale,
+}
+
+pub(crate) struct HandleSet {
+    epoll: epoll::Epoll,
+    slots: Box<[Slot]>,
+    /// Free slot indices. Capacity is reserved for every slot, so pushes never reallocate.
+    free: PiMutex<Vec<u32>>,
+    shutdown: EventFd,
+    pub(crate) stale: AtomicU64,
+    pub(crate) closed: AtomicU64,
+}
+
+impl fmt::Debug for HandleSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("HandleSet { .. }")
+    }
+}
+
+impl HandleSet {
+    pub(crate) fn new(max_handles: usize) -> io::Result<HandleSet> {
+        let epoll = epoll::Epoll::new()?;
+        let shutdown = EventFd::new()?;
+        // Level-triggered and never read: once written, every later leader sees it at once.
+        epoll.add(shutdown.as_fd().as_raw_fd(), epoll::IN, SHUTDOWN)?;
+        let slots = (0..max_handles).map(|_| Slot { generation: AtomicU32::new(0), entry: PiMutex::new(None) }).collect();
+        let free = (0..max_handles as u32).rev().collect::<Vec<_>>();
+        Ok(HandleSet { epoll, slots, free: PiMutex::new(free), shutdown, stale: AtomicU64::new(0), closed: AtomicU64::new(0) })
+    }
+
+    pub(crate) fn register(&self, handler: Box<dyn EventHandler>) -> Result<Token, Error> {
+        let index = self.free.lock().pop().ok_or(Error::TooManyHandles { max: self.slots.len() })?;
+        let slot = &self.slots[index as usize];
+        let token = Token::new(index, slot.generation.load(Acquire));
+        let fd = handler.source().as_raw_fd();
+        let events = handler.interest().bits() | epoll::ONESHOT;
+        *slot.entry.lock() = Some(Entry { handler, fd, events });
+        if let Err(e) = self.epoll.add(fd, events, token.0) {
+            let entry = slot.entry.lock().take();
+            self.free.lock().push(index);
+            drop(entry);
+            return Err(Error::Io { context: "epoll_ctl(ADD) of a new handle", source: e });
+        }
+        Ok(token)
+    }
+
+    /// Removes a handle and drops its handler. Waits for the handler if it is running on
+    /// another thread. Returns false if the token was already gone.
+    pub(crate) fn deregister(&self, token: Token) -> bool {
+        let slot = match self.slots.get(token.index()) {
+            Some(s) => s,
+            None => return false,
+        };
+        let mut g = slot.entry.lock();
+        if slot.generation.load(Acquire) != token.generation() || g.is_none() {
+            return false;
+        }
+        let entry = self.vacate(slot, &mut g, token);
+        drop(g);
+        drop(entry);
+        true
+    }
+
+    /// Empties a slot (caller holds its lock): stop waiting on the fd, bump the generation,
+    /// free the index. The handler is returned so the caller drops it after unlocking.
+    fn vacate(&self, slot: &Slot, g: &mut Option<Entry>, token: Token) -> Option<Entry> {
+        let entry = g.take();
+        if let Some(e) = &entry {
+            let _ = self.epoll.delete(e.fd);
+        }
+        slot.generation.fetch_add(1, Release);
+        self.free.lock().push(token.index() as u32);
+        self.closed.fetch_add(1, Relaxed);
+        entry
+    }
+
+    /// The leader's wait for one event (blocks).
+    pub(crate) fn wait(&self) -> io::Result<Wait> {
+        match self.epoll.wait_one(-1) {
+            Ok(Some((_, SHUTDOWN))) => Ok(Wait::Shutdown),
+            Ok(Some((readiness, data))) => Ok(Wait::Event { token: Token(data), readiness }),
+            Ok(None) => Ok(Wait::Interrupted),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Wait::Interrupted),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs the handler of `event.token` and re-arms or removes its handle.
+    pub(crate) fn dispatch(&self, event: &Event, ctx: &mut Context) -> Dispatched {
+        let Some(slot) = self.slots.get(event.token.index()) else {
+            self.stale.fetch_add(1, Relaxed);
+            return Dispatched::Stale;
+        };
+        let mut g = slot.entry.lock();
+        let entry = match g.as_mut() {
+            Some(e) if slot.generation.load(Acquire) == event.token.generation() => e,
+            _ => {
+                self.stale.fetch_add(1, Relaxed);
+                return Dispatched::Stale;
+            }
+        };
+        let (disposition, panicked) = match catch_unwind(AssertUnwindSafe(|| entry.handler.handle(event, ctx))) {
+            Ok(d) => (d, false),
+            Err(_) => (catch_unwind(AssertUnwindSafe(|| entry.handler.after_panic())).unwrap_or(Disposition::Close), true),
+        };
+        // Interest is read again so a handler may switch it (e.g. to writable while it has
+        // unsent bytes).
+        entry.events = entry.handler.interest().bits() | epoll::ONESHOT;
+        let rearmed = disposition == Disposition::Rearm && self.epoll.modify(entry.fd, entry.events, event.token.0).is_ok();
+        if rearmed {
+            return if panicked { Dispatched::Panicked } else { Dispatched::Handled };
+        }
+        let entry = self.vacate(slot, &mut g, event.token);
+        drop(g);
+        drop(entry);
+        if panicked {
+            Dispatched::Panicked
+        } else {
+            Dispatched::Closed
+        }
+    }
+
+    /// Wakes the leader for shutdown (every later wait returns `Wait::Shutdown`).
+    pub(crate) fn wake_for_shutdown(&self) {
+        let _ = self.shutdown.write(1);
+    }
+
+    /// Drops every handler (closing their fds). Called after all pool threads exited.
+    pub(crate) fn close_all(&self) {
+        for (i, slot) in self.slots.iter().enumerate() {
+            let mut g = slot.entry.lock();
+            if g.is_some() {
+                let token = Token::new(i as u32, slot.generation.load(Acquire));
+                let e = self.vacate(slot, &mut g, token);
+                drop(g);
+                drop(e);
+            }
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len() - self.free.lock().len()
+    }
+}
+
+/// A cloneable handle to one group's handle set: register and deregister handles from any
+/// thread, also while the group runs and from inside handlers.
+#[derive(Clone)]
+pub struct Registry {
+    pub(crate) set: Arc<HandleSet>,
+}
+
+impl Registry {
+    /// Adds a handler; its [`EventHandler::source`] is armed at once.
+    ///
+    /// # Errors
+    /// [`Error::TooManyHandles`] when all `max_handles` slots are used; [`Error::Io`] if epoll
+    /// rejects the fd.
+    ///
+    /// # Real-time safety
+    /// Takes the group's free-list lock (priority-inheriting) and calls `epoll_ctl`; the
+    /// `Box` is the caller's allocation.
+    pub fn register(&self, handler: Box<dyn EventHandler>) -> Result<Token, Error> {
+        self.set.register(handler)
+    }
+
+    /// Removes a handle and drops its handler (closing its fd). If the handler is running on
+    /// another thread this waits until it returns; do not call it for the handle whose handler
+    /// is calling (return [`Disposition::Close`] instead). Returns false if already removed.
+    pub fn deregister(&self, token: Token) -> bool {
+        self.set.deregister(token)
+    }
+
+    /// Number of registered handles.
+    pub fn len(&self) -> usize {
+        self.set.len()
+    }
+
+    /// True if no handle is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Registry { .. }")
+    }
+}

@@ -1,0 +1,161 @@
+//! The event handler interface and what a handler sees: the event and its thread's context.
+
+use crate::handle_set::{Registry, Token};
+use crate::sys::epoll;
+use std::os::fd::BorrowedFd;
+
+/// Which readiness a handle is registered for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interest(u32);
+
+impl Interest {
+    /// Readable (`EPOLLIN`), plus peer hang-up.
+    pub const READABLE: Interest = Interest(epoll::IN | epoll::RDHUP);
+    /// Writable (`EPOLLOUT`).
+    pub const WRITABLE: Interest = Interest(epoll::OUT);
+
+    /// Both interests.
+    pub const fn add(self, other: Interest) -> Interest {
+        Interest(self.0 | other.0)
+    }
+
+    pub(crate) fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+/// One event, as the leader detected it.
+#[derive(Debug, Clone, Copy)]
+pub struct Event {
+    pub(crate) token: Token,
+    pub(crate) readiness: u32,
+    pub(crate) woke_ns: u64,
+}
+
+impl Event {
+    /// The handle this event belongs to.
+    pub fn token(&self) -> Token {
+        self.token
+    }
+    /// Data (or a connection, or a timer expiry) can be read without blocking.
+    pub fn is_readable(&self) -> bool {
+        self.readiness & epoll::IN != 0
+    }
+    /// Can be written without blocking.
+    pub fn is_writable(&self) -> bool {
+        self.readiness & epoll::OUT != 0
+    }
+    /// The peer closed (hang-up or read half closed).
+    pub fn is_closed(&self) -> bool {
+        self.readiness & (epoll::HUP | epoll::RDHUP) != 0
+    }
+    /// An error is pending on the handle.
+    pub fn is_error(&self) -> bool {
+        self.readiness & epoll::ERR != 0
+    }
+    /// When the leader's wait returned with this event (`CLOCK_MONOTONIC` ns).
+    pub fn woke_ns(&self) -> u64 {
+        self.woke_ns
+    }
+}
+
+/// What happens to the handle after its handler returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Disposition {
+    /// Re-arm the handle (`EPOLL_CTL_MOD | EPOLLONESHOT`) for its next event.
+    Rearm,
+    /// Remove the handle from the group and drop its handler (closing its fd).
+    Close,
+}
+
+/// Application code run for each event of one handle (the pattern's concrete event handler).
+///
+/// The handle stays deactivated (`EPOLLONESHOT`) while `handle` runs, so exactly one thread at
+/// a time runs a given handler: it needs no locking for its own state.
+///
+/// # Real-time safety
+/// `handle` runs on a pool thread at its group's SCHED_FIFO priority. It should be short and
+/// bounded, must not block (sockets are nonblocking: read until `WouldBlock`), and should use
+/// the [`Context`] buffers instead of allocating. lfrt counts allocations and page faults on
+/// pool threads and reports them (`pool_allocations`, `pool_minor_faults`).
+pub trait EventHandler: Send + 'static {
+    /// The fd to wait on. Must stay the same for the handler's lifetime.
+    fn source(&self) -> BorrowedFd<'_>;
+
+    /// The readiness to wait for; readable by default.
+    fn interest(&self) -> Interest {
+        Interest::READABLE
+    }
+
+    /// The hook method: process one event.
+    fn handle(&mut self, event: &Event, ctx: &mut Context) -> Disposition;
+
+    /// Called after `handle` panicked (the panic is caught and counted). Default: re-arm.
+    fn after_panic(&mut self) -> Disposition {
+        Disposition::Rearm
+    }
+}
+
+/// A pool thread's own storage (thread-specific storage), created and pre-faulted before the
+/// thread first joins its group, and handed to every handler it runs.
+///
+/// # Real-time safety
+/// Nothing here allocates after construction.
+#[derive(Debug)]
+pub struct Context {
+    pub(crate) buffer: Box<[u8]>,
+    pub(crate) scratch: Box<[u8]>,
+    pub(crate) group: u16,
+    pub(crate) thread: u16,
+    pub(crate) priority: u8,
+    pub(crate) tid: i32,
+    pub(crate) registry: Registry,
+    pub(crate) origin_ns: u64,
+    pub(crate) overruns: u64,
+}
+
+impl Context {
+    /// The thread's receive buffer (`buffer_bytes` long).
+    pub fn buffer(&mut self) -> &mut [u8] {
+        &mut self.buffer
+    }
+    /// A second buffer of the same size for handler scratch work.
+    pub fn scratch(&mut self) -> &mut [u8] {
+        &mut self.scratch
+    }
+    /// Both buffers at once (e.g. read into one, build a reply in the other).
+    pub fn buffers(&mut self) -> (&mut [u8], &mut [u8]) {
+        (&mut self.buffer, &mut self.scratch)
+    }
+    /// Index of the group this thread serves, in configuration order.
+    pub fn group(&self) -> usize {
+        self.group as usize
+    }
+    /// Index of this thread within its group (`lf-<group>-<n>`).
+    pub fn thread_index(&self) -> usize {
+        self.thread as usize
+    }
+    /// The thread's configured priority.
+    pub fn priority(&self) -> u8 {
+        self.priority
+    }
+    /// The thread's kernel id.
+    pub fn tid(&self) -> i32 {
+        self.tid
+    }
+    /// The group's handle registry: add or remove handles from inside a handler.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+    /// Records when this event was *due* (e.g. a timer's expected expiry, `CLOCK_MONOTONIC`
+    /// ns), so telemetry measures latency from that instant rather than from the leader's
+    /// wake-up.
+    pub fn set_origin_ns(&mut self, ns: u64) {
+        self.origin_ns = ns;
+    }
+    /// Records `n` missed periods (timer overruns) for this event.
+    pub fn add_overruns(&mut self, n: u64) {
+        self.overruns += n;
+    }
+}

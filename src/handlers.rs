@@ -1,0 +1,213 @@
+//! Built-in handlers, so that a configuration file alone runs a service.
+
+use crate::handler::{Context, Disposition, Event, EventHandler, Interest};
+use crate::source::Timer;
+use crate::sys;
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
+
+/// Most datagrams one event handles before re-arming, bounding the handler's run time.
+pub const UDP_BATCH: usize = 32;
+
+/// Busy-waits `us` microseconds: a bounded stand-in for handler work.
+pub fn busy_work(us: u64) {
+    if us == 0 {
+        return;
+    }
+    let end = sys::now_ns() + us * 1000;
+    while sys::now_ns() < end {
+        std::hint::spin_loop();
+    }
+}
+
+/// Echoes each datagram verbatim to its sender, after `work_us` of busy work.
+#[derive(Debug)]
+pub struct UdpEcho {
+    socket: UdpSocket,
+    work_us: u64,
+}
+
+impl UdpEcho {
+    /// Wraps a bound socket (made nonblocking here).
+    pub fn new(socket: UdpSocket, work_us: u64) -> io::Result<UdpEcho> {
+        socket.set_nonblocking(true)?;
+        Ok(UdpEcho { socket, work_us })
+    }
+}
+
+impl EventHandler for UdpEcho {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+
+    fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
+        let buf = ctx.buffer();
+        for _ in 0..UDP_BATCH {
+            match self.socket.recv_from(buf) {
+                Ok((n, from)) => {
+                    busy_work(self.work_us);
+                    // A full send buffer drops the echo, as UDP may; the client counts it lost.
+                    let _ = self.socket.send_to(&buf[..n], from);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break, // e.g. ICMP errors surfaced on the socket: keep serving
+            }
+        }
+        Disposition::Rearm
+    }
+}
+
+/// Accepts TCP connections and registers a [`TcpEchoStream`] for each in the same group.
+#[derive(Debug)]
+pub struct TcpEcho {
+    listener: TcpListener,
+    work_us: u64,
+}
+
+impl TcpEcho {
+    /// Wraps a bound listener (made nonblocking here).
+    pub fn new(listener: TcpListener, work_us: u64) -> io::Result<TcpEcho> {
+        listener.set_nonblocking(true)?;
+        Ok(TcpEcho { listener, work_us })
+    }
+}
+
+impl EventHandler for TcpEcho {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.listener.as_fd()
+    }
+
+    fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    // Accepting allocates the connection's handler: connection set-up is not
+                    // the per-message path.
+                    if let Ok(h) = TcpEchoStream::new(stream, self.work_us, ctx.buffer().len()) {
+                        let _ = ctx.registry().register(Box::new(h));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Disposition::Rearm,
+            }
+        }
+    }
+}
+
+/// Echoes the bytes of one TCP connection; closes the handle when the peer closes.
+///
+/// Unsent bytes (the peer is not reading) are kept in a buffer sized at accept time, and the
+/// handle waits for writability until they are flushed: no allocation per message.
+#[derive(Debug)]
+pub struct TcpEchoStream {
+    stream: TcpStream,
+    work_us: u64,
+    pending: Vec<u8>,
+    sent: usize,
+}
+
+impl TcpEchoStream {
+    /// Wraps an accepted stream (made nonblocking, Nagle off).
+    pub fn new(stream: TcpStream, work_us: u64, buffer_bytes: usize) -> io::Result<TcpEchoStream> {
+        stream.set_nonblocking(true)?;
+        stream.set_nodelay(true)?;
+        Ok(TcpEchoStream { stream, work_us, pending: Vec::with_capacity(buffer_bytes), sent: 0 })
+    }
+
+    /// Writes pending bytes; true when all are out.
+    fn flush(&mut self) -> io::Result<bool> {
+        while self.sent < self.pending.len() {
+            match self.stream.write(&self.pending[self.sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.pending.clear();
+        self.sent = 0;
+        Ok(true)
+    }
+}
+
+impl EventHandler for TcpEchoStream {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+
+    fn interest(&self) -> Interest {
+        if self.pending.is_empty() {
+            Interest::READABLE
+        } else {
+            Interest::WRITABLE
+        }
+    }
+
+    fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
+        match self.flush() {
+            Ok(true) => {}
+            Ok(false) => return Disposition::Rearm,
+            Err(_) => return Disposition::Close,
+        }
+        let buf = ctx.buffer();
+        loop {
+            let n = match self.stream.read(buf) {
+                Ok(0) => return Disposition::Close,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Disposition::Rearm,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Disposition::Close,
+            };
+            busy_work(self.work_us);
+            let mut off = 0;
+            while off < n {
+                match self.stream.write(&buf[off..n]) {
+                    Ok(0) => return Disposition::Close,
+                    Ok(w) => off += w,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        // Keep the rest (bounded by the buffer reserved at accept) and wait
+                        // for writability before reading more.
+                        let room = self.pending.capacity() - self.pending.len();
+                        let keep = (n - off).min(room);
+                        self.pending.extend_from_slice(&buf[off..off + keep]);
+                        return Disposition::Rearm;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return Disposition::Close,
+                }
+            }
+        }
+    }
+}
+
+/// A periodic timer that reports its wake-up latency through telemetry: the sample's origin is
+/// the expiry the timer was due at, so latency = handler entry − expected expiry. Missed
+/// periods (expirations > 1) are counted as overruns.
+#[derive(Debug)]
+pub struct PeriodicTimer {
+    timer: Timer,
+}
+
+impl PeriodicTimer {
+    /// Wraps an armed timer.
+    pub fn new(timer: Timer) -> PeriodicTimer {
+        PeriodicTimer { timer }
+    }
+}
+
+impl EventHandler for PeriodicTimer {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.timer.as_fd()
+    }
+
+    fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
+        if let Ok(Some((expirations, due_ns))) = self.timer.read() {
+            ctx.set_origin_ns(due_ns);
+            ctx.add_overruns(expirations - 1);
+        }
+        Disposition::Rearm
+    }
+}

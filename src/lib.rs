@@ -1,0 +1,99 @@
+//! # lfrt — a real-time, priority-aware Leader/Followers runtime for Linux
+//!
+//! A **group** is a pool of threads that take turns on one handle set (an epoll instance):
+//! one thread, the *leader*, waits for an event; when one arrives it promotes a *follower* to
+//! leader **before** processing the event itself, in its own thread, then rejoins the pool.
+//! No queue sits between detection and processing, so no request waits behind another, and
+//! nothing is copied between threads (Schmidt et al., *Leader/Followers*, POSA2).
+//!
+//! Several groups run at distinct `SCHED_FIFO` priorities ("lanes"): an event on a
+//! high-priority group's handles is detected and processed by that group's threads, never
+//! queued behind low-priority work.
+//!
+//! ## Real-time contract
+//! All buffers, follower heaps, handle tables and telemetry rings are allocated in
+//! [`Runtime::new`] and [`Runtime::start`]. After `start` the dispatch path does not allocate,
+//! and blocks only in `epoll_wait` (leader), a per-thread futex (follower) or a
+//! priority-inheritance lock. Pool threads pre-fault their stacks and buffers before the first
+//! event, and `lock_memory` pins everything with `mlockall`. The runtime counts allocations and
+//! minor faults on pool threads after warm-up and reports them ([`GroupMetrics`]).
+//!
+//! ## Quick start
+//! ```no_run
+//! use lfrt::{Context, Disposition, Event, EventHandler, GroupConfig, Runtime, RuntimeConfig};
+//! use std::net::UdpSocket;
+//! use std::os::fd::{AsFd, BorrowedFd};
+//!
+//! struct Echo(UdpSocket);
+//! impl EventHandler for Echo {
+//!     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+//!     fn handle(&mut self, _ev: &Event, ctx: &mut Context) -> Disposition {
+//!         let buf = ctx.buffer();
+//!         while let Ok((n, from)) = self.0.recv_from(buf) {
+//!             let _ = self.0.send_to(&buf[..n], from);
+//!         }
+//!         Disposition::Rearm
+//!     }
+//! }
+//!
+//! let mut cfg = RuntimeConfig::default();
+//! cfg.groups.push(GroupConfig::new("control", 80));
+//! let mut rt = Runtime::new(cfg)?;
+//! let sock = UdpSocket::bind("127.0.0.1:7000").unwrap();
+//! sock.set_nonblocking(true).unwrap();
+//! rt.registry("control").unwrap().register(Box::new(Echo(sock)))?;
+//! rt.start()?;
+//! # rt.shutdown()?;
+//! # Ok::<(), lfrt::Error>(())
+//! ```
+//!
+//! ## Modules
+//! The runtime types are re-exported at the root. The harnesses behind the `lfrt` binary's
+//! subcommands are public modules.
+
+#![deny(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("lfrt supports Linux only");
+
+#[macro_use]
+mod sys;
+
+mod alloc_count;
+mod config;
+mod error;
+mod follower_queue;
+mod group;
+mod handle_set;
+mod handler;
+pub mod handlers;
+mod leader;
+mod metrics;
+mod parker;
+mod pi_mutex;
+mod runtime;
+mod source;
+mod sync;
+pub mod telemetry;
+mod watchdog;
+
+pub use alloc_count::{is_active as counting_alloc_active, thread_allocations, CountingAlloc};
+pub use config::{load as load_config, parse as parse_config, GroupConfig, HandlerConfig, Invalid, OnOverrun, Policy, RtMode, RuntimeConfig};
+pub use error::Error;
+pub use follower_queue::{Promotion, MAX_GROUP_THREADS};
+pub use group::WARMUP_DISPATCHES;
+pub use handle_set::{Registry, Token};
+pub use handler::{Context, Disposition, Event, EventHandler, Interest};
+pub use metrics::GroupMetrics;
+pub use pi_mutex::{PiMutex, PiMutexGuard};
+pub use runtime::{Runtime, StartReport, Stopper, SHUTDOWN_TIMEOUT};
+pub use source::{Notifier, Timer};
+
+/// Linux facilities the harnesses and tests read back from the kernel.
+pub mod os {
+    pub use crate::sys::mem::{process_usage, thread_minor_faults};
+    pub use crate::sys::sched::{affinity, available_cpus, current_cpu, effective_rt_priority, minor_faults, read_back, RtPrivilege};
+    pub use crate::sys::signal::{block_termination, wait_termination};
+    pub use crate::sys::{gettid, now_ns};
+}

@@ -1,0 +1,69 @@
+//! Per-group counters (updated on the dispatch path with relaxed atomics) and their snapshot.
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) dispatched: AtomicU64,
+    pub(crate) promotions: AtomicU64,
+    pub(crate) vacant: AtomicU64,
+    pub(crate) processing: AtomicU64,
+    pub(crate) panics: AtomicU64,
+    pub(crate) closed_by_handler: AtomicU64,
+    pub(crate) overruns: AtomicU64,
+    pub(crate) demotions: AtomicU64,
+}
+
+impl Counters {
+    #[inline]
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
+    }
+}
+
+/// A snapshot of one group's activity.
+///
+/// Counters only grow; gauges (`leader_present`, `followers`, `processing`) are a racy
+/// instant and may have changed by the time they are read.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct GroupMetrics {
+    /// Group name.
+    pub name: String,
+    /// Group priority.
+    pub priority: u8,
+    /// Threads in the pool.
+    pub threads: usize,
+    /// Events dispatched to handlers (stale events not included).
+    pub dispatched: u64,
+    /// Times a leader handed leadership to a waiting follower.
+    pub promotions: u64,
+    /// Times a leader found no follower to promote (the slot stayed vacant).
+    pub promotions_no_follower: u64,
+    /// A leader is waiting on the handle set right now.
+    pub leader_present: bool,
+    /// Followers parked right now.
+    pub followers: usize,
+    /// Threads running a handler right now.
+    pub processing: u64,
+    /// Handler panics caught.
+    pub handler_panics: u64,
+    /// Handles removed after their handler returned `Close` (or failed to re-arm).
+    pub handles_closed: u64,
+    /// Events whose handle had been removed before dispatch (dropped, by design).
+    pub stale_events: u64,
+    /// Handles registered now.
+    pub handles: usize,
+    /// Handler runs that exceeded `budget_us` (overrun watchdog).
+    pub overruns: u64,
+    /// Threads demoted to SCHED_OTHER by the watchdog.
+    pub demotions: u64,
+    /// Allocations on this group's pool threads after warm-up (needs [`crate::CountingAlloc`]).
+    pub pool_allocations: u64,
+    /// Minor page faults on this group's pool threads after warm-up.
+    pub pool_minor_faults: u64,
+    /// Telemetry samples pushed by the pool threads.
+    pub samples: u64,
+    /// Telemetry samples dropped because a ring was full.
+    pub samples_dropped: u64,
+}

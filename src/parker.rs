@@ -1,0 +1,89 @@
+//! A per-thread futex parker: the follower's own synchronizer ("specific notification").
+//!
+//! Conceptually each parker holds a token that is initially absent. `unpark` makes the token
+//! present; `park` waits until it is present and consumes it. An `unpark` that happens before
+//! the matching `park` is therefore never lost.
+//!
+//! States of the futex word: `EMPTY` (no token, nobody asleep), `PARKED` (owner asleep or about
+//! to sleep), `NOTIFIED` (token present).
+
+use crate::sys::futex;
+use std::sync::atomic::{AtomicU32, Ordering::*};
+
+const EMPTY: u32 = 0;
+const PARKED: u32 = 1;
+const NOTIFIED: u32 = 2;
+
+/// A single-owner parker; any thread may `unpark` it.
+#[derive(Debug)]
+pub(crate) struct Parker {
+    state: AtomicU32,
+}
+
+impl Parker {
+    pub(crate) fn new() -> Parker {
+        Parker { state: AtomicU32::new(EMPTY) }
+    }
+
+    /// Blocks until the token is present, then consumes it. Only the owner thread calls this.
+    pub(crate) fn park(&self) {
+        // Fast path: the token arrived already. Acquire pairs with the Release in `unpark`, so
+        // writes made before `unpark` (e.g. "you are the leader now") are visible after return.
+        if self.state.compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed).is_ok() {
+            return;
+        }
+        if let Err(s) = self.state.compare_exchange(EMPTY, PARKED, Relaxed, Relaxed) {
+            assert_eq!(s, NOTIFIED, "inconsistent parker state: {s}");
+            self.state.swap(EMPTY, Acquire);
+            return;
+        }
+        loop {
+            // Sleeps only while the word is still PARKED, so an unpark between the CAS above
+            // and this call is not lost (the kernel compares atomically).
+            futex::wait(&self.state, PARKED);
+            if self.state.compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed).is_ok() {
+                return;
+            }
+            // Spurious wake-up (signal, EAGAIN): still PARKED, sleep again.
+        }
+    }
+
+    /// Makes the token present and wakes the owner if it sleeps.
+    pub(crate) fn unpark(&self) {
+        match self.state.swap(NOTIFIED, Release) {
+            EMPTY | NOTIFIED => {}
+            PARKED => futex::wake(&self.state, 1),
+            s => panic!("inconsistent parker state: {s}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn unpark_before_park_is_kept() {
+        let p = Parker::new();
+        p.unpark();
+        p.park(); // returns at once
+    }
+
+    #[test]
+    fn ping_pong() {
+        let a = Arc::new((Parker::new(), Parker::new()));
+        let b = a.clone();
+        let t = std::thread::spawn(move || {
+            for _ in 0..10_000 {
+                b.0.park();
+                b.1.unpark();
+            }
+        });
+        for _ in 0..10_000 {
+            a.0.unpark();
+            a.1.park();
+        }
+        t.join().unwrap();
+    }
+}

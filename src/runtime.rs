@@ -1,0 +1,358 @@
+//! The runtime: owns the groups, starts and stops their threads, reports their metrics.
+
+use crate::alloc_count;
+use crate::config::{HandlerConfig, RtMode, RuntimeConfig};
+use crate::error::Error;
+use crate::group::{pool_thread, Group, Setup};
+use crate::handle_set::Registry;
+use crate::handler::EventHandler;
+use crate::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
+use crate::metrics::GroupMetrics;
+use crate::source::Timer;
+use crate::sys::{self, mem};
+use crate::telemetry::{self, Sample, Telemetry};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long `shutdown` waits for pool threads (each must finish its current handler).
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Delay from `start` to the first expiry of built-in timers, so the first period is measured
+/// with every thread already waiting.
+const TIMER_START_DELAY_NS: u64 = 2_000_000;
+
+/// What `start` found out about the machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartReport {
+    /// Every RT group's threads got their configured policy and priority.
+    pub rt_applied: bool,
+    /// `mlockall` succeeded (false if not requested).
+    pub memory_locked: bool,
+    /// The counting allocator is installed, so `pool_allocations` is meaningful.
+    pub counting_allocations: bool,
+}
+
+enum State {
+    Built { rings: Vec<Vec<rtrb::Producer<Sample>>>, pending: Vec<(usize, Pending)> },
+    Running,
+    Stopped,
+}
+
+enum Pending {
+    Handler(Box<dyn EventHandler>),
+    Timers { interval_us: u64, count: usize, distance_us: u64 },
+}
+
+/// A set of Leader/Followers groups, each at its own priority.
+///
+/// # Examples
+/// ```no_run
+/// use lfrt::{GroupConfig, Runtime, RuntimeConfig};
+/// let mut cfg = RuntimeConfig::default();
+/// cfg.groups.push(GroupConfig::new("control", 80));
+/// let mut rt = Runtime::new(cfg)?;
+/// // rt.registry("control").unwrap().register(Box::new(my_handler))?;
+/// rt.start()?;
+/// std::thread::sleep(std::time::Duration::from_millis(100));
+/// let metrics = rt.shutdown()?;
+/// # Ok::<(), lfrt::Error>(())
+/// ```
+///
+/// # Real-time safety
+/// Everything is allocated in [`Runtime::new`] and [`Runtime::start`]: handle tables, follower
+/// heaps, per-thread buffers and telemetry rings. After `start` the dispatch path does not
+/// allocate and blocks only in `epoll_wait` (leader), the follower's futex, or a PI lock.
+pub struct Runtime {
+    cfg: RuntimeConfig,
+    groups: Vec<Arc<Group>>,
+    threads: Vec<JoinHandle<()>>,
+    telemetry: Arc<Telemetry>,
+    stop: Arc<AtomicBool>,
+    helpers: Vec<JoinHandle<()>>,
+    state: State,
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Runtime { .. }")
+    }
+}
+
+impl Runtime {
+    /// Validates the configuration, creates every group's handle set and binds the built-in
+    /// handlers' sockets. No thread is started.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid configuration, [`Error::Bind`] if a socket cannot be
+    /// bound, [`Error::Io`] if a kernel object cannot be created. Nothing is left open.
+    pub fn new(cfg: RuntimeConfig) -> Result<Runtime, Error> {
+        cfg.validate()?;
+        let mut groups = Vec::new();
+        let mut rings = Vec::new();
+        let mut consumers = Vec::new();
+        let mut pending = Vec::new();
+        for (gi, gc) in cfg.groups.iter().enumerate() {
+            let g = Group::new(gi as u16, gc.clone())?;
+            let mut producers = Vec::new();
+            for _ in 0..gc.threads {
+                let (p, c) = rtrb::RingBuffer::new(telemetry::RING_CAPACITY);
+                producers.push(p);
+                consumers.push(c);
+            }
+            rings.push(producers);
+            for h in &gc.handlers {
+                let p = match *h {
+                    HandlerConfig::UdpEcho { bind, work_us } => {
+                        let s = std::net::UdpSocket::bind(bind).map_err(|e| Error::Bind { addr: bind, source: e })?;
+                        Pending::Handler(Box::new(UdpEcho::new(s, work_us).map_err(|e| Error::Io { context: "configuring a UDP socket", source: e })?))
+                    }
+                    HandlerConfig::TcpEcho { bind, work_us } => {
+                        let l = std::net::TcpListener::bind(bind).map_err(|e| Error::Bind { addr: bind, source: e })?;
+                        Pending::Handler(Box::new(TcpEcho::new(l, work_us).map_err(|e| Error::Io { context: "configuring a TCP listener", source: e })?))
+                    }
+                    HandlerConfig::Timer { interval_us, count, distance_us } => Pending::Timers { interval_us, count, distance_us },
+                };
+                pending.push((gi, p));
+            }
+            groups.push(Arc::new(g));
+        }
+        let telemetry = Arc::new(Telemetry::new(groups.len()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let collector = telemetry::spawn_collector(telemetry.clone(), consumers, stop.clone())
+            .map_err(|e| Error::Io { context: "spawning the telemetry collector", source: e })?;
+        Ok(Runtime { cfg, groups, threads: Vec::new(), telemetry, stop, helpers: vec![collector], state: State::Built { rings, pending } })
+    }
+
+    /// The registry of the group named `name`, to add handles (before or after `start`).
+    pub fn registry(&self, name: &str) -> Option<Registry> {
+        self.groups.iter().find(|g| g.cfg.name == name).map(|g| g.registry())
+    }
+
+    /// The configuration this runtime runs.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.cfg
+    }
+
+    /// Latency histograms recorded by the collector.
+    pub fn telemetry(&self) -> &Arc<Telemetry> {
+        &self.telemetry
+    }
+
+    /// Locks memory (if configured), spawns every group's threads and waits until each has set
+    /// its policy, priority and affinity and pre-faulted its stack and buffers; then arms the
+    /// built-in handlers.
+    ///
+    /// # Errors
+    /// With `rt = "required"`: [`Error::RtPermission`] naming CAP_SYS_NICE / RLIMIT_RTPRIO if a
+    /// thread could not get its RT priority, and the error of a failed `mlockall`. Any failure
+    /// stops the threads already started. With `"best-effort"` those only log a warning.
+    pub fn start(&mut self) -> Result<StartReport, Error> {
+        let State::Built { rings, pending } = std::mem::replace(&mut self.state, State::Running) else {
+            return Err(Error::State("Runtime::start called twice"));
+        };
+        let mut report = StartReport { rt_applied: true, memory_locked: false, counting_allocations: alloc_count::is_active() };
+        if self.cfg.lock_memory {
+            match mem::lock_all() {
+                Ok(()) => report.memory_locked = true,
+                Err(e) if self.cfg.rt == RtMode::Required => {
+                    self.abort();
+                    return Err(Error::Io { context: "mlockall(MCL_CURRENT|MCL_FUTURE) (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK)", source: e });
+                }
+                Err(e) => tracing::warn!(error = %e, "mlockall failed; running with unlocked memory"),
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut spawned = 0;
+        for (g, producers) in self.groups.iter().zip(rings) {
+            for (i, ring) in producers.into_iter().enumerate() {
+                let (g2, tx) = (g.clone(), tx.clone());
+                let rt = self.cfg.rt;
+                let h = std::thread::Builder::new()
+                    .name(format!("lf-{}-{}", g.cfg.name, i))
+                    .stack_size(g.cfg.stack_bytes)
+                    .spawn(move || pool_thread(g2, i as u16, ring, rt, tx));
+                match h {
+                    Ok(h) => {
+                        self.threads.push(h);
+                        spawned += 1;
+                    }
+                    Err(e) => {
+                        self.abort();
+                        return Err(Error::Io { context: "spawning a pool thread", source: e });
+                    }
+                }
+            }
+        }
+        drop(tx);
+        let mut failure = None;
+        for _ in 0..spawned {
+            match rx.recv() {
+                Ok(Setup::Ready { rt_applied, error }) => {
+                    if !rt_applied {
+                        if report.rt_applied {
+                            let p = sys::sched::RtPrivilege::probe();
+                            tracing::warn!(
+                                error = %error.map(|e| e.to_string()).unwrap_or_default(),
+                                cap_sys_nice = p.cap_sys_nice,
+                                rlimit_rtprio = p.rlimit_rtprio,
+                                "real-time scheduling refused; rt = \"best-effort\": running at normal priority \
+                                 (grant CAP_SYS_NICE or raise RLIMIT_RTPRIO for SCHED_FIFO)"
+                            );
+                        }
+                        report.rt_applied = false;
+                    }
+                }
+                Ok(Setup::Failed(e)) => {
+                    failure.get_or_insert(e);
+                }
+                Err(_) => break,
+            }
+        }
+        if let Some(e) = failure {
+            self.abort();
+            return Err(e);
+        }
+        self.helpers.extend(crate::watchdog::spawn(self.groups.clone(), self.stop.clone()).map_err(|e| Error::Io { context: "spawning the watchdog", source: e })?);
+        let first = sys::now_ns() + TIMER_START_DELAY_NS;
+        for (gi, p) in pending {
+            let reg = self.groups[gi].registry();
+            match p {
+                Pending::Handler(h) => {
+                    reg.register(h)?;
+                }
+                Pending::Timers { interval_us, count, distance_us } => {
+                    for k in 0..count as u64 {
+                        let mut t = Timer::new().map_err(|e| Error::Io { context: "timerfd_create", source: e })?;
+                        t.arm(first, (interval_us + k * distance_us) * 1000).map_err(|e| Error::Io { context: "timerfd_settime", source: e })?;
+                        reg.register(Box::new(PeriodicTimer::new(t)))?;
+                    }
+                }
+            }
+        }
+        tracing::info!(groups = self.groups.len(), threads = spawned, rt = report.rt_applied, mlock = report.memory_locked, "lfrt started");
+        Ok(report)
+    }
+
+    /// Stops whatever `start` managed to spawn (used on start-up failure).
+    fn abort(&mut self) {
+        let _ = self.shutdown();
+    }
+
+    /// Per-group metrics snapshot.
+    pub fn metrics(&self) -> Vec<GroupMetrics> {
+        self.groups
+            .iter()
+            .map(|g| {
+                let c = &g.counters;
+                let (leader_present, followers) = g.protocol.snapshot();
+                GroupMetrics {
+                    name: g.cfg.name.clone(),
+                    priority: g.cfg.priority,
+                    threads: g.cfg.threads,
+                    dispatched: c.dispatched.load(Relaxed),
+                    promotions: c.promotions.load(Relaxed),
+                    promotions_no_follower: c.vacant.load(Relaxed),
+                    leader_present,
+                    followers,
+                    processing: c.processing.load(Relaxed),
+                    handler_panics: c.panics.load(Relaxed),
+                    handles_closed: g.handles.closed.load(Relaxed),
+                    stale_events: g.handles.stale.load(Relaxed),
+                    handles: g.handles.len(),
+                    overruns: c.overruns.load(Relaxed),
+                    demotions: c.demotions.load(Relaxed),
+                    pool_allocations: g.threads.iter().map(|t| t.allocations()).sum(),
+                    pool_minor_faults: g.threads.iter().map(|t| t.minor_faults()).sum(),
+                    samples: g.threads.iter().map(|t| t.samples.load(Relaxed)).sum(),
+                    samples_dropped: g.threads.iter().map(|t| t.samples_dropped.load(Relaxed)).sum(),
+                }
+            })
+            .collect()
+    }
+
+    /// `(group index, thread index, kernel tid)` of every pool thread (0 before it started).
+    pub fn thread_ids(&self) -> Vec<(usize, usize, i32)> {
+        self.groups
+            .iter()
+            .enumerate()
+            .flat_map(|(gi, g)| g.threads.iter().enumerate().map(move |(ti, t)| (gi, ti, t.tid.load(Acquire))))
+            .collect()
+    }
+
+    /// A handle that can stop the runtime from another thread (e.g. a signal waiter).
+    pub fn stopper(&self) -> Stopper {
+        Stopper { groups: self.groups.clone() }
+    }
+
+    /// Stops every group and waits (at most [`SHUTDOWN_TIMEOUT`]) for every pool thread, whether
+    /// it was leading, following or processing; then closes every handle. Returns the final
+    /// metrics. Calling it again is a no-op returning the metrics.
+    ///
+    /// # Errors
+    /// [`Error::State`] if a thread did not return in time (a handler that never returns);
+    /// that thread is left detached.
+    pub fn shutdown(&mut self) -> Result<Vec<GroupMetrics>, Error> {
+        if matches!(self.state, State::Stopped) {
+            return Ok(self.metrics());
+        }
+        self.state = State::Stopped;
+        for g in &self.groups {
+            g.stop();
+        }
+        let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
+        let all_exited = || self.groups.iter().all(|g| g.threads.iter().all(|t| t.exited.load(Acquire) || t.tid.load(Acquire) == 0));
+        while !all_exited() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let stuck = !all_exited();
+        if !stuck {
+            for h in self.threads.drain(..) {
+                let _ = h.join();
+            }
+        }
+        self.stop.store(true, Release);
+        for h in self.helpers.drain(..) {
+            let _ = h.join();
+        }
+        let metrics = self.metrics();
+        if stuck {
+            return Err(Error::State("a pool thread did not return within SHUTDOWN_TIMEOUT (a handler is not returning)"));
+        }
+        for g in &self.groups {
+            g.handles.close_all();
+        }
+        tracing::info!("lfrt stopped");
+        Ok(metrics)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// Stops a runtime from any thread: every group's threads return (the owner's
+/// [`Runtime::shutdown`] then joins them).
+#[derive(Clone)]
+pub struct Stopper {
+    groups: Vec<Arc<Group>>,
+}
+
+impl Stopper {
+    /// Asks every group to stop. Does not wait.
+    pub fn stop(&self) {
+        for g in &self.groups {
+            g.stop();
+        }
+    }
+}
+
+impl fmt::Debug for Stopper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Stopper { .. }")
+    }
+}

@@ -1,0 +1,38 @@
+//! Every Linux system call lfrt makes lives below this module.
+//!
+//! The rest of the crate sees small safe functions returning `io::Result`; nothing outside `sys`
+//! names `libc`. Calls that can run on a pool thread's dispatch path (`epoll`, `futex`,
+//! `clock_gettime`, `read`/`write` on timerfd and eventfd) never allocate.
+
+/// Calls a `libc` function and turns a negative return into `io::Error::last_os_error()`.
+macro_rules! syscall {
+    ($fn: ident ( $($arg: expr),* $(,)* ) ) => {{
+        // SAFETY: every caller passes arguments that satisfy the documented contract of the
+        // wrapped libc function (valid pointers to live, correctly sized objects; valid fds).
+        let res = unsafe { libc::$fn($($arg, )*) };
+        if res < 0 { Err(std::io::Error::last_os_error()) } else { Ok(res) }
+    }};
+}
+
+pub(crate) mod epoll;
+pub(crate) mod fd;
+pub(crate) mod futex;
+pub(crate) mod mem;
+pub(crate) mod sched;
+pub(crate) mod signal;
+
+/// Nanoseconds on `CLOCK_MONOTONIC`, the clock every lfrt timestamp and timer uses.
+///
+/// Served by the vDSO: no system call, no allocation.
+#[inline]
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The kernel thread id of the calling thread (what `/proc`, `chrt` and `sched_*` take).
+pub fn gettid() -> i32 {
+    nix::unistd::gettid().as_raw()
+}
