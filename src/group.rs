@@ -213,6 +213,7 @@ pub(crate) fn pool_thread(
     let mut scratch = vec![0u8; group.cfg.buffer_bytes].into_boxed_slice();
     mem::prefault(&mut buffer);
     mem::prefault(&mut scratch);
+    prefault_ring(&mut ring);
     let mut ctx = Context {
         buffer,
         scratch,
@@ -307,6 +308,19 @@ fn run(group: &Group, idx: u16, slot: &ThreadSlot, ctx: &mut Context, ring: &mut
             slot.faults_base.store(mem::thread_minor_faults(), Release);
             slot.allocs_base.store(alloc_count::thread_allocations(), Release);
         }
+    }
+}
+
+/// Writes every slot of the (empty) telemetry ring without committing them, so its pages are
+/// resident before the first sample; the collector sees nothing of it.
+fn prefault_ring(ring: &mut rtrb::Producer<Sample>) {
+    let n = ring.slots();
+    if let Ok(mut chunk) = ring.write_chunk_uninit(n) {
+        let (a, b) = chunk.as_mut_slices();
+        for slot in a.iter_mut().chain(b.iter_mut()) {
+            slot.write(Sample::default());
+        }
+        // Dropping an uncommitted chunk publishes nothing.
     }
 }
 
