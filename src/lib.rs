@@ -69,6 +69,7 @@ mod handle_set;
 mod handler;
 pub mod handlers;
 mod leader;
+pub mod loadgen;
 mod metrics;
 mod parker;
 mod pi_mutex;
