@@ -317,7 +317,6 @@ impl Runtime {
         for h in self.helpers.drain(..) {
             let _ = h.join();
         }
-        let metrics = self.metrics();
         if stuck {
             return Err(Error::State("a pool thread did not return within SHUTDOWN_TIMEOUT (a handler is not returning)"));
         }
@@ -325,7 +324,7 @@ impl Runtime {
             g.handles.close_all();
         }
         tracing::info!("lfrt stopped");
-        Ok(metrics)
+        Ok(self.metrics())
     }
 }
 

@@ -1,0 +1,389 @@
+//! Real-time hygiene, proven: no allocation and no page fault on pool threads after warm-up,
+//! priority inheritance, telemetry accounting, the overrun watchdog.
+//! Run one at a time: `cargo test --test hygiene -- --test-threads=1`.
+
+mod util;
+
+#[global_allocator]
+static ALLOC: lfrt::CountingAlloc = lfrt::CountingAlloc;
+
+use lfrt::handlers::PeriodicTimer;
+use lfrt::*;
+use std::io::{Read, Write};
+use std::net::{TcpStream, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Dispatches each source/promotion combination must reach after warm-up.
+const DISPATCHES: u64 = 100_000;
+const THREADS: usize = 4;
+
+fn group(name: &str, promotion: Promotion) -> GroupConfig {
+    let mut g = GroupConfig::new(name, 10);
+    g.threads = THREADS;
+    g.promotion = promotion;
+    g.buffer_bytes = 2048;
+    g
+}
+
+fn runtime(g: GroupConfig, lock_memory: bool) -> Runtime {
+    Runtime::new(RuntimeConfig { rt: RtMode::BestEffort, lock_memory, groups: vec![g] }).unwrap()
+}
+
+fn target(m: &GroupMetrics) -> bool {
+    m.dispatched >= DISPATCHES + (THREADS as u64) * WARMUP_DISPATCHES
+}
+
+/// Drives `rt` with `load` until the group dispatched enough, then checks the counters.
+fn assert_no_allocations(what: &str, mut rt: Runtime, load: impl FnOnce(&dyn Fn() -> bool)) {
+    let rep = rt.start().unwrap();
+    assert!(rep.counting_allocations, "the counting allocator must be installed");
+    let done = || target(&rt.metrics()[0]);
+    load(&done);
+    let m = rt.shutdown().unwrap();
+    let m = &m[0];
+    assert!(target(m), "{what}: only {} dispatches", m.dispatched);
+    assert!(m.promotions > 0, "{what}: threads never contended (no promotion): {m:?}");
+    assert_eq!(m.pool_allocations, 0, "{what}: pool threads allocated after warm-up: {m:?}");
+    eprintln!("{what}: {} dispatches, {} promotions, {} vacant, 0 allocations", m.dispatched, m.promotions, m.promotions_no_follower);
+}
+
+const PROMOTIONS: [Promotion; 3] = [Promotion::Priority, Promotion::Lifo, Promotion::Fifo];
+
+#[test]
+fn zero_allocations_udp() {
+    let _l = util::rt_lock();
+    for p in PROMOTIONS {
+        let mut g = group("udp", p);
+        let addrs: Vec<std::net::SocketAddr> = (0..4).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()).collect();
+        for a in &addrs {
+            g.handlers.push(HandlerConfig::UdpEcho { bind: *a, work_us: 0 });
+        }
+        assert_no_allocations(&format!("udp/{p:?}"), runtime(g, false), |done| {
+            let stop = AtomicBool::new(false);
+            let stop = &stop;
+            std::thread::scope(|s| {
+                for a in &addrs {
+                    s.spawn(move || {
+                        let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+                        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                        let mut buf = [0u8; 64];
+                        while !stop.load(Relaxed) {
+                            for _ in 0..4 {
+                                c.send_to(&[7u8; 32], a).unwrap();
+                            }
+                            for _ in 0..4 {
+                                c.recv_from(&mut buf).expect("echo");
+                            }
+                        }
+                    });
+                }
+                assert!(util::wait_until(120, done));
+                stop.store(true, Relaxed);
+            });
+        });
+    }
+}
+
+#[test]
+fn zero_allocations_tcp_stream() {
+    let _l = util::rt_lock();
+    for p in PROMOTIONS {
+        let mut g = group("tcp", p);
+        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        g.handlers.push(HandlerConfig::TcpEcho { bind: addr, work_us: 0 });
+        assert_no_allocations(&format!("tcp/{p:?}"), runtime(g, false), |done| {
+            let stop = AtomicBool::new(false);
+            let stop = &stop;
+            std::thread::scope(|s| {
+                for _ in 0..4 {
+                    s.spawn(move || {
+                        let mut c = TcpStream::connect(addr).unwrap();
+                        c.set_nodelay(true).unwrap();
+                        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                        let mut buf = [0u8; 16];
+                        while !stop.load(Relaxed) {
+                            c.write_all(&[3u8; 16]).unwrap();
+                            c.read_exact(&mut buf).expect("echo");
+                        }
+                    });
+                }
+                assert!(util::wait_until(120, done));
+                stop.store(true, Relaxed);
+            });
+        });
+    }
+}
+
+#[test]
+fn zero_allocations_timerfd() {
+    let _l = util::rt_lock();
+    for p in PROMOTIONS {
+        let rt = runtime(group("timer", p), false);
+        let reg = rt.registry("timer").unwrap();
+        let first = lfrt::os::now_ns() + 5_000_000;
+        for k in 0..4 {
+            let mut t = Timer::new().unwrap();
+            // 4 timers at 40..55 µs: about 85k dispatches/s.
+            t.arm(first + k * 1000, 40_000 + k * 5_000).unwrap();
+            reg.register(Box::new(PeriodicTimer::new(t))).unwrap();
+        }
+        assert_no_allocations(&format!("timerfd/{p:?}"), rt, |done| assert!(util::wait_until(120, done)));
+    }
+}
+
+struct Take(Notifier);
+impl EventHandler for Take {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+    fn handle(&mut self, _e: &Event, _c: &mut Context) -> Disposition {
+        let _ = self.0.take();
+        Disposition::Rearm
+    }
+}
+
+#[test]
+fn zero_allocations_eventfd() {
+    let _l = util::rt_lock();
+    for p in PROMOTIONS {
+        let rt = runtime(group("efd", p), false);
+        let reg = rt.registry("efd").unwrap();
+        let writers: Vec<OwnedFd> = (0..4)
+            .map(|_| {
+                let n = Notifier::new().unwrap();
+                let w = n.as_fd().try_clone_to_owned().unwrap();
+                reg.register(Box::new(Take(n))).unwrap();
+                w
+            })
+            .collect();
+        assert_no_allocations(&format!("eventfd/{p:?}"), rt, |done| {
+            let mut k = 0usize;
+            while !done() {
+                for _ in 0..256 {
+                    let _ = nix::unistd::write(&writers[k % 4], &1u64.to_ne_bytes());
+                    k += 1;
+                }
+                std::thread::sleep(Duration::from_micros(500));
+            }
+        });
+    }
+}
+
+#[test]
+fn locked_memory_pool_threads_do_not_fault_in_steady_state() {
+    let _l = util::rt_lock();
+    let mut g = group("mlock", Promotion::Priority);
+    let addr = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    g.handlers.push(HandlerConfig::UdpEcho { bind: addr, work_us: 0 });
+    let mut rt = runtime(g, true);
+    let rep = rt.start().unwrap();
+    assert!(rep.memory_locked, "mlockall failed (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK)");
+    let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 64];
+    let mut ping = |n: usize| {
+        for _ in 0..n {
+            c.send_to(&[1u8; 48], addr).unwrap();
+            c.recv_from(&mut buf).unwrap();
+        }
+    };
+    ping(2_000); // warm-up: every thread passes WARMUP_DISPATCHES
+    let after_warmup = rt.metrics()[0].pool_minor_faults;
+    ping(50_000);
+    let m = rt.shutdown().unwrap();
+    assert_eq!(m[0].pool_minor_faults, after_warmup, "pool threads page-faulted in steady state: {m:?}");
+    assert_eq!(m[0].pool_minor_faults, 0, "{m:?}");
+}
+
+/// Telemetry: every sample a pool thread pushed is either in the histograms or counted as
+/// dropped.
+#[test]
+fn telemetry_samples_are_all_accounted_for() {
+    let _l = util::rt_lock();
+    let mut g = group("tele", Promotion::Priority);
+    g.handlers.push(HandlerConfig::Timer { interval_us: 100, count: 3, distance_us: 50 });
+    let mut rt = runtime(g, false);
+    rt.start().unwrap();
+    assert!(util::wait_until(30, || rt.metrics()[0].dispatched > 20_000));
+    let m = rt.shutdown().unwrap();
+    let recorded = rt.telemetry().with(|r| r.recorded);
+    let per_group: u64 = rt.telemetry().with(|r| r.groups[0].latency.len());
+    let per_timer: u64 = rt.telemetry().with(|r| r.timers.values().map(|h| h.latency.len()).sum());
+    assert_eq!(m[0].samples, m[0].dispatched);
+    assert_eq!(m[0].samples, recorded + m[0].samples_dropped, "{m:?}");
+    assert_eq!(per_group, recorded);
+    assert_eq!(per_timer, recorded, "every timer sample carries its expiry as origin");
+    assert_eq!(rt.telemetry().with(|r| r.timers.len()), 3);
+}
+
+fn spin_ms(ms: u64) {
+    let end = lfrt::os::now_ns() + ms * 1_000_000;
+    while lfrt::os::now_ns() < end {
+        std::hint::spin_loop();
+    }
+}
+
+/// A notifier handler that spins `spin_ms` per event and records its own scheduling policy
+/// (read from the kernel) midway through and after the spin.
+struct Spinner {
+    n: Notifier,
+    spin_ms: u64,
+    policy_mid: Arc<AtomicU64>,
+}
+impl EventHandler for Spinner {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.n.as_fd()
+    }
+    fn handle(&mut self, _e: &Event, _c: &mut Context) -> Disposition {
+        let _ = self.n.take();
+        spin_ms(self.spin_ms);
+        let (policy, _) = lfrt::os::read_back(lfrt::os::gettid()).unwrap();
+        self.policy_mid.store(policy as u64, SeqCst);
+        Disposition::Rearm
+    }
+}
+
+#[test]
+fn watchdog_reports_and_demotes_an_overrunning_handler() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed("watchdog_reports_and_demotes_an_overrunning_handler", 20) {
+        return;
+    }
+    let cpus = lfrt::os::available_cpus();
+    let last = *cpus.last().unwrap();
+    let mut slow = GroupConfig::new("slow", 10);
+    slow.threads = 1;
+    slow.cpus = Some(vec![last]);
+    slow.budget_us = Some(5_000);
+    slow.on_overrun = OnOverrun::Demote;
+    let mut fast = GroupConfig::new("fast", 20);
+    fast.threads = 1;
+    fast.cpus = Some(vec![cpus[0]]);
+    fast.handlers.push(HandlerConfig::Timer { interval_us: 1000, count: 1, distance_us: 0 });
+    let mut rt = Runtime::new(RuntimeConfig { rt: RtMode::Required, lock_memory: false, groups: vec![slow, fast] }).unwrap();
+    let n = Notifier::new().unwrap();
+    let w = n.as_fd().try_clone_to_owned().unwrap();
+    let policy_mid = Arc::new(AtomicU64::new(u64::MAX));
+    // 120 ms of spinning: bounded and far below the RT throttle (950 ms per second).
+    rt.registry("slow").unwrap().register(Box::new(Spinner { n, spin_ms: 120, policy_mid: policy_mid.clone() })).unwrap();
+    rt.start().unwrap();
+    assert!(util::wait_until(5, || rt.metrics()[1].dispatched > 10));
+    let fast_before = rt.metrics()[1].dispatched;
+    nix::unistd::write(&w, &1u64.to_ne_bytes()).unwrap();
+    assert!(util::wait_until(5, || policy_mid.load(SeqCst) != u64::MAX), "spinner never ran");
+    let fast_after = rt.metrics()[1].dispatched;
+    let slow_tid = rt.thread_ids().into_iter().find(|&(g, _, _)| g == 0).unwrap().2;
+    assert!(util::wait_until(5, || lfrt::os::read_back(slow_tid).unwrap() == (libc::SCHED_FIFO, 10)), "not restored after the handler returned");
+    let m = rt.shutdown().unwrap();
+    assert_eq!(policy_mid.load(SeqCst), libc::SCHED_OTHER as u64, "the overrunning handler was not demoted");
+    assert_eq!(m[0].overruns, 1, "{:?}", m[0]);
+    assert_eq!(m[0].demotions, 1);
+    assert!(fast_after > fast_before + 20, "the other group stopped dispatching during the overrun: {fast_before} -> {fast_after}");
+}
+
+/// Priority inheritance, read back from the kernel: while a SCHED_FIFO 50 thread waits for
+/// lfrt's PiMutex held by a SCHED_FIFO 10 thread, the holder runs at effective priority 50;
+/// with a plain (non-PI) std mutex it stays at 10.
+#[test]
+fn pi_mutex_boosts_the_holder() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed("pi_mutex_boosts_the_holder", 50) {
+        return;
+    }
+    fn boost_seen(pi: bool) -> i32 {
+        let pim = Arc::new(PiMutex::new(()));
+        let stdm = Arc::new(std::sync::Mutex::new(()));
+        let held = Arc::new(AtomicBool::new(false));
+        let release = Arc::new(AtomicBool::new(false));
+        let low_tid = Arc::new(AtomicU64::new(0));
+        let set = |p: u8| {
+            use thread_priority::*;
+            set_thread_priority_and_policy(
+                thread_native_id(),
+                ThreadPriority::Crossplatform(p.try_into().unwrap()),
+                ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
+            )
+            .unwrap();
+        };
+        let low = {
+            let (pim, stdm, held, release, low_tid) = (pim.clone(), stdm.clone(), held.clone(), release.clone(), low_tid.clone());
+            std::thread::spawn(move || {
+                set(10);
+                low_tid.store(lfrt::os::gettid() as u64, SeqCst);
+                // Holds the lock while sleeping: the boost applies to a blocked holder too.
+                let g1 = pi.then(|| pim.lock());
+                let g2 = (!pi).then(|| stdm.lock().unwrap());
+                held.store(true, SeqCst);
+                while !release.load(SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                drop((g1, g2));
+            })
+        };
+        while !held.load(SeqCst) {
+            std::thread::yield_now();
+        }
+        let high = {
+            let (pim, stdm) = (pim.clone(), stdm.clone());
+            std::thread::spawn(move || {
+                set(50);
+                if pi {
+                    drop(pim.lock());
+                } else {
+                    drop(stdm.lock().unwrap());
+                }
+            })
+        };
+        let tid = low_tid.load(SeqCst) as i32;
+        let mut seen = 0;
+        // Poll until the high thread is blocked and the kernel shows the boost (bounded).
+        for _ in 0..500 {
+            seen = lfrt::os::effective_rt_priority(tid).unwrap();
+            if seen == 50 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        release.store(true, SeqCst);
+        low.join().unwrap();
+        high.join().unwrap();
+        seen
+    }
+    assert_eq!(boost_seen(true), 50, "PiMutex holder not boosted to the waiter's priority");
+    assert_eq!(boost_seen(false), 10, "a plain mutex unexpectedly boosted its holder");
+}
+
+/// The instrument itself: a handler that allocates on every event is caught.
+struct Allocating(Notifier);
+impl EventHandler for Allocating {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+    fn handle(&mut self, _e: &Event, _c: &mut Context) -> Disposition {
+        let _ = self.0.take();
+        std::hint::black_box(vec![0u8; 64]);
+        Disposition::Rearm
+    }
+}
+
+#[test]
+fn an_allocating_handler_is_reported() {
+    let _l = util::rt_lock();
+    let mut g = group("alloc", Promotion::Priority);
+    g.threads = 1;
+    let mut rt = runtime(g, false);
+    let n = Notifier::new().unwrap();
+    let w = n.as_fd().try_clone_to_owned().unwrap();
+    rt.registry("alloc").unwrap().register(Box::new(Allocating(n))).unwrap();
+    rt.start().unwrap();
+    for _ in 0..(WARMUP_DISPATCHES + 500) {
+        nix::unistd::write(&w, &1u64.to_ne_bytes()).unwrap();
+        let before = rt.metrics()[0].dispatched;
+        assert!(util::wait_until(5, || rt.metrics()[0].dispatched > before));
+    }
+    let m = rt.shutdown().unwrap();
+    assert!(m[0].pool_allocations >= 500, "{m:?}");
+}

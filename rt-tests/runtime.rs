@@ -1,0 +1,361 @@
+//! Core runtime behaviour with real epoll, sockets, eventfd and (where permitted) SCHED_FIFO.
+//! Run one at a time: `cargo test --test runtime -- --test-threads=1`.
+
+mod util;
+
+use lfrt::*;
+use std::net::UdpSocket;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::*};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn cfg(groups: Vec<GroupConfig>) -> RuntimeConfig {
+    RuntimeConfig { rt: RtMode::BestEffort, lock_memory: false, groups }
+}
+
+/// Records every sequence number it sees (detecting duplicates) and echoes the datagram.
+struct SeqEcho {
+    sock: UdpSocket,
+    seen: Arc<Vec<AtomicU8>>,
+    dups: Arc<AtomicU64>,
+}
+
+impl EventHandler for SeqEcho {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+    fn handle(&mut self, _e: &Event, ctx: &mut Context) -> Disposition {
+        let buf = ctx.buffer();
+        while let Ok((n, from)) = self.sock.recv_from(buf) {
+            if n >= 8 {
+                if buf[..n] == *b"panic!!!" {
+                    panic!("handler asked to panic");
+                }
+                let seq = u64::from_le_bytes(buf[..8].try_into().unwrap()) as usize;
+                if self.seen[seq].fetch_add(1, SeqCst) != 0 {
+                    self.dups.fetch_add(1, SeqCst);
+                }
+            }
+            let _ = self.sock.send_to(&buf[..n], from);
+        }
+        Disposition::Rearm
+    }
+}
+
+struct Counter {
+    n: Notifier,
+    total: Arc<AtomicU64>,
+}
+
+impl EventHandler for Counter {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.n.as_fd()
+    }
+    fn handle(&mut self, _e: &Event, _ctx: &mut Context) -> Disposition {
+        self.total.fetch_add(self.n.take().unwrap_or(0), SeqCst);
+        Disposition::Rearm
+    }
+}
+
+fn udp_server(reg: &Registry, seen: &Arc<Vec<AtomicU8>>, dups: &Arc<AtomicU64>) -> std::net::SocketAddr {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_nonblocking(true).unwrap();
+    let addr = s.local_addr().unwrap();
+    reg.register(Box::new(SeqEcho { sock: s, seen: seen.clone(), dups: dups.clone() })).unwrap();
+    addr
+}
+
+/// Sends `count` sequence-numbered datagrams starting at `first`, one outstanding at a time
+/// (so the kernel never drops for lack of buffer), and checks each echo.
+fn client(addr: std::net::SocketAddr, first: u64, count: u64) {
+    let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 64];
+    for seq in first..first + count {
+        c.send_to(&seq.to_le_bytes(), addr).unwrap();
+        let (n, _) = c.recv_from(&mut buf).expect("echo within 10 s");
+        assert_eq!(&buf[..n], &seq.to_le_bytes());
+    }
+}
+
+#[test]
+fn every_event_dispatched_exactly_once() {
+    let _l = util::rt_lock();
+    const SOCKETS: u64 = 8;
+    const PER_SOCKET: u64 = 5_000;
+    const NOTIFIERS: usize = 4;
+    const NOTES: u64 = 20_000;
+    let mut g = GroupConfig::new("exact", 10);
+    g.threads = 4;
+    let mut rt = Runtime::new(cfg(vec![g])).unwrap();
+    let reg = rt.registry("exact").unwrap();
+    let seen: Arc<Vec<AtomicU8>> = Arc::new((0..SOCKETS * PER_SOCKET).map(|_| AtomicU8::new(0)).collect());
+    let dups = Arc::new(AtomicU64::new(0));
+    let addrs: Vec<_> = (0..SOCKETS).map(|_| udp_server(&reg, &seen, &dups)).collect();
+    let total = Arc::new(AtomicU64::new(0));
+    let notifiers: Vec<Arc<EfdWriter>> = (0..NOTIFIERS)
+        .map(|_| {
+            let n = Notifier::new().unwrap();
+            // The handler owns the notifier; the sender writes through a duplicate fd.
+            let dup = Arc::new(writer_for(&n));
+            reg.register(Box::new(Counter { n, total: total.clone() })).unwrap();
+            dup
+        })
+        .collect();
+    rt.start().unwrap();
+    std::thread::scope(|s| {
+        for (i, a) in addrs.iter().enumerate() {
+            s.spawn(move || client(*a, i as u64 * PER_SOCKET, PER_SOCKET));
+        }
+        let ns = &notifiers;
+        s.spawn(move || {
+            for k in 0..NOTES {
+                ns[(k as usize) % NOTIFIERS].write(1);
+            }
+        });
+    });
+    assert!(util::wait_until(10, || total.load(SeqCst) == NOTES), "eventfd total {} of {NOTES}", total.load(SeqCst));
+    let m = rt.shutdown().unwrap();
+    assert_eq!(dups.load(SeqCst), 0, "a datagram was dispatched twice");
+    let missing = seen.iter().filter(|s| s.load(SeqCst) == 0).count();
+    assert_eq!(missing, 0, "datagrams never dispatched");
+    assert_eq!(total.load(SeqCst), NOTES, "eventfd increments lost or double-counted");
+    assert!(m[0].dispatched >= SOCKETS * PER_SOCKET / 32, "{m:?}");
+    assert!(m[0].promotions > 0, "leaders never promoted a follower: {m:?}");
+    assert_eq!(m[0].handler_panics, 0);
+}
+
+/// A second handle on an eventfd: writing to it wakes the registered notifier.
+struct EfdWriter(std::os::fd::OwnedFd);
+impl EfdWriter {
+    fn write(&self, n: u64) {
+        let r = nix::unistd::write(&self.0, &n.to_ne_bytes());
+        assert_eq!(r.unwrap(), 8);
+    }
+}
+fn writer_for(n: &Notifier) -> EfdWriter {
+    EfdWriter(n.as_fd().try_clone_to_owned().unwrap())
+}
+
+#[test]
+fn threads_run_at_configured_policy_priority_and_cpus() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed("threads_run_at_configured_policy_priority_and_cpus", 30) {
+        return;
+    }
+    let cpus = lfrt::os::available_cpus();
+    let last = *cpus.last().unwrap();
+    let mut hi = GroupConfig::new("hi", 30);
+    hi.threads = 2;
+    hi.thread_priorities = Some(vec![30, 25]);
+    hi.cpus = Some(vec![last]);
+    let mut lo = GroupConfig::new("lo", 10);
+    lo.policy = Policy::Rr;
+    lo.threads = 1;
+    let mut rt = Runtime::new(RuntimeConfig { rt: RtMode::Required, lock_memory: false, groups: vec![hi, lo] }).unwrap();
+    let rep = rt.start().unwrap();
+    assert!(rep.rt_applied);
+    for (g, t, tid) in rt.thread_ids() {
+        let (policy, prio) = lfrt::os::read_back(tid).unwrap();
+        let aff = lfrt::os::affinity(tid).unwrap();
+        let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
+        match (g, t) {
+            (0, 0) => assert_eq!((policy, prio, aff.clone()), (libc::SCHED_FIFO, 30, vec![last])),
+            (0, 1) => assert_eq!((policy, prio, aff.clone()), (libc::SCHED_FIFO, 25, vec![last])),
+            (1, 0) => assert_eq!((policy, prio, aff.clone()), (libc::SCHED_RR, 10, cpus.clone())),
+            _ => unreachable!(),
+        }
+        assert_eq!(name.trim(), format!("lf-{}-{t}", ["hi", "lo"][g]));
+    }
+    rt.shutdown().unwrap();
+}
+
+#[test]
+fn required_rt_without_privilege_names_what_is_missing() {
+    // Drop CAP_SYS_NICE in a child process and make RLIMIT_RTPRIO 0; the runtime must refuse
+    // with a message naming both, and start nothing.
+    let _l = util::rt_lock();
+    let exe = env!("CARGO_BIN_EXE_lfrt");
+    let dir = std::env::temp_dir().join(format!("lfrt-noprio-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("req.toml");
+    std::fs::write(&conf, "[runtime]\nrt = \"required\"\n[[group]]\nname = \"g\"\npriority = 50\nthreads = 1\n").unwrap();
+    let have_setpriv = std::process::Command::new("setpriv").arg("--version").output().is_ok();
+    if !have_setpriv {
+        eprintln!("SKIP required_rt_without_privilege_names_what_is_missing: setpriv (util-linux) not installed");
+        return;
+    }
+    let out = std::process::Command::new("prlimit")
+        .args(["--rtprio=0:0", "setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice", "--"])
+        .arg(exe)
+        .args(["run", "--duration", "0.2"])
+        .arg(&conf)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(err.contains("CAP_SYS_NICE") && err.contains("RLIMIT_RTPRIO"), "{err}");
+}
+
+struct Boom(UdpSocket);
+impl EventHandler for Boom {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+    fn handle(&mut self, _e: &Event, ctx: &mut Context) -> Disposition {
+        let buf = ctx.buffer();
+        while let Ok((n, from)) = self.0.recv_from(buf) {
+            if &buf[..n] == b"boom" {
+                panic!("boom");
+            }
+            let _ = self.0.send_to(&buf[..n], from);
+        }
+        Disposition::Rearm
+    }
+}
+
+#[test]
+fn handler_panic_keeps_the_pool_serving() {
+    let _l = util::rt_lock();
+    let mut g = GroupConfig::new("p", 10);
+    g.threads = 2;
+    let mut rt = Runtime::new(cfg(vec![g])).unwrap();
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_nonblocking(true).unwrap();
+    let addr = s.local_addr().unwrap();
+    rt.registry("p").unwrap().register(Box::new(Boom(s))).unwrap();
+    rt.start().unwrap();
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {})); // keep the expected panics quiet
+    let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 16];
+    for round in 0..3u8 {
+        c.send_to(b"boom", addr).unwrap();
+        c.send_to(&[round], addr).unwrap();
+        let (n, _) = c.recv_from(&mut buf).expect("still served after a panic");
+        assert_eq!(&buf[..n], &[round]);
+    }
+    std::panic::set_hook(prev);
+    let m = rt.shutdown().unwrap();
+    assert_eq!(m[0].handler_panics, 3);
+}
+
+#[test]
+fn shutdown_under_full_load_returns_and_closes_fds() {
+    let _l = util::rt_lock();
+    let port = {
+        let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut g = GroupConfig::new("busy", 10);
+    g.threads = 3;
+    g.handlers.push(HandlerConfig::UdpEcho { bind: addr, work_us: 200 });
+    let mut rt = Runtime::new(cfg(vec![g])).unwrap();
+    rt.start().unwrap();
+    let stop = Arc::new(AtomicU64::new(0));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+            c.set_nonblocking(true).unwrap();
+            let mut buf = [0u8; 64];
+            while stop.load(SeqCst) == 0 {
+                for _ in 0..64 {
+                    let _ = c.send_to(&[1u8; 32], addr);
+                }
+                while c.recv_from(&mut buf).is_ok() {}
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })
+    };
+    assert!(util::wait_until(10, || rt.metrics()[0].dispatched > 200), "never got busy");
+    let m = rt.shutdown().expect("every pool thread returned");
+    assert!(m[0].dispatched > 200);
+    assert_eq!(m[0].handles, 0, "handles left open after shutdown");
+    // The socket was closed: the port can be bound again.
+    UdpSocket::bind(addr).expect("fd closed at shutdown");
+    stop.store(1, SeqCst);
+    flood.join().unwrap();
+}
+
+/// Counts its own eventfd; a dispatch that finds the eventfd empty would mean an event of
+/// another (removed) handle reached this handler through a reused slot.
+struct StrictCounter {
+    n: Notifier,
+    total: Arc<AtomicU64>,
+    empty: Arc<AtomicU64>,
+}
+
+impl EventHandler for StrictCounter {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.n.as_fd()
+    }
+    fn handle(&mut self, _e: &Event, _ctx: &mut Context) -> Disposition {
+        match self.n.take().unwrap_or(0) {
+            0 => self.empty.fetch_add(1, SeqCst),
+            k => self.total.fetch_add(k, SeqCst),
+        };
+        Disposition::Rearm
+    }
+}
+
+#[test]
+fn handles_added_and_removed_while_running_never_see_stale_events() {
+    let _l = util::rt_lock();
+    let mut g = GroupConfig::new("churn", 10);
+    g.threads = 3;
+    g.max_handles = 4;
+    let mut rt = Runtime::new(cfg(vec![g])).unwrap();
+    rt.start().unwrap();
+    let reg = rt.registry("churn").unwrap();
+    let empty = Arc::new(AtomicU64::new(0));
+    for round in 0..300u64 {
+        let total = Arc::new(AtomicU64::new(0));
+        let n = Notifier::new().unwrap();
+        let w = writer_for(&n);
+        let tok = reg.register(Box::new(StrictCounter { n, total: total.clone(), empty: empty.clone() })).unwrap();
+        w.write(round + 1);
+        assert!(util::wait_until(10, || total.load(SeqCst) == round + 1), "round {round}");
+        // Leave readiness pending on the handle while removing it: its slot is reused by the
+        // next round (4 slots, 300 rounds) and must not hand this event to the new handler.
+        w.write(7);
+        assert!(reg.deregister(tok));
+        assert!(!reg.deregister(tok), "double deregistration");
+    }
+    let m = rt.shutdown().unwrap();
+    assert_eq!(empty.load(SeqCst), 0, "a handler was dispatched for another handle's event");
+    assert_eq!(m[0].handles, 0);
+}
+
+#[test]
+fn invalid_configs_start_nothing() {
+    // Each bad setting is rejected by Runtime::new with its own field, before any thread runs.
+    let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let base = || GroupConfig::new("a", 20);
+    let cases: Vec<(&str, Box<dyn Fn(&mut RuntimeConfig)>)> = vec![
+        ("group[0].priority", Box::new(|c| c.groups[0].priority = 0)),
+        ("group[1].priority", Box::new(|c| c.groups.push(GroupConfig::new("b", 20)))),
+        ("group[0].cpus", Box::new(|c| c.groups[0].cpus = Some(vec![4095]))),
+        ("group[0].threads", Box::new(|c| c.groups[0].threads = 0)),
+        (
+            "group[0].handler[0].bind",
+            Box::new({
+                let a = held.local_addr().unwrap();
+                move |c| c.groups[0].handlers.push(HandlerConfig::UdpEcho { bind: a, work_us: 0 })
+            }),
+        ),
+    ];
+    let before = std::fs::read_dir("/proc/self/task").unwrap().count();
+    for (field, mutate) in cases {
+        let mut c = cfg(vec![base()]);
+        mutate(&mut c);
+        match Runtime::new(c) {
+            Err(Error::Config { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: expected a config error, got {other:?}"),
+        }
+    }
+    assert_eq!(std::fs::read_dir("/proc/self/task").unwrap().count(), before, "a thread was left running");
+}
