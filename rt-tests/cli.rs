@@ -21,20 +21,33 @@ fn check_prints_the_plan_for_shipped_configs() {
     for cfg in ["configs/default.toml", "configs/udp-echo.toml"] {
         let out = lfrt().args(["check", cfg]).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{cfg}: {}", String::from_utf8_lossy(&out.stderr));
-        assert!(text.contains("group") && text.contains("priority=") && text.contains("handler"), "{text}");
+        assert!(
+            out.status.success(),
+            "{cfg}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("group") && text.contains("priority=") && text.contains("handler"),
+            "{text}"
+        );
     }
 }
 
 #[test]
 fn bad_config_names_file_line_and_field_and_exits_2() {
-    let p = tmp("bad.toml", "[[group]]\nname = \"a\"\npriority = 150\nthreads = 1\n");
+    let p = tmp(
+        "bad.toml",
+        "[[group]]\nname = \"a\"\npriority = 150\nthreads = 1\n",
+    );
     let out = lfrt().arg("check").arg(&p).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
     assert!(err.contains(&format!("{}:3:", p.display())), "{err}");
     assert!(err.contains("group[0].priority"), "{err}");
-    let p = tmp("typo.toml", "[[group]]\nname = \"a\"\npriority = 50\nwokers = 1\n");
+    let p = tmp(
+        "typo.toml",
+        "[[group]]\nname = \"a\"\npriority = 50\nwokers = 1\n",
+    );
     let out = lfrt().arg("run").arg(&p).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
@@ -44,17 +57,31 @@ fn bad_config_names_file_line_and_field_and_exits_2() {
 #[test]
 fn run_for_a_duration_exits_0_with_metrics() {
     let _l = util::rt_lock();
-    let out = lfrt().args(["run", "configs/default.toml", "--duration", "0.5"]).output().unwrap();
+    let out = lfrt()
+        .args(["run", "configs/default.toml", "--duration", "0.5"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("control") && text.contains("bulk") && text.contains("pool_allocations="), "{text}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("control") && text.contains("bulk") && text.contains("pool_allocations="),
+        "{text}"
+    );
 }
 
 #[test]
 fn sigterm_and_sigint_stop_cleanly_with_status_0() {
     let _l = util::rt_lock();
     for sig in [libc::SIGTERM, libc::SIGINT] {
-        let child = lfrt().args(["run", "configs/default.toml"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let child = lfrt()
+            .args(["run", "configs/default.toml"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(300));
         // SAFETY: kill with a valid pid and signal.
         assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);

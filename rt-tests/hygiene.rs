@@ -29,7 +29,12 @@ fn group(name: &str, promotion: Promotion) -> GroupConfig {
 }
 
 fn runtime(g: GroupConfig, lock_memory: bool) -> Runtime {
-    Runtime::new(RuntimeConfig { rt: RtMode::BestEffort, lock_memory, groups: vec![g] }).unwrap()
+    Runtime::new(RuntimeConfig {
+        rt: RtMode::BestEffort,
+        lock_memory,
+        groups: vec![g],
+    })
+    .unwrap()
 }
 
 fn target(m: &GroupMetrics) -> bool {
@@ -39,15 +44,27 @@ fn target(m: &GroupMetrics) -> bool {
 /// Drives `rt` with `load` until the group dispatched enough, then checks the counters.
 fn assert_no_allocations(what: &str, mut rt: Runtime, load: impl FnOnce(&dyn Fn() -> bool)) {
     let rep = rt.start().unwrap();
-    assert!(rep.counting_allocations, "the counting allocator must be installed");
+    assert!(
+        rep.counting_allocations,
+        "the counting allocator must be installed"
+    );
     let done = || target(&rt.metrics()[0]);
     load(&done);
     let m = rt.shutdown().unwrap();
     let m = &m[0];
     assert!(target(m), "{what}: only {} dispatches", m.dispatched);
-    assert!(m.promotions > 0, "{what}: threads never contended (no promotion): {m:?}");
-    assert_eq!(m.pool_allocations, 0, "{what}: pool threads allocated after warm-up: {m:?}");
-    eprintln!("{what}: {} dispatches, {} promotions, {} vacant, 0 allocations", m.dispatched, m.promotions, m.promotions_no_follower);
+    assert!(
+        m.promotions > 0,
+        "{what}: threads never contended (no promotion): {m:?}"
+    );
+    assert_eq!(
+        m.pool_allocations, 0,
+        "{what}: pool threads allocated after warm-up: {m:?}"
+    );
+    eprintln!(
+        "{what}: {} dispatches, {} promotions, {} vacant, 0 allocations",
+        m.dispatched, m.promotions, m.promotions_no_follower
+    );
 }
 
 const PROMOTIONS: [Promotion; 3] = [Promotion::Priority, Promotion::Lifo, Promotion::Fifo];
@@ -57,9 +74,19 @@ fn zero_allocations_udp() {
     let _l = util::rt_lock();
     for p in PROMOTIONS {
         let mut g = group("udp", p);
-        let addrs: Vec<std::net::SocketAddr> = (0..4).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()).collect();
+        let addrs: Vec<std::net::SocketAddr> = (0..4)
+            .map(|_| {
+                UdpSocket::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+            })
+            .collect();
         for a in &addrs {
-            g.handlers.push(HandlerConfig::UdpEcho { bind: *a, work_us: 0 });
+            g.handlers.push(HandlerConfig::UdpEcho {
+                bind: *a,
+                work_us: 0,
+            });
         }
         assert_no_allocations(&format!("udp/{p:?}"), runtime(g, false), |done| {
             let stop = AtomicBool::new(false);
@@ -92,8 +119,14 @@ fn zero_allocations_tcp_stream() {
     let _l = util::rt_lock();
     for p in PROMOTIONS {
         let mut g = group("tcp", p);
-        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        g.handlers.push(HandlerConfig::TcpEcho { bind: addr, work_us: 0 });
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        g.handlers.push(HandlerConfig::TcpEcho {
+            bind: addr,
+            work_us: 0,
+        });
         assert_no_allocations(&format!("tcp/{p:?}"), runtime(g, false), |done| {
             let stop = AtomicBool::new(false);
             let stop = &stop;
@@ -130,7 +163,9 @@ fn zero_allocations_timerfd() {
             t.arm(first + k * 1000, 40_000 + k * 5_000).unwrap();
             reg.register(Box::new(PeriodicTimer::new(t))).unwrap();
         }
-        assert_no_allocations(&format!("timerfd/{p:?}"), rt, |done| assert!(util::wait_until(120, done)));
+        assert_no_allocations(&format!("timerfd/{p:?}"), rt, |done| {
+            assert!(util::wait_until(120, done))
+        });
     }
 }
 
@@ -176,11 +211,20 @@ fn zero_allocations_eventfd() {
 fn locked_memory_pool_threads_do_not_fault_in_steady_state() {
     let _l = util::rt_lock();
     let mut g = group("mlock", Promotion::Priority);
-    let addr = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    g.handlers.push(HandlerConfig::UdpEcho { bind: addr, work_us: 0 });
+    let addr = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    g.handlers.push(HandlerConfig::UdpEcho {
+        bind: addr,
+        work_us: 0,
+    });
     let mut rt = runtime(g, true);
     let rep = rt.start().unwrap();
-    assert!(rep.memory_locked, "mlockall failed (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK)");
+    assert!(
+        rep.memory_locked,
+        "mlockall failed (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK)"
+    );
     let c = UdpSocket::bind("127.0.0.1:0").unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buf = [0u8; 64];
@@ -194,7 +238,10 @@ fn locked_memory_pool_threads_do_not_fault_in_steady_state() {
     let after_warmup = rt.metrics()[0].pool_minor_faults;
     ping(50_000);
     let m = rt.shutdown().unwrap();
-    assert_eq!(m[0].pool_minor_faults, after_warmup, "pool threads page-faulted in steady state: {m:?}");
+    assert_eq!(
+        m[0].pool_minor_faults, after_warmup,
+        "pool threads page-faulted in steady state: {m:?}"
+    );
     assert_eq!(m[0].pool_minor_faults, 0, "{m:?}");
 }
 
@@ -204,18 +251,27 @@ fn locked_memory_pool_threads_do_not_fault_in_steady_state() {
 fn telemetry_samples_are_all_accounted_for() {
     let _l = util::rt_lock();
     let mut g = group("tele", Promotion::Priority);
-    g.handlers.push(HandlerConfig::Timer { interval_us: 100, count: 3, distance_us: 50 });
+    g.handlers.push(HandlerConfig::Timer {
+        interval_us: 100,
+        count: 3,
+        distance_us: 50,
+    });
     let mut rt = runtime(g, false);
     rt.start().unwrap();
     assert!(util::wait_until(30, || rt.metrics()[0].dispatched > 20_000));
     let m = rt.shutdown().unwrap();
     let recorded = rt.telemetry().with(|r| r.recorded);
     let per_group: u64 = rt.telemetry().with(|r| r.groups[0].latency.len());
-    let per_timer: u64 = rt.telemetry().with(|r| r.timers.values().map(|h| h.latency.len()).sum());
+    let per_timer: u64 = rt
+        .telemetry()
+        .with(|r| r.timers.values().map(|h| h.latency.len()).sum());
     assert_eq!(m[0].samples, m[0].dispatched);
     assert_eq!(m[0].samples, recorded + m[0].samples_dropped, "{m:?}");
     assert_eq!(per_group, recorded);
-    assert_eq!(per_timer, recorded, "every timer sample carries its expiry as origin");
+    assert_eq!(
+        per_timer, recorded,
+        "every timer sample carries its expiry as origin"
+    );
     assert_eq!(rt.telemetry().with(|r| r.timers.len()), 3);
 }
 
@@ -262,26 +318,61 @@ fn watchdog_reports_and_demotes_an_overrunning_handler() {
     let mut fast = GroupConfig::new("fast", 20);
     fast.threads = 1;
     fast.cpus = Some(vec![cpus[0]]);
-    fast.handlers.push(HandlerConfig::Timer { interval_us: 1000, count: 1, distance_us: 0 });
-    let mut rt = Runtime::new(RuntimeConfig { rt: RtMode::Required, lock_memory: false, groups: vec![slow, fast] }).unwrap();
+    fast.handlers.push(HandlerConfig::Timer {
+        interval_us: 1000,
+        count: 1,
+        distance_us: 0,
+    });
+    let mut rt = Runtime::new(RuntimeConfig {
+        rt: RtMode::Required,
+        lock_memory: false,
+        groups: vec![slow, fast],
+    })
+    .unwrap();
     let n = Notifier::new().unwrap();
     let w = n.as_fd().try_clone_to_owned().unwrap();
     let policy_mid = Arc::new(AtomicU64::new(u64::MAX));
     // 120 ms of spinning: bounded and far below the RT throttle (950 ms per second).
-    rt.registry("slow").unwrap().register(Box::new(Spinner { n, spin_ms: 120, policy_mid: policy_mid.clone() })).unwrap();
+    rt.registry("slow")
+        .unwrap()
+        .register(Box::new(Spinner {
+            n,
+            spin_ms: 120,
+            policy_mid: policy_mid.clone(),
+        }))
+        .unwrap();
     rt.start().unwrap();
     assert!(util::wait_until(5, || rt.metrics()[1].dispatched > 10));
     let fast_before = rt.metrics()[1].dispatched;
     nix::unistd::write(&w, &1u64.to_ne_bytes()).unwrap();
-    assert!(util::wait_until(5, || policy_mid.load(SeqCst) != u64::MAX), "spinner never ran");
+    assert!(
+        util::wait_until(5, || policy_mid.load(SeqCst) != u64::MAX),
+        "spinner never ran"
+    );
     let fast_after = rt.metrics()[1].dispatched;
-    let slow_tid = rt.thread_ids().into_iter().find(|&(g, _, _)| g == 0).unwrap().2;
-    assert!(util::wait_until(5, || lfrt::os::read_back(slow_tid).unwrap() == (libc::SCHED_FIFO, 10)), "not restored after the handler returned");
+    let slow_tid = rt
+        .thread_ids()
+        .into_iter()
+        .find(|&(g, _, _)| g == 0)
+        .unwrap()
+        .2;
+    assert!(
+        util::wait_until(5, || lfrt::os::read_back(slow_tid).unwrap()
+            == (libc::SCHED_FIFO, 10)),
+        "not restored after the handler returned"
+    );
     let m = rt.shutdown().unwrap();
-    assert_eq!(policy_mid.load(SeqCst), libc::SCHED_OTHER as u64, "the overrunning handler was not demoted");
+    assert_eq!(
+        policy_mid.load(SeqCst),
+        libc::SCHED_OTHER as u64,
+        "the overrunning handler was not demoted"
+    );
     assert_eq!(m[0].overruns, 1, "{:?}", m[0]);
     assert_eq!(m[0].demotions, 1);
-    assert!(fast_after > fast_before + 20, "the other group stopped dispatching during the overrun: {fast_before} -> {fast_after}");
+    assert!(
+        fast_after > fast_before + 20,
+        "the other group stopped dispatching during the overrun: {fast_before} -> {fast_after}"
+    );
 }
 
 /// Priority inheritance, read back from the kernel: while a SCHED_FIFO 50 thread waits for
@@ -309,7 +400,13 @@ fn pi_mutex_boosts_the_holder() {
             .unwrap();
         };
         let low = {
-            let (pim, stdm, held, release, low_tid) = (pim.clone(), stdm.clone(), held.clone(), release.clone(), low_tid.clone());
+            let (pim, stdm, held, release, low_tid) = (
+                pim.clone(),
+                stdm.clone(),
+                held.clone(),
+                release.clone(),
+                low_tid.clone(),
+            );
             std::thread::spawn(move || {
                 set(10);
                 low_tid.store(lfrt::os::gettid() as u64, SeqCst);
@@ -352,8 +449,16 @@ fn pi_mutex_boosts_the_holder() {
         high.join().unwrap();
         seen
     }
-    assert_eq!(boost_seen(true), 50, "PiMutex holder not boosted to the waiter's priority");
-    assert_eq!(boost_seen(false), 10, "a plain mutex unexpectedly boosted its holder");
+    assert_eq!(
+        boost_seen(true),
+        50,
+        "PiMutex holder not boosted to the waiter's priority"
+    );
+    assert_eq!(
+        boost_seen(false),
+        10,
+        "a plain mutex unexpectedly boosted its holder"
+    );
 }
 
 /// The instrument itself: a handler that allocates on every event is caught.
@@ -377,7 +482,10 @@ fn an_allocating_handler_is_reported() {
     let mut rt = runtime(g, false);
     let n = Notifier::new().unwrap();
     let w = n.as_fd().try_clone_to_owned().unwrap();
-    rt.registry("alloc").unwrap().register(Box::new(Allocating(n))).unwrap();
+    rt.registry("alloc")
+        .unwrap()
+        .register(Box::new(Allocating(n)))
+        .unwrap();
     rt.start().unwrap();
     for _ in 0..(WARMUP_DISPATCHES + 500) {
         nix::unistd::write(&w, &1u64.to_ne_bytes()).unwrap();

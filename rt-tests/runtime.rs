@@ -11,7 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn cfg(groups: Vec<GroupConfig>) -> RuntimeConfig {
-    RuntimeConfig { rt: RtMode::BestEffort, lock_memory: false, groups }
+    RuntimeConfig {
+        rt: RtMode::BestEffort,
+        lock_memory: false,
+        groups,
+    }
 }
 
 /// Records every sequence number it sees (detecting duplicates) and echoes the datagram.
@@ -58,11 +62,20 @@ impl EventHandler for Counter {
     }
 }
 
-fn udp_server(reg: &Registry, seen: &Arc<Vec<AtomicU8>>, dups: &Arc<AtomicU64>) -> std::net::SocketAddr {
+fn udp_server(
+    reg: &Registry,
+    seen: &Arc<Vec<AtomicU8>>,
+    dups: &Arc<AtomicU64>,
+) -> std::net::SocketAddr {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.set_nonblocking(true).unwrap();
     let addr = s.local_addr().unwrap();
-    reg.register(Box::new(SeqEcho { sock: s, seen: seen.clone(), dups: dups.clone() })).unwrap();
+    reg.register(Box::new(SeqEcho {
+        sock: s,
+        seen: seen.clone(),
+        dups: dups.clone(),
+    }))
+    .unwrap();
     addr
 }
 
@@ -90,16 +103,26 @@ fn every_event_dispatched_exactly_once() {
     g.threads = 4;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
     let reg = rt.registry("exact").unwrap();
-    let seen: Arc<Vec<AtomicU8>> = Arc::new((0..SOCKETS * PER_SOCKET).map(|_| AtomicU8::new(0)).collect());
+    let seen: Arc<Vec<AtomicU8>> = Arc::new(
+        (0..SOCKETS * PER_SOCKET)
+            .map(|_| AtomicU8::new(0))
+            .collect(),
+    );
     let dups = Arc::new(AtomicU64::new(0));
-    let addrs: Vec<_> = (0..SOCKETS).map(|_| udp_server(&reg, &seen, &dups)).collect();
+    let addrs: Vec<_> = (0..SOCKETS)
+        .map(|_| udp_server(&reg, &seen, &dups))
+        .collect();
     let total = Arc::new(AtomicU64::new(0));
     let notifiers: Vec<Arc<EfdWriter>> = (0..NOTIFIERS)
         .map(|_| {
             let n = Notifier::new().unwrap();
             // The handler owns the notifier; the sender writes through a duplicate fd.
             let dup = Arc::new(writer_for(&n));
-            reg.register(Box::new(Counter { n, total: total.clone() })).unwrap();
+            reg.register(Box::new(Counter {
+                n,
+                total: total.clone(),
+            }))
+            .unwrap();
             dup
         })
         .collect();
@@ -115,14 +138,25 @@ fn every_event_dispatched_exactly_once() {
             }
         });
     });
-    assert!(util::wait_until(10, || total.load(SeqCst) == NOTES), "eventfd total {} of {NOTES}", total.load(SeqCst));
+    assert!(
+        util::wait_until(10, || total.load(SeqCst) == NOTES),
+        "eventfd total {} of {NOTES}",
+        total.load(SeqCst)
+    );
     let m = rt.shutdown().unwrap();
     assert_eq!(dups.load(SeqCst), 0, "a datagram was dispatched twice");
     let missing = seen.iter().filter(|s| s.load(SeqCst) == 0).count();
     assert_eq!(missing, 0, "datagrams never dispatched");
-    assert_eq!(total.load(SeqCst), NOTES, "eventfd increments lost or double-counted");
+    assert_eq!(
+        total.load(SeqCst),
+        NOTES,
+        "eventfd increments lost or double-counted"
+    );
     assert!(m[0].dispatched >= SOCKETS * PER_SOCKET / 32, "{m:?}");
-    assert!(m[0].promotions > 0, "leaders never promoted a follower: {m:?}");
+    assert!(
+        m[0].promotions > 0,
+        "leaders never promoted a follower: {m:?}"
+    );
     assert_eq!(m[0].handler_panics, 0);
 }
 
@@ -153,7 +187,12 @@ fn threads_run_at_configured_policy_priority_and_cpus() {
     let mut lo = GroupConfig::new("lo", 10);
     lo.policy = Policy::Rr;
     lo.threads = 1;
-    let mut rt = Runtime::new(RuntimeConfig { rt: RtMode::Required, lock_memory: false, groups: vec![hi, lo] }).unwrap();
+    let mut rt = Runtime::new(RuntimeConfig {
+        rt: RtMode::Required,
+        lock_memory: false,
+        groups: vec![hi, lo],
+    })
+    .unwrap();
     let rep = rt.start().unwrap();
     assert!(rep.rt_applied);
     for (g, t, tid) in rt.thread_ids() {
@@ -161,9 +200,18 @@ fn threads_run_at_configured_policy_priority_and_cpus() {
         let aff = lfrt::os::affinity(tid).unwrap();
         let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
         match (g, t) {
-            (0, 0) => assert_eq!((policy, prio, aff.clone()), (libc::SCHED_FIFO, 30, vec![last])),
-            (0, 1) => assert_eq!((policy, prio, aff.clone()), (libc::SCHED_FIFO, 25, vec![last])),
-            (1, 0) => assert_eq!((policy, prio, aff.clone()), (libc::SCHED_RR, 10, cpus.clone())),
+            (0, 0) => assert_eq!(
+                (policy, prio, aff.clone()),
+                (libc::SCHED_FIFO, 30, vec![last])
+            ),
+            (0, 1) => assert_eq!(
+                (policy, prio, aff.clone()),
+                (libc::SCHED_FIFO, 25, vec![last])
+            ),
+            (1, 0) => assert_eq!(
+                (policy, prio, aff.clone()),
+                (libc::SCHED_RR, 10, cpus.clone())
+            ),
             _ => unreachable!(),
         }
         assert_eq!(name.trim(), format!("lf-{}-{t}", ["hi", "lo"][g]));
@@ -180,14 +228,27 @@ fn required_rt_without_privilege_names_what_is_missing() {
     let dir = std::env::temp_dir().join(format!("lfrt-noprio-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let conf = dir.join("req.toml");
-    std::fs::write(&conf, "[runtime]\nrt = \"required\"\n[[group]]\nname = \"g\"\npriority = 50\nthreads = 1\n").unwrap();
-    let have_setpriv = std::process::Command::new("setpriv").arg("--version").output().is_ok();
+    std::fs::write(
+        &conf,
+        "[runtime]\nrt = \"required\"\n[[group]]\nname = \"g\"\npriority = 50\nthreads = 1\n",
+    )
+    .unwrap();
+    let have_setpriv = std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok();
     if !have_setpriv {
         eprintln!("SKIP required_rt_without_privilege_names_what_is_missing: setpriv (util-linux) not installed");
         return;
     }
     let out = std::process::Command::new("prlimit")
-        .args(["--rtprio=0:0", "setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice", "--"])
+        .args([
+            "--rtprio=0:0",
+            "setpriv",
+            "--inh-caps=-sys_nice",
+            "--bounding-set=-sys_nice",
+            "--",
+        ])
         .arg(exe)
         .args(["run", "--duration", "0.2"])
         .arg(&conf)
@@ -195,7 +256,10 @@ fn required_rt_without_privilege_names_what_is_missing() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "stderr: {err}");
-    assert!(err.contains("CAP_SYS_NICE") && err.contains("RLIMIT_RTPRIO"), "{err}");
+    assert!(
+        err.contains("CAP_SYS_NICE") && err.contains("RLIMIT_RTPRIO"),
+        "{err}"
+    );
 }
 
 struct Boom(UdpSocket);
@@ -224,7 +288,10 @@ fn handler_panic_keeps_the_pool_serving() {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.set_nonblocking(true).unwrap();
     let addr = s.local_addr().unwrap();
-    rt.registry("p").unwrap().register(Box::new(Boom(s))).unwrap();
+    rt.registry("p")
+        .unwrap()
+        .register(Box::new(Boom(s)))
+        .unwrap();
     rt.start().unwrap();
     let prev = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {})); // keep the expected panics quiet
@@ -252,7 +319,10 @@ fn shutdown_under_full_load_returns_and_closes_fds() {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut g = GroupConfig::new("busy", 10);
     g.threads = 3;
-    g.handlers.push(HandlerConfig::UdpEcho { bind: addr, work_us: 200 });
+    g.handlers.push(HandlerConfig::UdpEcho {
+        bind: addr,
+        work_us: 200,
+    });
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
     rt.start().unwrap();
     let stop = Arc::new(AtomicU64::new(0));
@@ -271,7 +341,10 @@ fn shutdown_under_full_load_returns_and_closes_fds() {
             }
         })
     };
-    assert!(util::wait_until(10, || rt.metrics()[0].dispatched > 200), "never got busy");
+    assert!(
+        util::wait_until(10, || rt.metrics()[0].dispatched > 200),
+        "never got busy"
+    );
     let m = rt.shutdown().expect("every pool thread returned");
     assert!(m[0].dispatched > 200);
     assert_eq!(m[0].handles, 0, "handles left open after shutdown");
@@ -316,9 +389,18 @@ fn handles_added_and_removed_while_running_never_see_stale_events() {
         let total = Arc::new(AtomicU64::new(0));
         let n = Notifier::new().unwrap();
         let w = writer_for(&n);
-        let tok = reg.register(Box::new(StrictCounter { n, total: total.clone(), empty: empty.clone() })).unwrap();
+        let tok = reg
+            .register(Box::new(StrictCounter {
+                n,
+                total: total.clone(),
+                empty: empty.clone(),
+            }))
+            .unwrap();
         w.write(round + 1);
-        assert!(util::wait_until(10, || total.load(SeqCst) == round + 1), "round {round}");
+        assert!(
+            util::wait_until(10, || total.load(SeqCst) == round + 1),
+            "round {round}"
+        );
         // Leave readiness pending on the handle while removing it: its slot is reused by the
         // next round (4 slots, 300 rounds) and must not hand this event to the new handler.
         w.write(7);
@@ -326,7 +408,11 @@ fn handles_added_and_removed_while_running_never_see_stale_events() {
         assert!(!reg.deregister(tok), "double deregistration");
     }
     let m = rt.shutdown().unwrap();
-    assert_eq!(empty.load(SeqCst), 0, "a handler was dispatched for another handle's event");
+    assert_eq!(
+        empty.load(SeqCst),
+        0,
+        "a handler was dispatched for another handle's event"
+    );
     assert_eq!(m[0].handles, 0);
 }
 
@@ -335,16 +421,28 @@ fn invalid_configs_start_nothing() {
     // Each bad setting is rejected by Runtime::new with its own field, before any thread runs.
     let held = UdpSocket::bind("127.0.0.1:0").unwrap();
     let base = || GroupConfig::new("a", 20);
-    let cases: Vec<(&str, Box<dyn Fn(&mut RuntimeConfig)>)> = vec![
+    type Mutation = Box<dyn Fn(&mut RuntimeConfig)>;
+    let cases: Vec<(&str, Mutation)> = vec![
         ("group[0].priority", Box::new(|c| c.groups[0].priority = 0)),
-        ("group[1].priority", Box::new(|c| c.groups.push(GroupConfig::new("b", 20)))),
-        ("group[0].cpus", Box::new(|c| c.groups[0].cpus = Some(vec![4095]))),
+        (
+            "group[1].priority",
+            Box::new(|c| c.groups.push(GroupConfig::new("b", 20))),
+        ),
+        (
+            "group[0].cpus",
+            Box::new(|c| c.groups[0].cpus = Some(vec![4095])),
+        ),
         ("group[0].threads", Box::new(|c| c.groups[0].threads = 0)),
         (
             "group[0].handler[0].bind",
             Box::new({
                 let a = held.local_addr().unwrap();
-                move |c| c.groups[0].handlers.push(HandlerConfig::UdpEcho { bind: a, work_us: 0 })
+                move |c| {
+                    c.groups[0].handlers.push(HandlerConfig::UdpEcho {
+                        bind: a,
+                        work_us: 0,
+                    })
+                }
             }),
         ),
     ];
@@ -357,5 +455,9 @@ fn invalid_configs_start_nothing() {
             other => panic!("{field}: expected a config error, got {other:?}"),
         }
     }
-    assert_eq!(std::fs::read_dir("/proc/self/task").unwrap().count(), before, "a thread was left running");
+    assert_eq!(
+        std::fs::read_dir("/proc/self/task").unwrap().count(),
+        before,
+        "a thread was left running"
+    );
 }

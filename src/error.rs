@@ -66,7 +66,12 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn config(field: impl Into<String>, message: impl Into<String>) -> Error {
-        Error::Config { file: None, line: None, field: field.into(), message: message.into() }
+        Error::Config {
+            file: None,
+            line: None,
+            field: field.into(),
+            message: message.into(),
+        }
     }
 }
 

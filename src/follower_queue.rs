@@ -47,7 +47,11 @@ pub(crate) struct FollowerQueue {
 
 impl FollowerQueue {
     pub(crate) fn new(promotion: Promotion) -> FollowerQueue {
-        FollowerQueue { heap: BinaryHeap::new(), promotion, arrivals: 0 }
+        FollowerQueue {
+            heap: BinaryHeap::new(),
+            promotion,
+            arrivals: 0,
+        }
     }
 
     /// Queues `thread` (of scheduling `priority`).
@@ -62,7 +66,15 @@ impl FollowerQueue {
             Promotion::Lifo => (0, self.arrivals),
             Promotion::Fifo => (0, u64::MAX - self.arrivals),
         };
-        if self.heap.push(Entry { priority, order, thread }).is_err() {
+        if self
+            .heap
+            .push(Entry {
+                priority,
+                order,
+                thread,
+            })
+            .is_err()
+        {
             panic!("follower queue overflow: more than {MAX_GROUP_THREADS} followers");
         }
     }
@@ -92,12 +104,18 @@ mod tests {
     #[test]
     fn priority_order_highest_first() {
         // followers of priorities 10, 30, 20 are promoted 30, 20, 10
-        assert_eq!(order(Promotion::Priority, &[(1, 10), (2, 30), (3, 20)]), vec![2, 3, 1]);
+        assert_eq!(
+            order(Promotion::Priority, &[(1, 10), (2, 30), (3, 20)]),
+            vec![2, 3, 1]
+        );
     }
 
     #[test]
     fn priority_ties_are_lifo() {
-        assert_eq!(order(Promotion::Priority, &[(1, 20), (2, 20), (3, 30), (4, 20)]), vec![3, 4, 2, 1]);
+        assert_eq!(
+            order(Promotion::Priority, &[(1, 20), (2, 20), (3, 30), (4, 20)]),
+            vec![3, 4, 2, 1]
+        );
     }
 
     #[test]

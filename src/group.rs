@@ -125,7 +125,10 @@ pub(crate) struct Group {
 
 impl Group {
     pub(crate) fn new(index: u16, cfg: GroupConfig) -> Result<Group, Error> {
-        let handles = HandleSet::new(cfg.max_handles).map_err(|e| Error::Io { context: "creating the group's epoll instance", source: e })?;
+        let handles = HandleSet::new(cfg.max_handles).map_err(|e| Error::Io {
+            context: "creating the group's epoll instance",
+            source: e,
+        })?;
         let threads = (0..cfg.threads)
             .map(|i| {
                 let p = cfg.thread_priority(i);
@@ -148,7 +151,9 @@ impl Group {
     }
 
     pub(crate) fn registry(&self) -> Registry {
-        Registry { set: self.handles.clone() }
+        Registry {
+            set: self.handles.clone(),
+        }
     }
 
     /// Asks every thread of the group to return (non-blocking).
@@ -162,7 +167,10 @@ impl Group {
 #[derive(Debug)]
 pub(crate) enum Setup {
     /// Running with the configured policy (`true`) or at normal priority (`false`, best-effort).
-    Ready { rt_applied: bool, error: Option<std::io::Error> },
+    Ready {
+        rt_applied: bool,
+        error: Option<std::io::Error>,
+    },
     Failed(Error),
 }
 
@@ -185,11 +193,24 @@ pub(crate) fn pool_thread(
         if let Err(e) = sched::set_current(slot.sched) {
             if rt == RtMode::Required {
                 let p = sched::RtPrivilege::probe();
-                let have = format!("CAP_SYS_NICE {}, RLIMIT_RTPRIO {}", if p.cap_sys_nice { "yes" } else { "no" }, p.rlimit_rtprio);
+                let have = format!(
+                    "CAP_SYS_NICE {}, RLIMIT_RTPRIO {}",
+                    if p.cap_sys_nice { "yes" } else { "no" },
+                    p.rlimit_rtprio
+                );
                 let err = if e.raw_os_error() == Some(libc::EPERM) {
-                    Error::RtPermission { group: group.cfg.name.clone(), priority: slot.priority, source: e, have }
+                    Error::RtPermission {
+                        group: group.cfg.name.clone(),
+                        priority: slot.priority,
+                        source: e,
+                        have,
+                    }
                 } else {
-                    Error::Sched { group: group.cfg.name.clone(), what: format!("setting {:?}", slot.sched), source: e }
+                    Error::Sched {
+                        group: group.cfg.name.clone(),
+                        what: format!("setting {:?}", slot.sched),
+                        source: e,
+                    }
                 };
                 let _ = ready.send(Setup::Failed(err));
                 slot.exited.store(true, Release);
@@ -201,7 +222,11 @@ pub(crate) fn pool_thread(
     }
     if let Some(cpus) = &group.cfg.cpus {
         if let Err(e) = sched::set_current_affinity(cpus) {
-            let _ = ready.send(Setup::Failed(Error::Sched { group: group.cfg.name.clone(), what: format!("pinning to CPUs {cpus:?}"), source: e }));
+            let _ = ready.send(Setup::Failed(Error::Sched {
+                group: group.cfg.name.clone(),
+                what: format!("pinning to CPUs {cpus:?}"),
+                source: e,
+            }));
             slot.exited.store(true, Release);
             return;
         }
@@ -225,18 +250,28 @@ pub(crate) fn pool_thread(
         origin_ns: 0,
         overruns: 0,
     };
-    let _ = ready.send(Setup::Ready { rt_applied, error: rt_error });
+    let _ = ready.send(Setup::Ready {
+        rt_applied,
+        error: rt_error,
+    });
     drop(ready);
 
     run(&group, idx, slot, &mut ctx, &mut ring);
 
     slot.faults_final.store(mem::thread_minor_faults(), Release);
-    slot.allocs_now.store(alloc_count::thread_allocations(), Release);
+    slot.allocs_now
+        .store(alloc_count::thread_allocations(), Release);
     slot.exited.store(true, Release);
 }
 
 /// The Leader/Followers loop (activities 3–5). See the module docs for its real-time contract.
-fn run(group: &Group, idx: u16, slot: &ThreadSlot, ctx: &mut Context, ring: &mut rtrb::Producer<Sample>) {
+fn run(
+    group: &Group,
+    idx: u16,
+    slot: &ThreadSlot,
+    ctx: &mut Context,
+    ring: &mut rtrb::Producer<Sample>,
+) {
     let c = &group.counters;
     let mut dispatches = 0u64;
     loop {
@@ -269,7 +304,11 @@ fn run(group: &Group, idx: u16, slot: &ThreadSlot, ctx: &mut Context, ring: &mut
         c.processing.fetch_add(1, Relaxed);
         ctx.origin_ns = 0;
         ctx.overruns = 0;
-        let event = Event { token, readiness, woke_ns };
+        let event = Event {
+            token,
+            readiness,
+            woke_ns,
+        };
         let start_ns = sys::now_ns();
         slot.busy_token.store(token_raw(&event), Relaxed);
         slot.busy_since.store(start_ns, SeqCst);
@@ -303,10 +342,12 @@ fn run(group: &Group, idx: u16, slot: &ThreadSlot, ctx: &mut Context, ring: &mut
             slot.samples_dropped.fetch_add(1, Relaxed);
         }
 
-        slot.allocs_now.store(alloc_count::thread_allocations(), Relaxed);
+        slot.allocs_now
+            .store(alloc_count::thread_allocations(), Relaxed);
         if dispatches == WARMUP_DISPATCHES {
             slot.faults_base.store(mem::thread_minor_faults(), Release);
-            slot.allocs_base.store(alloc_count::thread_allocations(), Release);
+            slot.allocs_base
+                .store(alloc_count::thread_allocations(), Release);
         }
     }
 }

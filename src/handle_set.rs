@@ -101,23 +101,44 @@ impl HandleSet {
         let shutdown = EventFd::new()?;
         // Level-triggered and never read: once written, every later leader sees it at once.
         epoll.add(shutdown.as_fd().as_raw_fd(), epoll::IN, SHUTDOWN)?;
-        let slots = (0..max_handles).map(|_| Slot { generation: AtomicU32::new(0), entry: PiMutex::new(None) }).collect();
+        let slots = (0..max_handles)
+            .map(|_| Slot {
+                generation: AtomicU32::new(0),
+                entry: PiMutex::new(None),
+            })
+            .collect();
         let free = (0..max_handles as u32).rev().collect::<Vec<_>>();
-        Ok(HandleSet { epoll, slots, free: PiMutex::new(free), shutdown, stale: AtomicU64::new(0), closed: AtomicU64::new(0) })
+        Ok(HandleSet {
+            epoll,
+            slots,
+            free: PiMutex::new(free),
+            shutdown,
+            stale: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+        })
     }
 
     pub(crate) fn register(&self, handler: Box<dyn EventHandler>) -> Result<Token, Error> {
-        let index = self.free.lock().pop().ok_or(Error::TooManyHandles { max: self.slots.len() })?;
+        let index = self.free.lock().pop().ok_or(Error::TooManyHandles {
+            max: self.slots.len(),
+        })?;
         let slot = &self.slots[index as usize];
         let token = Token::new(index, slot.generation.load(Acquire));
         let fd = handler.source().as_raw_fd();
         let events = handler.interest().bits() | epoll::ONESHOT;
-        *slot.entry.lock() = Some(Entry { handler, fd, events });
+        *slot.entry.lock() = Some(Entry {
+            handler,
+            fd,
+            events,
+        });
         if let Err(e) = self.epoll.add(fd, events, token.0) {
             let entry = slot.entry.lock().take();
             self.free.lock().push(index);
             drop(entry);
-            return Err(Error::Io { context: "epoll_ctl(ADD) of a new handle", source: e });
+            return Err(Error::Io {
+                context: "epoll_ctl(ADD) of a new handle",
+                source: e,
+            });
         }
         Ok(token)
     }
@@ -156,7 +177,10 @@ impl HandleSet {
     pub(crate) fn wait(&self) -> io::Result<Wait> {
         match self.epoll.wait_one(-1) {
             Ok(Some((_, SHUTDOWN))) => Ok(Wait::Shutdown),
-            Ok(Some((readiness, data))) => Ok(Wait::Event { token: Token(data), readiness }),
+            Ok(Some((readiness, data))) => Ok(Wait::Event {
+                token: Token(data),
+                readiness,
+            }),
             Ok(None) => Ok(Wait::Interrupted),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Wait::Interrupted),
             Err(e) => Err(e),
@@ -177,16 +201,29 @@ impl HandleSet {
                 return Dispatched::Stale;
             }
         };
-        let (disposition, panicked) = match catch_unwind(AssertUnwindSafe(|| entry.handler.handle(event, ctx))) {
-            Ok(d) => (d, false),
-            Err(_) => (catch_unwind(AssertUnwindSafe(|| entry.handler.after_panic())).unwrap_or(Disposition::Close), true),
-        };
+        let (disposition, panicked) =
+            match catch_unwind(AssertUnwindSafe(|| entry.handler.handle(event, ctx))) {
+                Ok(d) => (d, false),
+                Err(_) => (
+                    catch_unwind(AssertUnwindSafe(|| entry.handler.after_panic()))
+                        .unwrap_or(Disposition::Close),
+                    true,
+                ),
+            };
         // Interest is read again so a handler may switch it (e.g. to writable while it has
         // unsent bytes).
         entry.events = entry.handler.interest().bits() | epoll::ONESHOT;
-        let rearmed = disposition == Disposition::Rearm && self.epoll.modify(entry.fd, entry.events, event.token.0).is_ok();
+        let rearmed = disposition == Disposition::Rearm
+            && self
+                .epoll
+                .modify(entry.fd, entry.events, event.token.0)
+                .is_ok();
         if rearmed {
-            return if panicked { Dispatched::Panicked } else { Dispatched::Handled };
+            return if panicked {
+                Dispatched::Panicked
+            } else {
+                Dispatched::Handled
+            };
         }
         let entry = self.vacate(slot, &mut g, event.token);
         drop(g);

@@ -113,7 +113,12 @@ impl TcpEchoStream {
     pub fn new(stream: TcpStream, work_us: u64, buffer_bytes: usize) -> io::Result<TcpEchoStream> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
-        Ok(TcpEchoStream { stream, work_us, pending: Vec::with_capacity(buffer_bytes), sent: 0 })
+        Ok(TcpEchoStream {
+            stream,
+            work_us,
+            pending: Vec::with_capacity(buffer_bytes),
+            sent: 0,
+        })
     }
 
     /// Writes pending bytes; true when all are out.

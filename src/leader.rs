@@ -72,7 +72,11 @@ impl Protocol {
     pub(crate) fn new(threads: usize, promotion: Promotion) -> Protocol {
         assert!(threads <= MAX_GROUP_THREADS);
         Protocol {
-            state: Mutex::new(State { leader: None, followers: FollowerQueue::new(promotion), shutdown: false }),
+            state: Mutex::new(State {
+                leader: None,
+                followers: FollowerQueue::new(promotion),
+                shutdown: false,
+            }),
             parkers: (0..threads).map(|_| Parker::new()).collect(),
         }
     }
@@ -110,7 +114,11 @@ impl Protocol {
     /// event: hands the leader role to the next follower.
     pub(crate) fn promote(&self, me: u16) -> Promoted {
         let mut st = self.state.lock();
-        debug_assert_eq!(st.leader, Some(me), "promote() by a thread that is not the leader");
+        debug_assert_eq!(
+            st.leader,
+            Some(me),
+            "promote() by a thread that is not the leader"
+        );
         match st.followers.pop() {
             Some(next) => {
                 st.leader = Some(next);
@@ -167,10 +175,19 @@ mod loom_tests {
     use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     use loom::sync::Arc;
 
-    fn worker(p: &Protocol, me: u16, prio: u8, events: &AtomicUsize, leaders: &AtomicUsize, done: &AtomicUsize) {
+    fn worker(
+        p: &Protocol,
+        me: u16,
+        prio: u8,
+        events: &AtomicUsize,
+        leaders: &AtomicUsize,
+        done: &AtomicUsize,
+    ) {
         while p.join(me, prio) == Joined::Leader {
             assert_eq!(leaders.fetch_add(1, SeqCst), 0, "two leaders at once");
-            let took = events.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok();
+            let took = events
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok();
             leaders.fetch_sub(1, SeqCst);
             if took {
                 let _ = p.promote(me);
@@ -197,7 +214,11 @@ mod loom_tests {
         for h in hs {
             h.join().unwrap();
         }
-        assert_eq!(done.load(SeqCst), n_events, "every event processed exactly once");
+        assert_eq!(
+            done.load(SeqCst),
+            n_events,
+            "every event processed exactly once"
+        );
     }
 
     #[test]
@@ -223,9 +244,11 @@ mod loom_tests {
         loom::model(|| {
             let p = Arc::new(Protocol::new(2, Promotion::Lifo));
             let p2 = p.clone();
-            let t = loom::thread::spawn(move || while p2.join(1, 1) == Joined::Leader {
-                p2.resign(1);
-                loom::thread::yield_now();
+            let t = loom::thread::spawn(move || {
+                while p2.join(1, 1) == Joined::Leader {
+                    p2.resign(1);
+                    loom::thread::yield_now();
+                }
             });
             p.shutdown();
             while p.join(0, 0) == Joined::Leader {
@@ -257,9 +280,11 @@ mod tests {
     /// (real threads, real parkers).
     #[test]
     fn promotion_order_through_protocol() {
-        for (promotion, expect) in
-            [(Promotion::Priority, [30u8, 20, 10]), (Promotion::Lifo, [20, 30, 10]), (Promotion::Fifo, [10, 30, 20])]
-        {
+        for (promotion, expect) in [
+            (Promotion::Priority, [30u8, 20, 10]),
+            (Promotion::Lifo, [20, 30, 10]),
+            (Promotion::Fifo, [10, 30, 20]),
+        ] {
             let p = Arc::new(Protocol::new(4, promotion));
             assert_eq!(p.join(0, 99), Joined::Leader);
             let order = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -267,11 +292,10 @@ mod tests {
             for (i, prio) in [(1u16, 10u8), (2, 30), (3, 20)] {
                 let (p2, o) = (p.clone(), order.clone());
                 hs.push(std::thread::spawn(move || {
-                    while p2.join(i, prio) == Joined::Leader {
+                    if p2.join(i, prio) == Joined::Leader {
                         o.lock().unwrap().push(prio);
                         // hand on immediately, do not rejoin the queue
                         let _ = p2.promote(i);
-                        break;
                     }
                 }));
                 // wait until the thread is queued, so the arrival order is 10, 30, 20

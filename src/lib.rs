@@ -80,7 +80,10 @@ pub mod telemetry;
 mod watchdog;
 
 pub use alloc_count::{is_active as counting_alloc_active, thread_allocations, CountingAlloc};
-pub use config::{load as load_config, parse as parse_config, GroupConfig, HandlerConfig, Invalid, OnOverrun, Policy, RtMode, RuntimeConfig};
+pub use config::{
+    load as load_config, parse as parse_config, GroupConfig, HandlerConfig, Invalid, OnOverrun,
+    Policy, RtMode, RuntimeConfig,
+};
 pub use error::Error;
 pub use follower_queue::{Promotion, MAX_GROUP_THREADS};
 pub use group::WARMUP_DISPATCHES;
@@ -94,7 +97,10 @@ pub use source::{Notifier, Timer};
 /// Linux facilities the harnesses and tests read back from the kernel.
 pub mod os {
     pub use crate::sys::mem::{process_usage, thread_minor_faults};
-    pub use crate::sys::sched::{affinity, available_cpus, current_cpu, effective_rt_priority, minor_faults, read_back, RtPrivilege};
+    pub use crate::sys::sched::{
+        affinity, available_cpus, current_cpu, effective_rt_priority, minor_faults, read_back,
+        RtPrivilege,
+    };
     pub use crate::sys::signal::{block_termination, wait_termination};
     pub use crate::sys::{gettid, now_ns};
 }

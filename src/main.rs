@@ -9,7 +9,11 @@ use std::time::{Duration, Instant};
 static ALLOC: lfrt::CountingAlloc = lfrt::CountingAlloc;
 
 #[derive(Parser)]
-#[command(name = "lfrt", version, about = "Real-time Leader/Followers runtime for Linux")]
+#[command(
+    name = "lfrt",
+    version,
+    about = "Real-time Leader/Followers runtime for Linux"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -38,7 +42,11 @@ enum Cmd {
 fn init_tracing() {
     use tracing_subscriber::{fmt, EnvFilter};
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = fmt().with_env_filter(filter).with_writer(std::io::stderr).with_thread_names(true).try_init();
+    let _ = fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_thread_names(true)
+        .try_init();
 }
 
 fn main() -> ExitCode {
@@ -46,7 +54,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Check { config } => check(&config),
-        Cmd::Run { config, duration, json } => run(&config, duration, json),
+        Cmd::Run {
+            config,
+            duration,
+            json,
+        } => run(&config, duration, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -77,7 +89,7 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
         privilege.rlimit_rtprio
     );
     let mut order: Vec<&lfrt::GroupConfig> = cfg.groups.iter().collect();
-    order.sort_by(|a, b| b.priority.cmp(&a.priority));
+    order.sort_by_key(|g| std::cmp::Reverse(g.priority));
     for g in order {
         let prios: Vec<u8> = (0..g.threads).map(|i| g.thread_priority(i)).collect();
         let _ = writeln!(
@@ -96,9 +108,17 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
         );
         for h in &g.handlers {
             let _ = match h {
-                lfrt::HandlerConfig::UdpEcho { bind, work_us } => writeln!(s, "  handler udp-echo bind={bind} work_us={work_us}"),
-                lfrt::HandlerConfig::TcpEcho { bind, work_us } => writeln!(s, "  handler tcp-echo bind={bind} work_us={work_us}"),
-                lfrt::HandlerConfig::Timer { interval_us, count, distance_us } => {
+                lfrt::HandlerConfig::UdpEcho { bind, work_us } => {
+                    writeln!(s, "  handler udp-echo bind={bind} work_us={work_us}")
+                }
+                lfrt::HandlerConfig::TcpEcho { bind, work_us } => {
+                    writeln!(s, "  handler tcp-echo bind={bind} work_us={work_us}")
+                }
+                lfrt::HandlerConfig::Timer {
+                    interval_us,
+                    count,
+                    distance_us,
+                } => {
                     writeln!(s, "  handler timer interval_us={interval_us} count={count} distance_us={distance_us}")
                 }
             };
@@ -107,7 +127,11 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
     s
 }
 
-fn run(path: &std::path::Path, duration: Option<f64>, json: Option<PathBuf>) -> Result<(), Box<dyn std::error::Error>> {
+fn run(
+    path: &std::path::Path,
+    duration: Option<f64>,
+    json: Option<PathBuf>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = lfrt::load_config(path)?;
     // Block SIGINT/SIGTERM before any thread exists: every thread inherits the mask and the
     // main thread takes the signal synchronously below.
@@ -145,7 +169,19 @@ fn run(path: &std::path::Path, duration: Option<f64>, json: Option<PathBuf>) -> 
     );
     println!(
         "{:<12} {:>4} {:>4} {:>10} {:>10} {:>10} {:>7} {:>8} {:>8} {:>11} {:>11} {:>10} {:>10}",
-        "group", "prio", "thr", "dispatched", "promotions", "no_follow", "panics", "overruns", "stale", "pool_allocs", "pool_faults", "p50_us", "p99_us"
+        "group",
+        "prio",
+        "thr",
+        "dispatched",
+        "promotions",
+        "no_follow",
+        "panics",
+        "overruns",
+        "stale",
+        "pool_allocs",
+        "pool_faults",
+        "p50_us",
+        "p99_us"
     );
     let mut out = Vec::new();
     for (gi, m) in metrics.iter().enumerate() {

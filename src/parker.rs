@@ -22,14 +22,20 @@ pub(crate) struct Parker {
 
 impl Parker {
     pub(crate) fn new() -> Parker {
-        Parker { state: AtomicU32::new(EMPTY) }
+        Parker {
+            state: AtomicU32::new(EMPTY),
+        }
     }
 
     /// Blocks until the token is present, then consumes it. Only the owner thread calls this.
     pub(crate) fn park(&self) {
         // Fast path: the token arrived already. Acquire pairs with the Release in `unpark`, so
         // writes made before `unpark` (e.g. "you are the leader now") are visible after return.
-        if self.state.compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed).is_ok() {
+        if self
+            .state
+            .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
+            .is_ok()
+        {
             return;
         }
         if let Err(s) = self.state.compare_exchange(EMPTY, PARKED, Relaxed, Relaxed) {
@@ -41,7 +47,11 @@ impl Parker {
             // Sleeps only while the word is still PARKED, so an unpark between the CAS above
             // and this call is not lost (the kernel compares atomically).
             futex::wait(&self.state, PARKED);
-            if self.state.compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed).is_ok() {
+            if self
+                .state
+                .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
+                .is_ok()
+            {
                 return;
             }
             // Spurious wake-up (signal, EAGAIN): still PARKED, sleep again.

@@ -49,11 +49,17 @@ impl<T> PiMutex<T> {
         unsafe {
             let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
             assert_eq!(libc::pthread_mutexattr_init(&mut attr), 0);
-            assert_eq!(libc::pthread_mutexattr_setprotocol(&mut attr, libc::PTHREAD_PRIO_INHERIT), 0);
+            assert_eq!(
+                libc::pthread_mutexattr_setprotocol(&mut attr, libc::PTHREAD_PRIO_INHERIT),
+                0
+            );
             let raw = Box::new(UnsafeCell::new(std::mem::zeroed()));
             assert_eq!(libc::pthread_mutex_init(raw.get(), &attr), 0);
             libc::pthread_mutexattr_destroy(&mut attr);
-            PiMutex { raw, data: UnsafeCell::new(value) }
+            PiMutex {
+                raw,
+                data: UnsafeCell::new(value),
+            }
         }
     }
 
@@ -77,7 +83,12 @@ impl<T: ?Sized> PiMutex<T> {
     pub fn lock(&self) -> PiMutexGuard<'_, T> {
         // SAFETY: `raw` was initialised in `new` and is never moved.
         let rc = unsafe { libc::pthread_mutex_lock(self.raw.get()) };
-        assert_eq!(rc, 0, "pthread_mutex_lock (PI) failed: {}", std::io::Error::from_raw_os_error(rc));
+        assert_eq!(
+            rc,
+            0,
+            "pthread_mutex_lock (PI) failed: {}",
+            std::io::Error::from_raw_os_error(rc)
+        );
         PiMutexGuard { m: self }
     }
 

@@ -36,14 +36,21 @@ pub struct StartReport {
 }
 
 enum State {
-    Built { rings: Vec<Vec<rtrb::Producer<Sample>>>, pending: Vec<(usize, Pending)> },
+    Built {
+        rings: Vec<Vec<rtrb::Producer<Sample>>>,
+        pending: Vec<(usize, Pending)>,
+    },
     Running,
     Stopped,
 }
 
 enum Pending {
     Handler(Box<dyn EventHandler>),
-    Timers { interval_us: u64, count: usize, distance_us: u64 },
+    Timers {
+        interval_us: u64,
+        count: usize,
+        distance_us: u64,
+    },
 }
 
 /// A set of Leader/Followers groups, each at its own priority.
@@ -106,14 +113,38 @@ impl Runtime {
             for h in &gc.handlers {
                 let p = match *h {
                     HandlerConfig::UdpEcho { bind, work_us } => {
-                        let s = std::net::UdpSocket::bind(bind).map_err(|e| Error::Bind { addr: bind, source: e })?;
-                        Pending::Handler(Box::new(UdpEcho::new(s, work_us).map_err(|e| Error::Io { context: "configuring a UDP socket", source: e })?))
+                        let s = std::net::UdpSocket::bind(bind).map_err(|e| Error::Bind {
+                            addr: bind,
+                            source: e,
+                        })?;
+                        Pending::Handler(Box::new(UdpEcho::new(s, work_us).map_err(|e| {
+                            Error::Io {
+                                context: "configuring a UDP socket",
+                                source: e,
+                            }
+                        })?))
                     }
                     HandlerConfig::TcpEcho { bind, work_us } => {
-                        let l = std::net::TcpListener::bind(bind).map_err(|e| Error::Bind { addr: bind, source: e })?;
-                        Pending::Handler(Box::new(TcpEcho::new(l, work_us).map_err(|e| Error::Io { context: "configuring a TCP listener", source: e })?))
+                        let l = std::net::TcpListener::bind(bind).map_err(|e| Error::Bind {
+                            addr: bind,
+                            source: e,
+                        })?;
+                        Pending::Handler(Box::new(TcpEcho::new(l, work_us).map_err(|e| {
+                            Error::Io {
+                                context: "configuring a TCP listener",
+                                source: e,
+                            }
+                        })?))
                     }
-                    HandlerConfig::Timer { interval_us, count, distance_us } => Pending::Timers { interval_us, count, distance_us },
+                    HandlerConfig::Timer {
+                        interval_us,
+                        count,
+                        distance_us,
+                    } => Pending::Timers {
+                        interval_us,
+                        count,
+                        distance_us,
+                    },
                 };
                 pending.push((gi, p));
             }
@@ -122,13 +153,27 @@ impl Runtime {
         let telemetry = Arc::new(Telemetry::new(groups.len()));
         let stop = Arc::new(AtomicBool::new(false));
         let collector = telemetry::spawn_collector(telemetry.clone(), consumers, stop.clone())
-            .map_err(|e| Error::Io { context: "spawning the telemetry collector", source: e })?;
-        Ok(Runtime { cfg, groups, threads: Vec::new(), telemetry, stop, helpers: vec![collector], state: State::Built { rings, pending } })
+            .map_err(|e| Error::Io {
+                context: "spawning the telemetry collector",
+                source: e,
+            })?;
+        Ok(Runtime {
+            cfg,
+            groups,
+            threads: Vec::new(),
+            telemetry,
+            stop,
+            helpers: vec![collector],
+            state: State::Built { rings, pending },
+        })
     }
 
     /// The registry of the group named `name`, to add handles (before or after `start`).
     pub fn registry(&self, name: &str) -> Option<Registry> {
-        self.groups.iter().find(|g| g.cfg.name == name).map(|g| g.registry())
+        self.groups
+            .iter()
+            .find(|g| g.cfg.name == name)
+            .map(|g| g.registry())
     }
 
     /// The configuration this runtime runs.
@@ -150,10 +195,15 @@ impl Runtime {
     /// thread could not get its RT priority, and the error of a failed `mlockall`. Any failure
     /// stops the threads already started. With `"best-effort"` those only log a warning.
     pub fn start(&mut self) -> Result<StartReport, Error> {
-        let State::Built { rings, pending } = std::mem::replace(&mut self.state, State::Running) else {
+        let State::Built { rings, pending } = std::mem::replace(&mut self.state, State::Running)
+        else {
             return Err(Error::State("Runtime::start called twice"));
         };
-        let mut report = StartReport { rt_applied: true, memory_locked: false, counting_allocations: alloc_count::is_active() };
+        let mut report = StartReport {
+            rt_applied: true,
+            memory_locked: false,
+            counting_allocations: alloc_count::is_active(),
+        };
         if self.cfg.lock_memory {
             match mem::lock_all() {
                 Ok(()) => report.memory_locked = true,
@@ -161,7 +211,9 @@ impl Runtime {
                     self.abort();
                     return Err(Error::Io { context: "mlockall(MCL_CURRENT|MCL_FUTURE) (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK)", source: e });
                 }
-                Err(e) => tracing::warn!(error = %e, "mlockall failed; running with unlocked memory"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "mlockall failed; running with unlocked memory")
+                }
             }
         }
         let (tx, rx) = std::sync::mpsc::channel();
@@ -181,7 +233,10 @@ impl Runtime {
                     }
                     Err(e) => {
                         self.abort();
-                        return Err(Error::Io { context: "spawning a pool thread", source: e });
+                        return Err(Error::Io {
+                            context: "spawning a pool thread",
+                            source: e,
+                        });
                     }
                 }
             }
@@ -215,7 +270,14 @@ impl Runtime {
             self.abort();
             return Err(e);
         }
-        self.helpers.extend(crate::watchdog::spawn(self.groups.clone(), self.stop.clone()).map_err(|e| Error::Io { context: "spawning the watchdog", source: e })?);
+        self.helpers.extend(
+            crate::watchdog::spawn(self.groups.clone(), self.stop.clone()).map_err(|e| {
+                Error::Io {
+                    context: "spawning the watchdog",
+                    source: e,
+                }
+            })?,
+        );
         let first = sys::now_ns() + TIMER_START_DELAY_NS;
         for (gi, p) in pending {
             let reg = self.groups[gi].registry();
@@ -223,16 +285,33 @@ impl Runtime {
                 Pending::Handler(h) => {
                     reg.register(h)?;
                 }
-                Pending::Timers { interval_us, count, distance_us } => {
+                Pending::Timers {
+                    interval_us,
+                    count,
+                    distance_us,
+                } => {
                     for k in 0..count as u64 {
-                        let mut t = Timer::new().map_err(|e| Error::Io { context: "timerfd_create", source: e })?;
-                        t.arm(first, (interval_us + k * distance_us) * 1000).map_err(|e| Error::Io { context: "timerfd_settime", source: e })?;
+                        let mut t = Timer::new().map_err(|e| Error::Io {
+                            context: "timerfd_create",
+                            source: e,
+                        })?;
+                        t.arm(first, (interval_us + k * distance_us) * 1000)
+                            .map_err(|e| Error::Io {
+                                context: "timerfd_settime",
+                                source: e,
+                            })?;
                         reg.register(Box::new(PeriodicTimer::new(t)))?;
                     }
                 }
             }
         }
-        tracing::info!(groups = self.groups.len(), threads = spawned, rt = report.rt_applied, mlock = report.memory_locked, "lfrt started");
+        tracing::info!(
+            groups = self.groups.len(),
+            threads = spawned,
+            rt = report.rt_applied,
+            mlock = report.memory_locked,
+            "lfrt started"
+        );
         Ok(report)
     }
 
@@ -267,7 +346,11 @@ impl Runtime {
                     pool_allocations: g.threads.iter().map(|t| t.allocations()).sum(),
                     pool_minor_faults: g.threads.iter().map(|t| t.minor_faults()).sum(),
                     samples: g.threads.iter().map(|t| t.samples.load(Relaxed)).sum(),
-                    samples_dropped: g.threads.iter().map(|t| t.samples_dropped.load(Relaxed)).sum(),
+                    samples_dropped: g
+                        .threads
+                        .iter()
+                        .map(|t| t.samples_dropped.load(Relaxed))
+                        .sum(),
                 }
             })
             .collect()
@@ -278,13 +361,20 @@ impl Runtime {
         self.groups
             .iter()
             .enumerate()
-            .flat_map(|(gi, g)| g.threads.iter().enumerate().map(move |(ti, t)| (gi, ti, t.tid.load(Acquire))))
+            .flat_map(|(gi, g)| {
+                g.threads
+                    .iter()
+                    .enumerate()
+                    .map(move |(ti, t)| (gi, ti, t.tid.load(Acquire)))
+            })
             .collect()
     }
 
     /// A handle that can stop the runtime from another thread (e.g. a signal waiter).
     pub fn stopper(&self) -> Stopper {
-        Stopper { groups: self.groups.clone() }
+        Stopper {
+            groups: self.groups.clone(),
+        }
     }
 
     /// Stops every group and waits (at most [`SHUTDOWN_TIMEOUT`]) for every pool thread, whether
@@ -303,7 +393,13 @@ impl Runtime {
             g.stop();
         }
         let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
-        let all_exited = || self.groups.iter().all(|g| g.threads.iter().all(|t| t.exited.load(Acquire) || t.tid.load(Acquire) == 0));
+        let all_exited = || {
+            self.groups.iter().all(|g| {
+                g.threads
+                    .iter()
+                    .all(|t| t.exited.load(Acquire) || t.tid.load(Acquire) == 0)
+            })
+        };
         while !all_exited() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -318,7 +414,9 @@ impl Runtime {
             let _ = h.join();
         }
         if stuck {
-            return Err(Error::State("a pool thread did not return within SHUTDOWN_TIMEOUT (a handler is not returning)"));
+            return Err(Error::State(
+                "a pool thread did not return within SHUTDOWN_TIMEOUT (a handler is not returning)",
+            ));
         }
         for g in &self.groups {
             g.handles.close_all();

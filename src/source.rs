@@ -20,7 +20,11 @@ pub struct Timer {
 impl Timer {
     /// A disarmed timer.
     pub fn new() -> io::Result<Timer> {
-        Ok(Timer { fd: TimerFd::new()?, interval_ns: 0, next_ns: 0 })
+        Ok(Timer {
+            fd: TimerFd::new()?,
+            interval_ns: 0,
+            next_ns: 0,
+        })
     }
 
     /// Arms it: first expiry at `first_ns` (`CLOCK_MONOTONIC`), then every `interval_ns`.
@@ -66,7 +70,9 @@ pub struct Notifier {
 impl Notifier {
     /// A new notifier with a zero count.
     pub fn new() -> io::Result<Notifier> {
-        Ok(Notifier { fd: EventFd::new()? })
+        Ok(Notifier {
+            fd: EventFd::new()?,
+        })
     }
 
     /// Adds `n` to the count and makes the handle readable.

@@ -47,7 +47,10 @@ mod imp {
 
     impl Parker {
         pub(crate) fn new() -> Self {
-            Parker { token: LMutex::new(false), cv: Condvar::new() }
+            Parker {
+                token: LMutex::new(false),
+                cv: Condvar::new(),
+            }
         }
         pub(crate) fn park(&self) {
             let mut t = self.token.lock().unwrap();

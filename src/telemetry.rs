@@ -47,7 +47,11 @@ impl Sample {
     /// Latency as the handler sees it: from `origin_ns` (or the leader's wake-up if there is
     /// no origin) to handler entry.
     pub fn latency_ns(&self) -> u64 {
-        let from = if self.origin_ns != 0 { self.origin_ns } else { self.woke_ns };
+        let from = if self.origin_ns != 0 {
+            self.origin_ns
+        } else {
+            self.woke_ns
+        };
         self.start_ns.saturating_sub(from)
     }
 }
@@ -92,10 +96,13 @@ impl Histograms {
         let lat = s.latency_ns();
         self.latency.saturating_record(lat.max(1));
         if s.origin_ns != 0 {
-            self.wake.saturating_record(s.woke_ns.saturating_sub(s.origin_ns).max(1));
+            self.wake
+                .saturating_record(s.woke_ns.saturating_sub(s.origin_ns).max(1));
         }
-        self.dispatch.saturating_record(s.start_ns.saturating_sub(s.woke_ns).max(1));
-        self.service.saturating_record(s.end_ns.saturating_sub(s.start_ns).max(1));
+        self.dispatch
+            .saturating_record(s.start_ns.saturating_sub(s.woke_ns).max(1));
+        self.service
+            .saturating_record(s.end_ns.saturating_sub(s.start_ns).max(1));
         self.overruns += u64::from(s.overruns);
         self.last_ns = lat;
         self.last_thread = s.thread;
@@ -162,7 +169,11 @@ pub struct Telemetry {
 impl Telemetry {
     pub(crate) fn new(groups: usize) -> Telemetry {
         Telemetry {
-            recorded: Mutex::new(Recorded { groups: (0..groups).map(|_| Histograms::new()).collect(), timers: BTreeMap::new(), recorded: 0 }),
+            recorded: Mutex::new(Recorded {
+                groups: (0..groups).map(|_| Histograms::new()).collect(),
+                timers: BTreeMap::new(),
+                recorded: 0,
+            }),
         }
     }
 
@@ -173,7 +184,12 @@ impl Telemetry {
 
     /// Latency summary of group `g`.
     pub fn group_latency(&self, g: usize) -> LatencySummary {
-        self.with(|r| r.groups.get(g).map(|h| LatencySummary::of(&h.latency)).unwrap_or_default())
+        self.with(|r| {
+            r.groups
+                .get(g)
+                .map(|h| LatencySummary::of(&h.latency))
+                .unwrap_or_default()
+        })
     }
 
     /// Clears all histograms (e.g. after a warm-up period).
@@ -195,7 +211,10 @@ impl Telemetry {
                 h.record(s);
             }
             if s.origin_ns != 0 {
-                r.timers.entry((s.group, s.token)).or_insert_with(Histograms::new).record(s);
+                r.timers
+                    .entry((s.group, s.token))
+                    .or_insert_with(Histograms::new)
+                    .record(s);
             }
             r.recorded += 1;
         }
@@ -208,21 +227,23 @@ pub(crate) fn spawn_collector(
     mut rings: Vec<rtrb::Consumer<Sample>>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new().name("lfrt-collector".into()).spawn(move || {
-        let mut batch = Vec::with_capacity(RING_CAPACITY);
-        loop {
-            let stopping = stop.load(Acquire);
-            for r in &mut rings {
-                while let Ok(s) = r.pop() {
-                    batch.push(s);
+    std::thread::Builder::new()
+        .name("lfrt-collector".into())
+        .spawn(move || {
+            let mut batch = Vec::with_capacity(RING_CAPACITY);
+            loop {
+                let stopping = stop.load(Acquire);
+                for r in &mut rings {
+                    while let Ok(s) = r.pop() {
+                        batch.push(s);
+                    }
                 }
+                telemetry.record_all(&batch);
+                batch.clear();
+                if stopping {
+                    break;
+                }
+                std::thread::sleep(DRAIN_PERIOD);
             }
-            telemetry.record_all(&batch);
-            batch.clear();
-            if stopping {
-                break;
-            }
-            std::thread::sleep(DRAIN_PERIOD);
-        }
-    })
+        })
 }

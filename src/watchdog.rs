@@ -25,9 +25,14 @@ use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) fn spawn(groups: Vec<Arc<Group>>, stop: Arc<AtomicBool>) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
-    let watched: Vec<(Arc<Group>, u64)> =
-        groups.into_iter().filter_map(|g| g.cfg.budget_us.map(|b| (g.clone(), b * 1000))).collect();
+pub(crate) fn spawn(
+    groups: Vec<Arc<Group>>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
+    let watched: Vec<(Arc<Group>, u64)> = groups
+        .into_iter()
+        .filter_map(|g| g.cfg.budget_us.map(|b| (g.clone(), b * 1000)))
+        .collect();
     let Some(min_budget) = watched.iter().map(|(_, b)| *b).min() else {
         return Ok(None);
     };
@@ -35,7 +40,10 @@ pub(crate) fn spawn(groups: Vec<Arc<Group>>, stop: Arc<AtomicBool>) -> std::io::
     std::thread::Builder::new()
         .name("lfrt-watchdog".into())
         .spawn(move || {
-            let mut last: Vec<Vec<u64>> = watched.iter().map(|(g, _)| vec![0; g.threads.len()]).collect();
+            let mut last: Vec<Vec<u64>> = watched
+                .iter()
+                .map(|(g, _)| vec![0; g.threads.len()])
+                .collect();
             while !stop.load(Acquire) {
                 let now = sys::now_ns();
                 for ((g, budget), last) in watched.iter().zip(&mut last) {

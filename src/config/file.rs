@@ -65,7 +65,11 @@ struct Spans<'s> {
 
 impl Spans<'_> {
     fn line_of(&self, offset: usize) -> usize {
-        self.src[..offset.min(self.src.len())].bytes().filter(|&b| b == b'\n').count() + 1
+        self.src[..offset.min(self.src.len())]
+            .bytes()
+            .filter(|&b| b == b'\n')
+            .count()
+            + 1
     }
 
     fn error(&self, span: Option<Range<usize>>, field: String, message: String) -> Error {
@@ -78,7 +82,12 @@ impl Spans<'_> {
     }
 
     /// The span of a field, falling back to its enclosing table (for defaulted fields).
-    fn find(&self, g: Option<usize>, h: Option<usize>, field: &'static str) -> Option<Range<usize>> {
+    fn find(
+        &self,
+        g: Option<usize>,
+        h: Option<usize>,
+        field: &'static str,
+    ) -> Option<Range<usize>> {
         self.at
             .get(&(g, h, field))
             .or_else(|| self.at.get(&(g, h, "")))
@@ -117,7 +126,11 @@ pub fn parse(src: &str) -> Result<RuntimeConfig, Error> {
 }
 
 fn parse_inner(src: &str, file: Option<&Path>) -> Result<RuntimeConfig, Error> {
-    let mut spans = Spans { src, file, at: HashMap::new() };
+    let mut spans = Spans {
+        src,
+        file,
+        at: HashMap::new(),
+    };
     let raw: RawFile = toml::from_str(src).map_err(|e| {
         let msg = e.message().trim().to_string();
         let field = msg
@@ -144,7 +157,11 @@ fn convert(raw: RawFile, spans: &mut Spans<'_>) -> Result<RuntimeConfig, Error> 
                 "best-effort" => RtMode::BestEffort,
                 "required" => RtMode::Required,
                 other => {
-                    return Err(spans.error(Some(mode.span()), "runtime.rt".into(), format!("`{other}`: expected \"best-effort\" or \"required\"")))
+                    return Err(spans.error(
+                        Some(mode.span()),
+                        "runtime.rt".into(),
+                        format!("`{other}`: expected \"best-effort\" or \"required\""),
+                    ))
                 }
             };
         }
@@ -163,7 +180,11 @@ fn convert(raw: RawFile, spans: &mut Spans<'_>) -> Result<RuntimeConfig, Error> 
                     Some(v) => {
                         spans.at.insert((g, None, stringify!($field)), v.span());
                         Some(<$ty>::try_from(*v.get_ref()).map_err(|_| {
-                            spans.error(Some(v.span()), path(g, None, stringify!($field)), format!("{} is out of range", v.get_ref()))
+                            spans.error(
+                                Some(v.span()),
+                                path(g, None, stringify!($field)),
+                                format!("{} is out of range", v.get_ref()),
+                            )
                         })?)
                     }
                     None => None,
@@ -186,12 +207,18 @@ fn convert(raw: RawFile, spans: &mut Spans<'_>) -> Result<RuntimeConfig, Error> 
             };
         }
 
-        out.policy = word!(policy, "fifo" => Policy::Fifo, "rr" => Policy::Rr, "other" => Policy::Other).unwrap_or_default();
+        out.policy =
+            word!(policy, "fifo" => Policy::Fifo, "rr" => Policy::Rr, "other" => Policy::Other)
+                .unwrap_or_default();
         out.priority = match int!(priority, u8) {
             Some(p) => p,
             None if out.policy == Policy::Other => 0,
             None => {
-                return Err(spans.error(spans.find(g, None, ""), path(g, None, "priority"), "missing: SCHED_FIFO/RR groups need a priority 1..=99".into()))
+                return Err(spans.error(
+                    spans.find(g, None, ""),
+                    path(g, None, "priority"),
+                    "missing: SCHED_FIFO/RR groups need a priority 1..=99".into(),
+                ))
             }
         };
         out.threads = int!(threads, usize).unwrap_or(out.threads);
@@ -200,30 +227,62 @@ fn convert(raw: RawFile, spans: &mut Spans<'_>) -> Result<RuntimeConfig, Error> 
         out.max_handles = int!(max_handles, usize).unwrap_or(out.max_handles);
         out.stack_bytes = int!(stack_bytes, usize).unwrap_or(out.stack_bytes);
         out.budget_us = int!(budget_us, u64);
-        out.on_overrun = word!(on_overrun, "report" => OnOverrun::Report, "demote" => OnOverrun::Demote).unwrap_or_default();
+        out.on_overrun =
+            word!(on_overrun, "report" => OnOverrun::Report, "demote" => OnOverrun::Demote)
+                .unwrap_or_default();
         if let Some(c) = rg.cpus {
             spans.at.insert((g, None, "cpus"), c.span());
-            let list = c.get_ref().iter().map(|&x| usize::try_from(x)).collect::<Result<Vec<_>, _>>();
-            out.cpus = Some(list.map_err(|_| spans.error(Some(c.span()), path(g, None, "cpus"), "CPU numbers are 0 or more".into()))?);
+            let list = c
+                .get_ref()
+                .iter()
+                .map(|&x| usize::try_from(x))
+                .collect::<Result<Vec<_>, _>>();
+            out.cpus = Some(list.map_err(|_| {
+                spans.error(
+                    Some(c.span()),
+                    path(g, None, "cpus"),
+                    "CPU numbers are 0 or more".into(),
+                )
+            })?);
         }
         if let Some(tp) = rg.thread_priorities {
             spans.at.insert((g, None, "thread_priorities"), tp.span());
-            let list = tp.get_ref().iter().map(|&x| u8::try_from(x)).collect::<Result<Vec<_>, _>>();
-            out.thread_priorities =
-                Some(list.map_err(|_| spans.error(Some(tp.span()), path(g, None, "thread_priorities"), "priorities are 1..=99".into()))?);
+            let list = tp
+                .get_ref()
+                .iter()
+                .map(|&x| u8::try_from(x))
+                .collect::<Result<Vec<_>, _>>();
+            out.thread_priorities = Some(list.map_err(|_| {
+                spans.error(
+                    Some(tp.span()),
+                    path(g, None, "thread_priorities"),
+                    "priorities are 1..=99".into(),
+                )
+            })?);
         }
         for (hi, rh) in rg.handler.into_iter().enumerate() {
             let h = Some(hi);
             spans.at.insert((g, h, ""), rh.span());
             let rh = rh.into_inner();
             spans.at.insert((g, h, "kind"), rh.kind.span());
-            let mut get = |v: Option<Spanned<i64>>, field: &'static str, default: Option<u64>| -> Result<u64, Error> {
+            let mut get = |v: Option<Spanned<i64>>,
+                           field: &'static str,
+                           default: Option<u64>|
+             -> Result<u64, Error> {
                 match v {
                     Some(v) => {
                         spans.at.insert((g, h, field), v.span());
-                        u64::try_from(*v.get_ref()).map_err(|_| spans.error(Some(v.span()), path(g, h, field), format!("{} is negative", v.get_ref())))
+                        u64::try_from(*v.get_ref()).map_err(|_| {
+                            spans.error(
+                                Some(v.span()),
+                                path(g, h, field),
+                                format!("{} is negative", v.get_ref()),
+                            )
+                        })
                     }
-                    None => default.ok_or_else(|| spans.error(spans.find(g, h, ""), path(g, h, field), "missing".into())),
+                    None => default.ok_or_else(|| {
+                        spans.error(spans.find(g, h, ""), path(g, h, field), "missing".into())
+                    }),
                 }
             };
             let kind = rh.kind.get_ref().as_str();
@@ -245,8 +304,15 @@ fn convert(raw: RawFile, spans: &mut Spans<'_>) -> Result<RuntimeConfig, Error> 
                 ("count", rh.count.as_ref().map(|s| s.span())),
                 ("distance_us", rh.distance_us.as_ref().map(|s| s.span())),
             ];
-            if let Some((f, span)) = present.iter().find(|(f, s)| s.is_some() && !allowed.contains(f)) {
-                return Err(spans.error(span.clone(), path(g, h, f), format!("not a setting of kind \"{kind}\" (it takes {allowed:?})")));
+            if let Some((f, span)) = present
+                .iter()
+                .find(|(f, s)| s.is_some() && !allowed.contains(f))
+            {
+                return Err(spans.error(
+                    span.clone(),
+                    path(g, h, f),
+                    format!("not a setting of kind \"{kind}\" (it takes {allowed:?})"),
+                ));
             }
             let handler = match kind {
                 "timer" => HandlerConfig::Timer {
@@ -260,10 +326,23 @@ fn convert(raw: RawFile, spans: &mut Spans<'_>) -> Result<RuntimeConfig, Error> 
                         Some(b) => {
                             spans.at.insert((g, h, "bind"), b.span());
                             b.get_ref().parse().map_err(|_| {
-                                spans.error(Some(b.span()), path(g, h, "bind"), format!("`{}` is not an address like \"127.0.0.1:7000\"", b.get_ref()))
+                                spans.error(
+                                    Some(b.span()),
+                                    path(g, h, "bind"),
+                                    format!(
+                                        "`{}` is not an address like \"127.0.0.1:7000\"",
+                                        b.get_ref()
+                                    ),
+                                )
                             })?
                         }
-                        None => return Err(spans.error(spans.find(g, h, ""), path(g, h, "bind"), "missing: an address like \"127.0.0.1:7000\"".into())),
+                        None => {
+                            return Err(spans.error(
+                                spans.find(g, h, ""),
+                                path(g, h, "bind"),
+                                "missing: an address like \"127.0.0.1:7000\"".into(),
+                            ))
+                        }
                     };
                     if kind == "udp-echo" {
                         HandlerConfig::UdpEcho { bind, work_us }
@@ -306,7 +385,12 @@ threads = 1
 
     fn err(src: &str) -> (Option<usize>, String, String) {
         match parse(src).unwrap_err() {
-            Error::Config { line, field, message, .. } => (line, field, message),
+            Error::Config {
+                line,
+                field,
+                message,
+                ..
+            } => (line, field, message),
             other => panic!("not a config error: {other}"),
         }
     }
@@ -316,13 +400,24 @@ threads = 1
         let c = parse(GOOD).unwrap();
         assert_eq!(c.groups.len(), 2);
         assert_eq!(c.groups[0].promotion, Promotion::Lifo);
-        assert_eq!(c.groups[0].handlers, vec![HandlerConfig::Timer { interval_us: 1000, count: 1, distance_us: 0 }]);
+        assert_eq!(
+            c.groups[0].handlers,
+            vec![HandlerConfig::Timer {
+                interval_us: 1000,
+                count: 1,
+                distance_us: 0
+            }]
+        );
     }
 
     #[test]
     fn priority_out_of_range_names_line_and_field() {
         let (line, field, msg) = err(&GOOD.replace("priority = 20", "priority = 120"));
-        assert_eq!((line, field.as_str()), (Some(18), "group[1].priority"), "{msg}");
+        assert_eq!(
+            (line, field.as_str()),
+            (Some(18), "group[1].priority"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -360,20 +455,41 @@ threads = 1
 
     #[test]
     fn bad_address_and_port_in_use() {
-        let src = GOOD.replace("kind = \"timer\"\ninterval_us = 1000", "kind = \"udp-echo\"\nbind = \"127.0.0.1:99999\"");
+        let src = GOOD.replace(
+            "kind = \"timer\"\ninterval_us = 1000",
+            "kind = \"udp-echo\"\nbind = \"127.0.0.1:99999\"",
+        );
         let (line, field, _) = err(&src);
-        assert_eq!((line, field.as_str()), (Some(14), "group[0].handler[0].bind"));
+        assert_eq!(
+            (line, field.as_str()),
+            (Some(14), "group[0].handler[0].bind")
+        );
         let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let src = GOOD.replace("kind = \"timer\"\ninterval_us = 1000", &format!("kind = \"udp-echo\"\nbind = \"{}\"", held.local_addr().unwrap()));
+        let src = GOOD.replace(
+            "kind = \"timer\"\ninterval_us = 1000",
+            &format!(
+                "kind = \"udp-echo\"\nbind = \"{}\"",
+                held.local_addr().unwrap()
+            ),
+        );
         let (line, field, msg) = err(&src);
-        assert_eq!((line, field.as_str()), (Some(14), "group[0].handler[0].bind"));
+        assert_eq!(
+            (line, field.as_str()),
+            (Some(14), "group[0].handler[0].bind")
+        );
         assert!(msg.contains("in use"), "{msg}");
     }
 
     #[test]
     fn handler_setting_of_other_kind() {
-        let (line, field, _) = err(&GOOD.replace("interval_us = 1000", "interval_us = 1000\nbind = \"127.0.0.1:1\""));
-        assert_eq!((line, field.as_str()), (Some(15), "group[0].handler[0].bind"));
+        let (line, field, _) = err(&GOOD.replace(
+            "interval_us = 1000",
+            "interval_us = 1000\nbind = \"127.0.0.1:1\"",
+        ));
+        assert_eq!(
+            (line, field.as_str()),
+            (Some(15), "group[0].handler[0].bind")
+        );
     }
 
     #[test]
@@ -385,8 +501,13 @@ threads = 1
             if p.extension().is_some_and(|x| x == "toml") {
                 // Parse only (ports may be taken by a concurrently running test): check syntax and ranges.
                 let src = std::fs::read_to_string(&p).unwrap();
-                let raw: RawFile = toml::from_str(&src).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-                let mut spans = Spans { src: &src, file: Some(&p), at: HashMap::new() };
+                let raw: RawFile =
+                    toml::from_str(&src).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                let mut spans = Spans {
+                    src: &src,
+                    file: Some(&p),
+                    at: HashMap::new(),
+                };
                 let c = convert(raw, &mut spans).unwrap_or_else(|e| panic!("{e}"));
                 assert!(!c.groups.is_empty(), "{}", p.display());
                 n += 1;

@@ -133,7 +133,10 @@ impl GroupConfig {
 
     /// Priority of thread `i` of the group.
     pub fn thread_priority(&self, i: usize) -> u8 {
-        self.thread_priorities.as_ref().and_then(|p| p.get(i).copied()).unwrap_or(self.priority)
+        self.thread_priorities
+            .as_ref()
+            .and_then(|p| p.get(i).copied())
+            .unwrap_or(self.priority)
     }
 
     /// Whether the group asks for a real-time policy.
@@ -192,91 +195,205 @@ impl RuntimeConfig {
 
     /// [`validate`](Self::validate) against a given set of usable CPUs.
     pub fn validate_with_cpus(&self, cpus: &[usize]) -> Result<(), Invalid> {
-        let bad = |g: usize, field: &'static str, message: String| Invalid { group: Some(g), handler: None, field, message };
+        let bad = |g: usize, field: &'static str, message: String| Invalid {
+            group: Some(g),
+            handler: None,
+            field,
+            message,
+        };
         if self.groups.is_empty() {
-            return Err(Invalid { group: None, handler: None, field: "group", message: "at least one [[group]] is required".into() });
+            return Err(Invalid {
+                group: None,
+                handler: None,
+                field: "group",
+                message: "at least one [[group]] is required".into(),
+            });
         }
         let mut names = HashSet::new();
         let mut prios: Vec<(u8, usize)> = Vec::new();
         let mut addrs = HashSet::new();
         for (gi, g) in self.groups.iter().enumerate() {
-            if g.name.is_empty() || !g.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-                return Err(bad(gi, "name", format!("`{}`: use letters, digits, '-' and '_'", g.name)));
+            if g.name.is_empty()
+                || !g
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                return Err(bad(
+                    gi,
+                    "name",
+                    format!("`{}`: use letters, digits, '-' and '_'", g.name),
+                ));
             }
             if !names.insert(g.name.as_str()) {
-                return Err(bad(gi, "name", format!("`{}` is used by another group", g.name)));
+                return Err(bad(
+                    gi,
+                    "name",
+                    format!("`{}` is used by another group", g.name),
+                ));
             }
             match g.policy {
                 Policy::Other if g.priority != 0 => {
-                    return Err(bad(gi, "priority", format!("{} with policy \"other\": must be 0 (SCHED_OTHER has no RT priority)", g.priority)));
+                    return Err(bad(
+                        gi,
+                        "priority",
+                        format!(
+                            "{} with policy \"other\": must be 0 (SCHED_OTHER has no RT priority)",
+                            g.priority
+                        ),
+                    ));
                 }
                 Policy::Fifo | Policy::Rr if !(1..=99).contains(&g.priority) => {
-                    return Err(bad(gi, "priority", format!("{} is out of range: SCHED_FIFO/RR priorities are 1..=99", g.priority)));
+                    return Err(bad(
+                        gi,
+                        "priority",
+                        format!(
+                            "{} is out of range: SCHED_FIFO/RR priorities are 1..=99",
+                            g.priority
+                        ),
+                    ));
                 }
                 _ => {}
             }
             if g.is_rt() {
                 if let Some(&(_, other)) = prios.iter().find(|(p, _)| *p == g.priority) {
-                    return Err(bad(gi, "priority", format!("{} is already the priority of group `{}`: each group needs its own", g.priority, self.groups[other].name)));
+                    return Err(bad(
+                        gi,
+                        "priority",
+                        format!(
+                            "{} is already the priority of group `{}`: each group needs its own",
+                            g.priority, self.groups[other].name
+                        ),
+                    ));
                 }
                 prios.push((g.priority, gi));
             }
             if g.threads == 0 || g.threads > MAX_GROUP_THREADS {
-                return Err(bad(gi, "threads", format!("{}: a group needs 1..={MAX_GROUP_THREADS} threads", g.threads)));
+                return Err(bad(
+                    gi,
+                    "threads",
+                    format!(
+                        "{}: a group needs 1..={MAX_GROUP_THREADS} threads",
+                        g.threads
+                    ),
+                ));
             }
             if let Some(c) = &g.cpus {
                 if c.is_empty() {
-                    return Err(bad(gi, "cpus", "empty list: omit `cpus` to use every CPU".into()));
+                    return Err(bad(
+                        gi,
+                        "cpus",
+                        "empty list: omit `cpus` to use every CPU".into(),
+                    ));
                 }
                 if let Some(missing) = c.iter().find(|c| !cpus.contains(c)) {
                     return Err(bad(gi, "cpus", format!("CPU {missing} does not exist or is not available to this process (available: {cpus:?})")));
                 }
             }
             if g.buffer_bytes < 64 || g.buffer_bytes > 64 << 20 {
-                return Err(bad(gi, "buffer_bytes", format!("{}: must be 64..=67108864", g.buffer_bytes)));
+                return Err(bad(
+                    gi,
+                    "buffer_bytes",
+                    format!("{}: must be 64..=67108864", g.buffer_bytes),
+                ));
             }
             if g.max_handles == 0 || g.max_handles > 1 << 20 {
-                return Err(bad(gi, "max_handles", format!("{}: must be 1..=1048576", g.max_handles)));
+                return Err(bad(
+                    gi,
+                    "max_handles",
+                    format!("{}: must be 1..=1048576", g.max_handles),
+                ));
             }
             if g.stack_bytes < 64 * 1024 || g.stack_bytes > 64 << 20 {
-                return Err(bad(gi, "stack_bytes", format!("{}: must be 65536..=67108864", g.stack_bytes)));
+                return Err(bad(
+                    gi,
+                    "stack_bytes",
+                    format!("{}: must be 65536..=67108864", g.stack_bytes),
+                ));
             }
             if let Some(b) = g.budget_us {
                 if b == 0 || b > 10_000_000 {
                     return Err(bad(gi, "budget_us", format!("{b}: must be 1..=10000000")));
                 }
             } else if g.on_overrun == OnOverrun::Demote {
-                return Err(bad(gi, "on_overrun", "\"demote\" needs a `budget_us`".into()));
+                return Err(bad(
+                    gi,
+                    "on_overrun",
+                    "\"demote\" needs a `budget_us`".into(),
+                ));
             }
-            let handles: usize = g.handlers.iter().map(|h| if let HandlerConfig::Timer { count, .. } = h { *count } else { 1 }).sum();
+            let handles: usize = g
+                .handlers
+                .iter()
+                .map(|h| {
+                    if let HandlerConfig::Timer { count, .. } = h {
+                        *count
+                    } else {
+                        1
+                    }
+                })
+                .sum();
             if handles > g.max_handles {
-                return Err(bad(gi, "max_handles", format!("{} handles configured but max_handles is {}", handles, g.max_handles)));
+                return Err(bad(
+                    gi,
+                    "max_handles",
+                    format!(
+                        "{} handles configured but max_handles is {}",
+                        handles, g.max_handles
+                    ),
+                ));
             }
             for (hi, h) in g.handlers.iter().enumerate() {
-                let hbad = |field: &'static str, message: String| Invalid { group: Some(gi), handler: Some(hi), field, message };
+                let hbad = |field: &'static str, message: String| Invalid {
+                    group: Some(gi),
+                    handler: Some(hi),
+                    field,
+                    message,
+                };
                 match h {
-                    HandlerConfig::UdpEcho { bind, work_us } | HandlerConfig::TcpEcho { bind, work_us } => {
+                    HandlerConfig::UdpEcho { bind, work_us }
+                    | HandlerConfig::TcpEcho { bind, work_us } => {
                         if *work_us > 100_000 {
-                            return Err(hbad("work_us", format!("{work_us}: at most 100000 µs of busy work per event")));
+                            return Err(hbad(
+                                "work_us",
+                                format!("{work_us}: at most 100000 µs of busy work per event"),
+                            ));
                         }
                         let tcp = matches!(h, HandlerConfig::TcpEcho { .. });
                         if !addrs.insert((tcp, *bind)) {
-                            return Err(hbad("bind", format!("{bind} is bound by another handler")));
+                            return Err(hbad(
+                                "bind",
+                                format!("{bind} is bound by another handler"),
+                            ));
                         }
-                        let probe = if tcp { std::net::TcpListener::bind(bind).map(drop) } else { std::net::UdpSocket::bind(bind).map(drop) };
+                        let probe = if tcp {
+                            std::net::TcpListener::bind(bind).map(drop)
+                        } else {
+                            std::net::UdpSocket::bind(bind).map(drop)
+                        };
                         if let Err(e) = probe {
                             return Err(hbad("bind", format!("cannot bind {bind}: {e}")));
                         }
                     }
-                    HandlerConfig::Timer { interval_us, count, distance_us } => {
+                    HandlerConfig::Timer {
+                        interval_us,
+                        count,
+                        distance_us,
+                    } => {
                         if !(50..=10_000_000).contains(interval_us) {
-                            return Err(hbad("interval_us", format!("{interval_us}: must be 50..=10000000 µs")));
+                            return Err(hbad(
+                                "interval_us",
+                                format!("{interval_us}: must be 50..=10000000 µs"),
+                            ));
                         }
                         if *count == 0 || *count > 256 {
                             return Err(hbad("count", format!("{count}: must be 1..=256")));
                         }
                         if *distance_us > 10_000_000 {
-                            return Err(hbad("distance_us", format!("{distance_us}: at most 10000000 µs")));
+                            return Err(hbad(
+                                "distance_us",
+                                format!("{distance_us}: at most 10000000 µs"),
+                            ));
                         }
                     }
                 }
@@ -285,14 +402,33 @@ impl RuntimeConfig {
         // Per-thread priorities must stay inside the group's lane: at most the group's priority
         // and above every lower group's, so lanes never interleave.
         for (gi, g) in self.groups.iter().enumerate() {
-            let Some(tp) = &g.thread_priorities else { continue };
+            let Some(tp) = &g.thread_priorities else {
+                continue;
+            };
             if tp.len() != g.threads {
-                return Err(bad(gi, "thread_priorities", format!("{} entries for {} threads: give one per thread", tp.len(), g.threads)));
+                return Err(bad(
+                    gi,
+                    "thread_priorities",
+                    format!(
+                        "{} entries for {} threads: give one per thread",
+                        tp.len(),
+                        g.threads
+                    ),
+                ));
             }
             if !g.is_rt() {
-                return Err(bad(gi, "thread_priorities", "only for policy \"fifo\" or \"rr\"".into()));
+                return Err(bad(
+                    gi,
+                    "thread_priorities",
+                    "only for policy \"fifo\" or \"rr\"".into(),
+                ));
             }
-            let floor = prios.iter().map(|&(p, _)| p).filter(|&p| p < g.priority).max().unwrap_or(0);
+            let floor = prios
+                .iter()
+                .map(|&(p, _)| p)
+                .filter(|&p| p < g.priority)
+                .max()
+                .unwrap_or(0);
             if let Some(p) = tp.iter().find(|&&p| p > g.priority || p <= floor) {
                 return Err(bad(gi, "thread_priorities", format!("{p} is outside this group's lane {}..={} (above the next lower group, at most the group's priority)", floor + 1, g.priority)));
             }
@@ -306,7 +442,11 @@ mod tests {
     use super::*;
 
     fn cfg(groups: Vec<GroupConfig>) -> RuntimeConfig {
-        RuntimeConfig { rt: RtMode::BestEffort, lock_memory: false, groups }
+        RuntimeConfig {
+            rt: RtMode::BestEffort,
+            lock_memory: false,
+            groups,
+        }
     }
 
     fn field_of(c: &RuntimeConfig) -> String {
@@ -341,7 +481,10 @@ mod tests {
     fn port_in_use_is_found_at_validation() {
         let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut g = GroupConfig::new("a", 10);
-        g.handlers.push(HandlerConfig::UdpEcho { bind: held.local_addr().unwrap(), work_us: 0 });
+        g.handlers.push(HandlerConfig::UdpEcho {
+            bind: held.local_addr().unwrap(),
+            work_us: 0,
+        });
         let e = cfg(vec![g]).validate_with_cpus(&[0]).unwrap_err();
         assert_eq!(e.path(), "group[0].handler[0].bind");
         assert!(e.message.contains("in use"), "{}", e.message);

@@ -46,12 +46,18 @@ impl AsFd for EventFd {
 pub(crate) struct TimerFd(OwnedFd);
 
 fn timespec(ns: u64) -> libc::timespec {
-    libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
+    libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
 }
 
 impl TimerFd {
     pub(crate) fn new() -> io::Result<TimerFd> {
-        let fd = syscall!(timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC))?;
+        let fd = syscall!(timerfd_create(
+            libc::CLOCK_MONOTONIC,
+            libc::TFD_NONBLOCK | libc::TFD_CLOEXEC
+        ))?;
         // SAFETY: timerfd_create returned a new fd owned by nobody else.
         Ok(TimerFd(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
@@ -59,8 +65,17 @@ impl TimerFd {
     /// Arms the timer: first expiry at absolute `first_ns`, then every `interval_ns`
     /// (0 = one-shot).
     pub(crate) fn set_abs(&self, first_ns: u64, interval_ns: u64) -> io::Result<()> {
-        let spec = libc::itimerspec { it_interval: timespec(interval_ns), it_value: timespec(first_ns) };
-        syscall!(timerfd_settime(self.0.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut())).map(drop)
+        let spec = libc::itimerspec {
+            it_interval: timespec(interval_ns),
+            it_value: timespec(first_ns),
+        };
+        syscall!(timerfd_settime(
+            self.0.as_raw_fd(),
+            libc::TFD_TIMER_ABSTIME,
+            &spec,
+            std::ptr::null_mut()
+        ))
+        .map(drop)
     }
 
     /// Reads the expiration count since the last read; `Ok(None)` if none.

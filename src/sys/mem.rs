@@ -60,5 +60,9 @@ pub fn process_usage() -> (u64, u64, u64) {
         return (0, 0, 0);
     }
     let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    (ru.ru_nvcsw as u64, ru.ru_nivcsw as u64, tv(ru.ru_utime) + tv(ru.ru_stime))
+    (
+        ru.ru_nvcsw as u64,
+        ru.ru_nivcsw as u64,
+        tv(ru.ru_utime) + tv(ru.ru_stime),
+    )
 }

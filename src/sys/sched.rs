@@ -25,13 +25,25 @@ impl Sched {
 pub(crate) fn set_current(s: Sched) -> io::Result<()> {
     use thread_priority::*;
     let (policy, prio) = match s {
-        Sched::Fifo(p) => (ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo), p),
-        Sched::Rr(p) => (ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::RoundRobin), p),
-        Sched::Other => (ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other), 0),
+        Sched::Fifo(p) => (
+            ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
+            p,
+        ),
+        Sched::Rr(p) => (
+            ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::RoundRobin),
+            p,
+        ),
+        Sched::Other => (
+            ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other),
+            0,
+        ),
     };
-    let prio = ThreadPriority::Crossplatform(
-        prio.try_into().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("priority {prio} out of range")))?,
-    );
+    let prio = ThreadPriority::Crossplatform(prio.try_into().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("priority {prio} out of range"),
+        )
+    })?);
     set_thread_priority_and_policy(thread_native_id(), prio, policy).map_err(|e| match e {
         Error::OS(code) => io::Error::from_raw_os_error(code),
         other => io::Error::other(format!("{other:?}")),
@@ -41,7 +53,9 @@ pub(crate) fn set_current(s: Sched) -> io::Result<()> {
 /// Sets the policy of another thread by kernel tid (used by the overrun watchdog).
 pub(crate) fn set_tid(tid: i32, s: Sched) -> io::Result<()> {
     let (policy, prio) = s.raw();
-    let param = libc::sched_param { sched_priority: prio };
+    let param = libc::sched_param {
+        sched_priority: prio,
+    };
     syscall!(sched_setscheduler(tid, policy, &param)).map(drop)
 }
 
@@ -72,7 +86,10 @@ pub fn effective_rt_priority(tid: i32) -> io::Result<i32> {
 pub fn minor_faults(tid: i32) -> io::Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))?;
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    rest.split_whitespace().nth(7).and_then(|s| s.parse().ok()).ok_or_else(|| io::Error::other("malformed /proc stat"))
+    rest.split_whitespace()
+        .nth(7)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| io::Error::other("malformed /proc stat"))
 }
 
 /// Pins the calling thread to `cpus` (a mask of several CPUs is allowed).
@@ -86,8 +103,11 @@ pub(crate) fn set_current_affinity(cpus: &[usize]) -> io::Result<()> {
 
 /// CPUs a thread may run on, read back from the kernel.
 pub fn affinity(tid: i32) -> io::Result<Vec<usize>> {
-    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(tid)).map_err(io::Error::from)?;
-    Ok((0..nix::sched::CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect())
+    let set =
+        nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(tid)).map_err(io::Error::from)?;
+    Ok((0..nix::sched::CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect())
 }
 
 /// CPUs this process may use (its affinity mask at the time of the call).
@@ -116,12 +136,18 @@ impl RtPrivilege {
             })
             .map(|caps| caps & (1 << 23) != 0) // CAP_SYS_NICE = 23
             .unwrap_or(false);
-        let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let mut rl = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
         let rlimit_rtprio = match syscall!(getrlimit(libc::RLIMIT_RTPRIO, &mut rl)) {
             Ok(_) => rl.rlim_cur,
             Err(_) => 0,
         };
-        RtPrivilege { cap_sys_nice, rlimit_rtprio }
+        RtPrivilege {
+            cap_sys_nice,
+            rlimit_rtprio,
+        }
     }
 
     /// Whether an RT policy at `priority` will be granted.

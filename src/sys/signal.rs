@@ -29,7 +29,10 @@ pub fn block_termination() -> io::Result<()> {
 /// Waits up to `timeout` for SIGINT or SIGTERM; returns the signal number if one came.
 pub fn wait_termination(timeout: Duration) -> io::Result<Option<i32>> {
     let set = term_set();
-    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
     // SAFETY: valid sigset and timespec pointers; siginfo may be null.
     let rc = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
     if rc >= 0 {
