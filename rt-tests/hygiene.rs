@@ -127,13 +127,22 @@ fn zero_allocations_tcp_stream() {
             bind: addr,
             work_us: 0,
         });
-        assert_no_allocations(&format!("tcp/{p:?}"), runtime(g, false), |done| {
+        let rt = runtime(g, false);
+        let reg = rt.registry("tcp").unwrap();
+        assert_no_allocations(&format!("tcp/{p:?}"), rt, |done| {
+            // Connection set-up (accept allocates the stream's handler) happens before the
+            // measured traffic: connect everything, wait until every stream is registered.
+            let clients: Vec<TcpStream> =
+                (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+            assert!(
+                util::wait_until(10, || reg.len() == 5),
+                "streams not accepted"
+            );
             let stop = AtomicBool::new(false);
             let stop = &stop;
             std::thread::scope(|s| {
-                for _ in 0..4 {
+                for mut c in clients {
                     s.spawn(move || {
-                        let mut c = TcpStream::connect(addr).unwrap();
                         c.set_nodelay(true).unwrap();
                         c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
                         let mut buf = [0u8; 16];
@@ -488,8 +497,8 @@ fn an_allocating_handler_is_reported() {
         .unwrap();
     rt.start().unwrap();
     for _ in 0..(WARMUP_DISPATCHES + 500) {
-        nix::unistd::write(&w, &1u64.to_ne_bytes()).unwrap();
         let before = rt.metrics()[0].dispatched;
+        nix::unistd::write(&w, &1u64.to_ne_bytes()).unwrap();
         assert!(util::wait_until(5, || rt.metrics()[0].dispatched > before));
     }
     let m = rt.shutdown().unwrap();
