@@ -1,0 +1,346 @@
+//! Throughput and overhead of one UDP echo service under three architectures, measured side
+//! by side in one run: an lfrt Leader/Followers group, the Half-Sync/Half-Reactive pool
+//! (`lfrt::hsha`), and a tokio multi-thread runtime with the same number of threads.
+//!
+//! The load comes from `lfrt-loadgen`, a separate process (closed loop, W outstanding per port,
+//! P ports), so the server process's `getrusage` counts only the servers.
+//!
+//! ```text
+//! cargo bench --bench echo -- [--duration-s 5] [--threads 2] [--ports 4] [--window 8]
+//!                             [--work 0,5,50] [--fifo PRIO] [--json FILE] [--quick]
+//! ```
+//! Per architecture and handler work: throughput, RTT p50/p99/p99.9, context switches per
+//! message (voluntary + involuntary), allocations per message, CPU time per message.
+//! Servers run SCHED_OTHER by default (apples to apples, and the SCHED_OTHER load generator
+//! is never starved); `--fifo PRIO` runs every server thread at SCHED_FIFO PRIO instead.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::net::UdpSocket;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Counts every allocation of the process (all threads) on top of lfrt's per-thread counter.
+struct Global;
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+// SAFETY: forwards every call unchanged to lfrt::CountingAlloc (itself a System wrapper).
+unsafe impl GlobalAlloc for Global {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Relaxed);
+        // SAFETY: forwarded contract.
+        unsafe { lfrt::CountingAlloc.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Relaxed);
+        // SAFETY: forwarded contract.
+        unsafe { lfrt::CountingAlloc.alloc_zeroed(l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Relaxed);
+        // SAFETY: forwarded contract.
+        unsafe { lfrt::CountingAlloc.realloc(p, l, n) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { lfrt::CountingAlloc.dealloc(p, l) }
+    }
+}
+#[global_allocator]
+static ALLOC: Global = Global;
+
+#[derive(Debug, Clone)]
+struct Opts {
+    duration_s: f64,
+    threads: usize,
+    ports: usize,
+    window: usize,
+    work: Vec<u64>,
+    fifo: Option<u8>,
+    json: Option<String>,
+    archs: Vec<Arch>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Arch {
+    Lfrt,
+    Hsha,
+    Tokio,
+}
+
+impl Arch {
+    fn name(self) -> &'static str {
+        match self {
+            Arch::Lfrt => "lfrt",
+            Arch::Hsha => "hsha",
+            Arch::Tokio => "tokio",
+        }
+    }
+}
+
+fn parse_opts() -> Opts {
+    let mut o = Opts {
+        duration_s: 5.0,
+        threads: 2,
+        ports: 4,
+        window: 8,
+        work: vec![0, 5, 50],
+        fifo: None,
+        json: None,
+        archs: vec![Arch::Lfrt, Arch::Hsha, Arch::Tokio],
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    let val = |i: usize| {
+        args.get(i + 1)
+            .cloned()
+            .unwrap_or_else(|| panic!("{} needs a value", args[i]))
+    };
+    while i < args.len() {
+        match args[i].as_str() {
+            "--duration-s" => o.duration_s = val(i).parse().expect("--duration-s SECS"),
+            "--threads" => o.threads = val(i).parse().expect("--threads N"),
+            "--ports" => o.ports = val(i).parse().expect("--ports N"),
+            "--window" => o.window = val(i).parse().expect("--window W"),
+            "--work" => {
+                o.work = val(i)
+                    .split(',')
+                    .map(|w| w.parse().expect("--work 0,5,50"))
+                    .collect()
+            }
+            "--fifo" => o.fifo = Some(val(i).parse().expect("--fifo PRIO")),
+            "--json" => o.json = Some(val(i)),
+            "--arch" => {
+                o.archs = val(i)
+                    .split(',')
+                    .map(|a| match a {
+                        "lfrt" => Arch::Lfrt,
+                        "hsha" => Arch::Hsha,
+                        "tokio" => Arch::Tokio,
+                        other => panic!("unknown --arch {other}"),
+                    })
+                    .collect()
+            }
+            "--quick" => {
+                o.duration_s = 1.0;
+                i += 1;
+                continue;
+            }
+            "--bench" => {
+                i += 1;
+                continue;
+            }
+            other => panic!("unknown option {other}"),
+        }
+        i += 2;
+    }
+    assert!(
+        o.duration_s > 0.0 && o.duration_s <= 120.0,
+        "--duration-s must be in (0, 120]"
+    );
+    o
+}
+
+/// A running echo server: its ports and how to stop it.
+struct Server {
+    ports: Vec<u16>,
+    stop: Box<dyn FnOnce() -> serde_json::Value>,
+}
+
+fn sockets(n: usize) -> Vec<UdpSocket> {
+    (0..n)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
+        .collect()
+}
+
+fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
+    let socks = sockets(o.ports);
+    let ports = socks
+        .iter()
+        .map(|s| s.local_addr().unwrap().port())
+        .collect();
+    match arch {
+        Arch::Lfrt => {
+            let mut g = lfrt::GroupConfig::new("echo", o.fifo.unwrap_or(0));
+            g.policy = if o.fifo.is_some() {
+                lfrt::Policy::Fifo
+            } else {
+                lfrt::Policy::Other
+            };
+            g.threads = o.threads;
+            g.buffer_bytes = 2048;
+            let cfg = lfrt::RuntimeConfig {
+                rt: lfrt::RtMode::BestEffort,
+                lock_memory: false,
+                groups: vec![g],
+            };
+            let mut rt = lfrt::Runtime::new(cfg).expect("runtime");
+            let reg = rt.registry("echo").unwrap();
+            for s in socks {
+                reg.register(Box::new(lfrt::handlers::UdpEcho::new(s, work_us).unwrap()))
+                    .unwrap();
+            }
+            rt.start().expect("start");
+            Server {
+                ports,
+                stop: Box::new(move || {
+                    let m = rt.shutdown().expect("shutdown");
+                    serde_json::json!({"pool_allocations": m[0].pool_allocations, "promotions": m[0].promotions,
+                        "promotions_no_follower": m[0].promotions_no_follower, "dispatched": m[0].dispatched})
+                }),
+            }
+        }
+        Arch::Hsha => hsha_server(socks, ports, o, work_us),
+        Arch::Tokio => {
+            let fifo = o.fifo;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(o.threads)
+                .enable_io()
+                .on_thread_start(move || {
+                    if let Some(p) = fifo {
+                        set_fifo(p);
+                    }
+                })
+                .build()
+                .expect("tokio runtime");
+            for s in socks {
+                s.set_nonblocking(true).unwrap();
+                rt.spawn(async move {
+                    let s = tokio::net::UdpSocket::from_std(s).expect("tokio socket");
+                    let mut buf = vec![0u8; 2048];
+                    while let Ok((n, from)) = s.recv_from(&mut buf).await {
+                        lfrt::handlers::busy_work(work_us);
+                        let _ = s.send_to(&buf[..n], from).await;
+                    }
+                });
+            }
+            Server {
+                ports,
+                stop: Box::new(move || {
+                    rt.shutdown_timeout(Duration::from_secs(2));
+                    serde_json::json!({})
+                }),
+            }
+        }
+    }
+}
+
+fn set_fifo(p: u8) {
+    use thread_priority::*;
+    let _ = set_thread_priority_and_policy(
+        thread_native_id(),
+        ThreadPriority::Crossplatform(p.try_into().expect("1..=99")),
+        ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
+    );
+}
+
+fn hsha_server(_socks: Vec<UdpSocket>, _ports: Vec<u16>, _o: &Opts, _work_us: u64) -> Server {
+    panic!("the HS/HA pool is not available in this build");
+}
+
+fn run_one(arch: Arch, o: &Opts, work_us: u64) -> serde_json::Value {
+    let server = start(arch, o, work_us);
+    std::thread::sleep(Duration::from_millis(100));
+    let ports: Vec<String> = server.ports.iter().map(u16::to_string).collect();
+    let json_path = std::env::temp_dir().join(format!(
+        "lfrt-echo-{}-{}-{}.json",
+        std::process::id(),
+        arch.name(),
+        work_us
+    ));
+    let (csw0, icsw0, cpu0) = lfrt::os::process_usage();
+    let allocs0 = ALLOCATIONS.load(Relaxed);
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_lfrt-loadgen"))
+        .args([
+            "--ports",
+            &ports.join(","),
+            "--mode",
+            "closed",
+            "--window",
+            &o.window.to_string(),
+        ])
+        .args([
+            "--duration",
+            &o.duration_s.to_string(),
+            "--size",
+            "64",
+            "--json",
+        ])
+        .arg(&json_path)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("spawn lfrt-loadgen");
+    assert!(status.success(), "lfrt-loadgen failed: {status}");
+    let (csw1, icsw1, cpu1) = lfrt::os::process_usage();
+    let allocs = ALLOCATIONS.load(Relaxed) - allocs0;
+    let extra = (server.stop)();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json_path);
+    let received = report["received"].as_u64().unwrap_or(0).max(1) as f64;
+    serde_json::json!({
+        "architecture": arch.name(),
+        "work_us": work_us,
+        "threads": o.threads,
+        "throughput_msgs_per_s": report["throughput_msgs_per_s"],
+        "rtt_us": report["rtt_us"],
+        "sent": report["sent"], "received": report["received"], "lost": report["lost"],
+        "duplicates": report["duplicates"], "corrupt": report["corrupt"],
+        "ctx_switches_per_msg": ((csw1 - csw0) + (icsw1 - icsw0)) as f64 / received,
+        "voluntary_ctx_switches_per_msg": (csw1 - csw0) as f64 / received,
+        "allocations_per_msg": allocs as f64 / received,
+        "cpu_us_per_msg": (cpu1 - cpu0) as f64 / 1000.0 / received,
+        "server": extra,
+    })
+}
+
+fn main() {
+    let o = parse_opts();
+    println!(
+        "# UDP echo: {} server threads, {} ports, closed loop window {} per port, {} s per run, {} ({} CPUs, kernel {})",
+        o.threads,
+        o.ports,
+        o.window,
+        o.duration_s,
+        o.fifo.map(|p| format!("SCHED_FIFO {p}")).unwrap_or_else(|| "SCHED_OTHER".into()),
+        lfrt::os::available_cpus().len(),
+        std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
+    );
+    println!(
+        "{:<6} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9}",
+        "arch",
+        "work",
+        "msgs/s",
+        "p50_us",
+        "p99_us",
+        "p999_us",
+        "lost",
+        "csw/msg",
+        "alloc/msg",
+        "cpu_us/m"
+    );
+    let mut rows = Vec::new();
+    for &work in &o.work {
+        for &arch in &o.archs {
+            let r = run_one(arch, &o, work);
+            println!(
+                "{:<6} {:>5} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>10.3} {:>10.3} {:>9.2}",
+                arch.name(),
+                work,
+                r["throughput_msgs_per_s"].as_f64().unwrap_or(0.0),
+                r["rtt_us"]["p50"].as_f64().unwrap_or(0.0),
+                r["rtt_us"]["p99"].as_f64().unwrap_or(0.0),
+                r["rtt_us"]["p999"].as_f64().unwrap_or(0.0),
+                r["lost"],
+                r["ctx_switches_per_msg"].as_f64().unwrap_or(0.0),
+                r["allocations_per_msg"].as_f64().unwrap_or(0.0),
+                r["cpu_us_per_msg"].as_f64().unwrap_or(0.0),
+            );
+            rows.push(r);
+        }
+    }
+    if let Some(p) = &o.json {
+        let v = serde_json::json!({"benchmark": "udp-echo", "threads": o.threads, "ports": o.ports, "window": o.window,
+            "duration_s": o.duration_s, "fifo": o.fifo, "results": rows});
+        std::fs::write(p, serde_json::to_string_pretty(&v).unwrap()).expect("write --json");
+        println!("# wrote {p}");
+    }
+}
