@@ -461,3 +461,72 @@ fn invalid_configs_start_nothing() {
         "a thread was left running"
     );
 }
+
+/// Blocks in its handler until released (without spinning): the low lane's only thread is
+/// occupied for as long as the test wants.
+struct Gate {
+    n: Notifier,
+    entered: Arc<AtomicU64>,
+    release: Arc<AtomicU64>,
+}
+
+impl EventHandler for Gate {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.n.as_fd()
+    }
+    fn handle(&mut self, _e: &Event, _c: &mut Context) -> Disposition {
+        let _ = self.n.take();
+        self.entered.store(1, SeqCst);
+        while self.release.load(SeqCst) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Disposition::Rearm
+    }
+}
+
+#[test]
+fn a_busy_low_lane_does_not_hold_up_the_high_lane() {
+    let _l = util::rt_lock();
+    let mut high = GroupConfig::new("high", 30);
+    high.threads = 1;
+    let mut low = GroupConfig::new("low", 10);
+    low.threads = 1;
+    let mut rt = Runtime::new(cfg(vec![high, low])).unwrap();
+    let (entered, release) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let gate = Notifier::new().unwrap();
+    let gate_w = writer_for(&gate);
+    rt.registry("low")
+        .unwrap()
+        .register(Box::new(Gate {
+            n: gate,
+            entered: entered.clone(),
+            release: release.clone(),
+        }))
+        .unwrap();
+    let total = Arc::new(AtomicU64::new(0));
+    let hi = Notifier::new().unwrap();
+    let hi_w = writer_for(&hi);
+    rt.registry("high")
+        .unwrap()
+        .register(Box::new(Counter {
+            n: hi,
+            total: total.clone(),
+        }))
+        .unwrap();
+    rt.start().unwrap();
+    gate_w.write(1);
+    assert!(util::wait_until(10, || entered.load(SeqCst) == 1));
+    // The low lane's only thread is inside its handler; the high lane still serves every event.
+    for k in 1..=100 {
+        hi_w.write(1);
+        assert!(
+            util::wait_until(10, || total.load(SeqCst) == k),
+            "high lane stalled at {k}"
+        );
+    }
+    let low_during = rt.metrics()[1].dispatched;
+    release.store(1, SeqCst);
+    let m = rt.shutdown().unwrap();
+    assert_eq!(low_during, 0, "the low handler had not returned yet");
+    assert_eq!(m[1].dispatched, 1);
+}
