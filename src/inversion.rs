@@ -1520,23 +1520,33 @@ mod tests {
 
     #[test]
     fn bad_flags_name_themselves() {
-        let mut a = InversionArgs::default();
-        a.server_cpu = 0;
-        a.client_cpu = 0;
+        let a = InversionArgs {
+            server_cpu: 0,
+            client_cpu: 0,
+            ..Default::default()
+        };
         assert!(a.plan().unwrap_err().contains("--server-cpu"));
-        let mut a = InversionArgs::default();
-        a.low_budget = 0.95;
+        let a = InversionArgs {
+            low_budget: 0.95,
+            ..Default::default()
+        };
         assert!(a.plan().unwrap_err().contains("--low-budget"));
-        let mut a = InversionArgs::default();
-        a.high_prio = 41;
+        let a = InversionArgs {
+            high_prio: 41,
+            ..Default::default()
+        };
         assert!(a.plan().unwrap_err().contains("--high-prio"));
+        let a = args(&["--n-low", "0,65"]);
+        assert!(a.plan().unwrap_err().contains("--n-low"));
     }
 
     #[test]
     fn low_rate_is_capped_by_the_budget() {
-        let mut a = InversionArgs::default();
-        a.server_cpu = 0;
-        a.client_cpu = 1;
+        let a = InversionArgs {
+            server_cpu: 0,
+            client_cpu: 1,
+            ..Default::default()
+        };
         if sched::available_cpus().len() < 2 {
             return;
         }
