@@ -9,6 +9,8 @@
 //!   generator thread (latency = service entry − the send timestamp carried in the datagram);
 //! * **N low-priority UDP streams** (`--n-low`), each an independent Poisson source at
 //!   `--low-rate` datagrams/s; every low datagram costs `--work-us` of CPU time in the service.
+//!   A generator that falls behind sends the overdue datagrams at once (it never skips), so
+//!   the offered count does not depend on how busy the client CPU is.
 //!
 //! The same [`Service`] runs under each architecture:
 //!
@@ -872,18 +874,19 @@ fn server_socket() -> std::io::Result<(UdpSocket, SocketAddr)> {
 }
 
 enum Server {
-    Lfrt(Runtime),
+    /// The runtime and whether its threads got SCHED_FIFO.
+    Lfrt(Runtime, bool),
     Hsha(HshaPool),
 }
 
 /// What a server reported after shutdown: (requests, allocations, rt_applied).
 fn stop_server(server: Server, pool_allocations: &mut u64) -> Result<(u64, u64, bool), BoxError> {
     Ok(match server {
-        Server::Lfrt(mut rt) => {
+        Server::Lfrt(mut rt, rt_applied) => {
             let m = rt.shutdown()?;
             let allocs: u64 = m.iter().map(|g| g.pool_allocations).sum();
             *pool_allocations += allocs;
-            (m.iter().map(|g| g.dispatched).sum(), allocs, true)
+            (m.iter().map(|g| g.dispatched).sum(), allocs, rt_applied)
         }
         Server::Hsha(pool) => {
             let m = pool.shutdown()?;
@@ -974,7 +977,7 @@ fn run_once_counting(
                 lock_memory: false,
                 groups,
             })?;
-            rt.start()?;
+            let started = rt.start()?;
             let high = rt.registry(high_group).expect("group exists");
             let low = rt.registry(low_group).expect("group exists");
             high.register(Box::new(ServiceHandler::timer(timer, 0, probe.clone())))?;
@@ -992,7 +995,7 @@ fn run_once_counting(
                     probe.clone(),
                 )?))?;
             }
-            Server::Lfrt(rt)
+            Server::Lfrt(rt, started.rt_applied)
         }
         Architecture::Hsha => {
             let mut sources = vec![Source::Timer(timer), Source::Udp(high_sock)];
