@@ -37,6 +37,8 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Priority-inversion experiments: lfrt lanes vs a single pool vs Half-Sync/Half-Reactive.
+    Inversion(lfrt::inversion::InversionArgs),
 }
 
 fn init_tracing() {
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
             duration,
             json,
         } => run(&config, duration, json),
+        Cmd::Inversion(args) => lfrt::inversion::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
