@@ -232,8 +232,27 @@ fn set_fifo(p: u8) {
     );
 }
 
-fn hsha_server(_socks: Vec<UdpSocket>, _ports: Vec<u16>, _o: &Opts, _work_us: u64) -> Server {
-    panic!("the HS/HA pool is not available in this build");
+/// HS/HA: one I/O thread (allocates each request, queues it) + `threads` workers running the
+/// same echo service. The I/O thread is inherent to the architecture and comes on top.
+fn hsha_server(socks: Vec<UdpSocket>, ports: Vec<u16>, o: &Opts, work_us: u64) -> Server {
+    let cfg = lfrt::hsha::HshaConfig {
+        workers: o.threads,
+        priority: o.fifo,
+        read_batch: 32,
+        max_datagram: 2048,
+        ..Default::default()
+    };
+    let sources = socks.into_iter().map(lfrt::hsha::Source::Udp).collect();
+    let pool = lfrt::hsha::HshaPool::start(cfg, sources, |_| lfrt::service::Echo { work_us })
+        .expect("hsha pool");
+    Server {
+        ports,
+        stop: Box::new(move || {
+            let m = pool.shutdown().expect("hsha shutdown");
+            serde_json::json!({"io_allocations": m.io_allocations, "worker_allocations": m.worker_allocations,
+                "served": m.served, "max_queue_depth": m.max_queue_depth, "full_waits": m.full_waits})
+        }),
+    }
 }
 
 fn run_one(arch: Arch, o: &Opts, work_us: u64) -> serde_json::Value {
