@@ -101,8 +101,8 @@ pub use source::{Notifier, Timer};
 pub mod os {
     pub use crate::sys::mem::{process_usage, thread_minor_faults};
     pub use crate::sys::sched::{
-        affinity, available_cpus, current_cpu, effective_rt_priority, minor_faults, read_back,
-        RtPrivilege,
+        affinity, available_cpus, current_cpu, effective_rt_priority, minor_faults, online_cpus,
+        read_back, RtPrivilege,
     };
     pub use crate::sys::signal::{block_termination, wait_termination};
     pub use crate::sys::{gettid, now_ns};

@@ -190,7 +190,7 @@ impl RuntimeConfig {
     /// Checks everything that can be checked without starting anything: ranges, distinct
     /// priorities, existing CPUs, and that every address binds (ports are free).
     pub fn validate(&self) -> Result<(), Invalid> {
-        self.validate_with_cpus(&crate::sys::sched::available_cpus())
+        self.validate_with_cpus(&crate::sys::sched::online_cpus())
     }
 
     /// [`validate`](Self::validate) against a given set of usable CPUs.
@@ -287,7 +287,11 @@ impl RuntimeConfig {
                     ));
                 }
                 if let Some(missing) = c.iter().find(|c| !cpus.contains(c)) {
-                    return Err(bad(gi, "cpus", format!("CPU {missing} does not exist or is not available to this process (available: {cpus:?})")));
+                    return Err(bad(
+                        gi,
+                        "cpus",
+                        format!("CPU {missing} does not exist or is offline (online: {cpus:?})"),
+                    ));
                 }
             }
             if g.buffer_bytes < 64 || g.buffer_bytes > 64 << 20 {

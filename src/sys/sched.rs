@@ -110,9 +110,29 @@ pub fn affinity(tid: i32) -> io::Result<Vec<usize>> {
         .collect())
 }
 
-/// CPUs this process may use (its affinity mask at the time of the call).
+/// CPUs the calling thread may run on now (its affinity mask).
 pub fn available_cpus() -> Vec<usize> {
     affinity(0).unwrap_or_default()
+}
+
+/// CPUs that exist and are online (`/sys/devices/system/cpu/online`, e.g. `0-3,6`), whatever
+/// the calling thread's own affinity. Falls back to [`available_cpus`].
+pub fn online_cpus() -> Vec<usize> {
+    let parse = |s: &str| -> Option<Vec<usize>> {
+        let mut v = Vec::new();
+        for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+            match part.split_once('-') {
+                Some((a, b)) => v.extend(a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?),
+                None => v.push(part.parse().ok()?),
+            }
+        }
+        Some(v)
+    };
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| parse(&s))
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(available_cpus)
 }
 
 /// What the kernel will check before granting an RT policy.
