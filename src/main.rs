@@ -37,6 +37,8 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// cyclictest-compatible timer latency through the runtime (-h is --histogram).
+    Cyclic(lfrt::cyclic::CyclicArgs),
 }
 
 fn init_tracing() {
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
             duration,
             json,
         } => run(&config, duration, json),
+        Cmd::Cyclic(args) => lfrt::cyclic::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
