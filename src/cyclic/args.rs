@@ -33,7 +33,7 @@ pub struct CyclicArgs {
     #[arg(short = 'p', long = "priority", value_name = "PRIO", value_parser = clap::value_parser!(u8).range(0..=99))]
     pub priority: Option<u8>,
 
-    /// Scheduling policy of the group: other, fifo or rr [default: fifo if PRIO > 0, else other].
+    /// Scheduling policy of the group: other, fifo or rr [default: fifo for PRIO 1..=99, other for 0].
     #[arg(long = "policy", value_name = "NAME", value_parser = parse_policy)]
     pub policy: Option<Policy>,
 
