@@ -13,6 +13,8 @@
 #   HIST_NS  histogram range in ns (default 2000000 = 2 ms; larger latencies count as
 #            overflows, and a percentile inside them is printed as >=range)
 #   OUT_DIR  where the JSON files go (default: a new temporary directory)
+#   LFRT_EXTRA  extra options for lfrt only, for diagnosis (e.g. "--pool-threads 1"); the
+#            parameters are then no longer identical, and the report says so
 #
 # Each run holds the machine-wide RT lock (/tmp/lfrt-rt-tests.lock), as every SCHED_FIFO
 # user on this machine must. cyclictest comes from Debian/Ubuntu's rt-tests package.
@@ -41,21 +43,41 @@ LOCK=/tmp/lfrt-rt-tests.lock
 COMMON=(-q -N -h "$HIST_NS" --histfile=/dev/null)
 
 CT_CMD=(cyclictest "${OPTS[@]}" "${COMMON[@]}" --json="$OUT_DIR/cyclictest.json")
-LF_CMD=("$LFRT" cyclic "${OPTS[@]}" "${COMMON[@]}" --json="$OUT_DIR/lfrt.json")
+read -r -a EXTRA <<<"${LFRT_EXTRA:-}"
+LF_CMD=("$LFRT" cyclic "${OPTS[@]}" ${EXTRA[@]+"${EXTRA[@]}"} "${COMMON[@]}" --json="$OUT_DIR/lfrt.json")
+
+# Inter-processor interrupts (rescheduling + function call) on all CPUs, for the whole machine:
+# a cross-CPU wake-up costs one, and in a VM each is an exit to the hypervisor.
+ipis() { awk '$1 == "RES:" || $1 == "CAL:" { for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i } END { print n + 0 }' /proc/interrupts; }
+
+# Runs a command under the RT lock (held on fd 9 by a subshell); counts the IPIs of the run.
+run_locked() { # OUT_FILE CMD...
+    local out=$1
+    shift
+    (
+        flock 9
+        before=$(ipis)
+        "$@" >"$out"
+        echo $(($(ipis) - before)) >"$out.ipis"
+    ) 9>"$LOCK"
+}
 
 echo "# machine: $(nproc) CPUs, kernel $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "# loadavg before: $(cat /proc/loadavg)"
+[ -n "${LFRT_EXTRA:-}" ] && echo "# NOTE: lfrt runs with extra options ($LFRT_EXTRA): the parameters are not identical"
 echo "# 1) ${CT_CMD[*]}"
-flock "$LOCK" "${CT_CMD[@]}" >"$OUT_DIR/cyclictest.out"
+run_locked "$OUT_DIR/cyclictest.out" "${CT_CMD[@]}"
 echo "# 2) RUST_LOG=warn ${LF_CMD[*]}"
-RUST_LOG=warn flock "$LOCK" "${LF_CMD[@]}" >"$OUT_DIR/lfrt.out"
+run_locked "$OUT_DIR/lfrt.out" env RUST_LOG=warn "${LF_CMD[@]}"
 echo "# loadavg after:  $(cat /proc/loadavg)"
 echo "# results: $OUT_DIR"
 
-python3 - "$OUT_DIR/cyclictest.json" "$OUT_DIR/lfrt.json" "$HIST_NS" <<'PY'
+python3 - "$OUT_DIR/cyclictest.json" "$OUT_DIR/lfrt.json" "$HIST_NS" \
+    "$(cat "$OUT_DIR/cyclictest.out.ipis")" "$(cat "$OUT_DIR/lfrt.out.ipis")" <<'PY'
 import json, sys
 
 ct, lf, hist_ns = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+ipis_ct, ipis_lf = int(sys.argv[4]), int(sys.argv[5])
 for doc, name in ((ct, "cyclictest"), (lf, "lfrt")):
     if doc.get("resolution_in_ns") != 1:
         sys.exit(f"{name}: expected ns resolution (-N)")
@@ -135,7 +157,17 @@ print(f"lfrt split (us)  wake = expiry -> leader awake: avg {w['avg']/1000:.1f} 
 print(f"lfrt: overruns={lf['overruns']} pool_allocations={lf['pool_allocations']} pool_minor_faults={lf['pool_minor_faults']} "
       f"samples_dropped={lf['samples_dropped']} promotions={top['promotions']} no_follower={top['promotions_no_follower']} "
       f"rt_applied={lf['rt_applied']} memory_locked={lf['memory_locked']}")
-ovf_c = sum(t["cycles"] - sum(t["histogram"].values()) for t in ctt)
-ovf_l = sum(t["hist_overflow"] for t in lft)
-print(f"histogram overflows (>= {hist_ns/1000:.0f} us): cyclictest {ovf_c}, lfrt {ovf_l}")
+def late(t):
+    """Samples at least one period late (cyclictest then skips the missed periods; lfrt counts
+    them as overruns)."""
+    h = in_range(t)
+    return sum(c for k, c in h.items() if k >= t["_period"]) + (t["cycles"] - sum(h.values()))
+for i, t in enumerate(ctt):
+    t["_period"] = lft[min(i, len(lft) - 1)]["interval"] * 1000  # same parameters: same periods
+for t in lft:
+    t["_period"] = t["interval"] * 1000
+print(f"samples >= 1 period late: cyclictest {sum(late(t) for t in ctt)}, lfrt {sum(late(t) for t in lft)}"
+      f" (lfrt overruns, i.e. missed periods: {lf['overruns']})")
+print(f"IPIs (rescheduling + function call, whole machine) per cycle: cyclictest {ipis_ct / stats(ctt)['cycles']:.3f}, "
+      f"lfrt {ipis_lf / stats(lft)['cycles']:.3f}")
 PY

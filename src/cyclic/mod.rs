@@ -124,12 +124,11 @@ pub fn run(args: &CyclicArgs) -> Result<(), Box<dyn std::error::Error>> {
                 report::write_histogram(&mut f, &report.timers, plan.unit, limit)?;
                 f.flush()?;
             }
-            None => report::write_histogram(
-                &mut std::io::BufWriter::new(&mut out),
-                &report.timers,
-                plan.unit,
-                limit,
-            )?,
+            None => {
+                let mut w = std::io::BufWriter::new(&mut out);
+                report::write_histogram(&mut w, &report.timers, plan.unit, limit)?;
+                w.flush()?;
+            }
         }
     }
     write!(
