@@ -62,6 +62,7 @@ mod sys;
 
 mod alloc_count;
 mod config;
+pub mod cyclic;
 mod error;
 mod follower_queue;
 mod group;

@@ -37,6 +37,8 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// cyclictest-compatible timer latency through the runtime (-h is --histogram).
+    Cyclic(lfrt::cyclic::CyclicArgs),
     /// Priority-inversion experiments: lfrt lanes vs a single pool vs Half-Sync/Half-Reactive.
     Inversion(lfrt::inversion::InversionArgs),
 }
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
             duration,
             json,
         } => run(&config, duration, json),
+        Cmd::Cyclic(args) => lfrt::cyclic::run(&args),
         Cmd::Inversion(args) => lfrt::inversion::run(&args),
     };
     match result {

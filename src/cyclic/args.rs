@@ -1,0 +1,704 @@
+//! The command line (cyclictest's options) and the plan it maps to: groups and timers.
+
+use crate::config::{GroupConfig, HandlerConfig, Policy, RtMode, RuntimeConfig};
+use crate::follower_queue::MAX_GROUP_THREADS;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Shortest timer interval accepted (µs), as for `kind = "timer"` handlers in configuration
+/// files: shorter periods at a real-time priority leave too little CPU to anything else.
+pub const MIN_INTERVAL_US: u64 = 50;
+/// Longest timer interval accepted (µs).
+pub const MAX_INTERVAL_US: u64 = 10_000_000;
+/// Most timers one run measures.
+pub const MAX_TIMERS: usize = 256;
+/// Name of the group built from the flags (thread names are `lf-cyclic-<n>`).
+pub const GROUP_NAME: &str = "cyclic";
+/// Per-thread buffer of the flag-built group: timer handlers read 8 bytes, so the runtime's
+/// 64 KiB default would only add memory to lock and pre-fault.
+const BUFFER_BYTES: usize = 4096;
+
+/// `lfrt cyclic`: cyclictest's options, measuring timer dispatch through the lfrt runtime.
+///
+/// Options keep cyclictest's letters, units and defaults where they apply (see the module
+/// docs of [`crate::cyclic`] for how cyclictest's threads map onto a Leader/Followers group).
+#[derive(clap::Args, Debug, Clone, Default)]
+#[command(disable_help_flag = true)]
+pub struct CyclicArgs {
+    /// Print help (-h is --histogram, as in cyclictest).
+    #[arg(long, action = clap::ArgAction::Help)]
+    help: Option<bool>,
+
+    /// Priority of the timer group (SCHED_FIFO 1..=99; 0 = SCHED_OTHER) [default: 0].
+    #[arg(short = 'p', long = "priority", value_name = "PRIO", value_parser = clap::value_parser!(u8).range(0..=99))]
+    pub priority: Option<u8>,
+
+    /// Scheduling policy of the group: other, fifo or rr [default: fifo for PRIO 1..=99, other for 0].
+    #[arg(long = "policy", value_name = "NAME", value_parser = parse_policy)]
+    pub policy: Option<Policy>,
+
+    /// Base interval of the timers in µs [default: 1000].
+    #[arg(short = 'i', long = "interval", value_name = "INTV")]
+    pub interval: Option<u64>,
+
+    /// Distance of the timer intervals in µs: timer k fires every INTV + k*DIST; ignored
+    /// with -h, as in cyclictest [default: 500].
+    #[arg(short = 'd', long = "distance", value_name = "DIST")]
+    pub distance: Option<u64>,
+
+    /// Align the timers: all start together, timer k USEC later than timer 0
+    /// [default: unaligned, timer k of n offset by k/n of its group's first interval].
+    #[arg(short = 'A', long = "aligned", value_name = "USEC")]
+    pub aligned: Option<u64>,
+
+    /// Number of timers; without NUM, one per available CPU [default: 1].
+    #[arg(short = 't', long = "threads", value_name = "NUM", num_args = 0..=1, default_missing_value = "0")]
+    pub threads: Option<usize>,
+
+    /// Pool threads of the group [default: the number of timers, at most 64].
+    #[arg(long = "pool-threads", value_name = "N")]
+    pub pool_threads: Option<usize>,
+
+    /// Pin the group's threads to CPUSET (e.g. 1 or 0-1,3); without CPUSET, to every
+    /// available CPU [default: not pinned].
+    #[arg(short = 'a', long = "affinity", value_name = "CPUSET", num_args = 0..=1, default_missing_value = "")]
+    pub affinity: Option<String>,
+
+    /// Number of cycles per timer; 0 = endless [default: 0].
+    #[arg(
+        short = 'l',
+        long = "loops",
+        value_name = "LOOPS",
+        default_value_t = 0,
+        hide_default_value = true
+    )]
+    pub loops: u64,
+
+    /// Length of the run: seconds, or append s, m, h or d (30, 30s, 10m, 1h, 1d)
+    /// [default: until the loops are done or SIGINT/SIGTERM].
+    #[arg(short = 'D', long = "duration", value_name = "TIME", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Lock current and future memory allocations (mlockall).
+    #[arg(short = 'm', long = "mlockall")]
+    pub mlockall: bool,
+
+    /// Dump a latency histogram after the run; US is the number of buckets (1 µs each, 1 ns
+    /// with -N); larger latencies count as overflows.
+    #[arg(short = 'h', long = "histogram", value_name = "US", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub histogram: Option<u64>,
+
+    /// Write the -h histogram to PATH instead of stdout.
+    #[arg(long = "histfile", value_name = "PATH")]
+    pub histfile: Option<PathBuf>,
+
+    /// Print only the final status and summary.
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
+
+    /// Write the final results to FILE as JSON (cyclictest's shape plus lfrt's fields).
+    #[arg(long = "json", value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Print results in ns instead of µs.
+    #[arg(short = 'N', long = "nsecs")]
+    pub nsecs: bool,
+
+    /// Do not hold /dev/cpu_dma_latency (deep C-states stay allowed).
+    #[arg(long = "laptop")]
+    pub laptop: bool,
+
+    /// Value written to /dev/cpu_dma_latency for the run, in µs [default: 0].
+    #[arg(
+        long = "latency",
+        value_name = "PM_QOS",
+        default_value_t = 0,
+        hide_default_value = true
+    )]
+    pub latency: i32,
+
+    /// Run the groups of a configuration file instead: each `kind = "timer"` handler's timers
+    /// are measured in their own group, at that group's priority.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+fn parse_policy(s: &str) -> Result<Policy, String> {
+    match s {
+        "fifo" => Ok(Policy::Fifo),
+        "rr" => Ok(Policy::Rr),
+        "other" | "normal" => Ok(Policy::Other),
+        _ => Err(format!("`{s}`: use other, fifo or rr")),
+    }
+}
+
+/// Parses cyclictest's `-D` forms: `30` or `30s` seconds, `10m`, `1h`, `1d`. `0` = no limit.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let mult = match c.to_ascii_lowercase() {
+                's' => 1,
+                'm' => 60,
+                'h' => 3600,
+                'd' => 86_400,
+                _ => return Err(format!("`{s}`: the unit must be s, m, h or d")),
+            };
+            (&s[..i], mult)
+        }
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| {
+        format!("`{s}`: expected a whole number, optionally followed by s, m, h or d")
+    })?;
+    n.checked_mul(mult)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("`{s}` is too long"))
+}
+
+/// Parses a CPU list such as `1`, `0-1,3`.
+pub fn parse_cpuset(s: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || format!("`{part}`: expected a CPU number or a range such as 0-3");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (
+                    a.trim().parse().map_err(|_| bad())?,
+                    b.trim().parse().map_err(|_| bad())?,
+                );
+                if a > b {
+                    return Err(bad());
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    if cpus.is_empty() {
+        return Err(format!("`{s}`: no CPU given"));
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+/// Output unit: cyclictest's µs, or ns with `-N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Microseconds (values truncated, as cyclictest's `calcdiff`).
+    Us,
+    /// Nanoseconds.
+    Ns,
+}
+
+impl Unit {
+    /// Nanoseconds per unit.
+    pub fn ns(self) -> u64 {
+        match self {
+            Unit::Us => 1000,
+            Unit::Ns => 1,
+        }
+    }
+
+    /// `ns` in this unit, truncated.
+    pub fn of(self, ns: u64) -> u64 {
+        ns / self.ns()
+    }
+
+    /// `ns` in this unit, as a fraction.
+    pub fn of_f(self, ns: f64) -> f64 {
+        ns / self.ns() as f64
+    }
+
+    /// `"us"` or `"ns"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Us => "us",
+            Unit::Ns => "ns",
+        }
+    }
+}
+
+/// One measured timer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimerSpec {
+    /// Index of its group in the runtime configuration.
+    pub group: usize,
+    /// Period (µs).
+    pub interval_us: u64,
+    /// Start offset (µs): the first expiry is at the common start + `phase_us` + `interval_us`.
+    pub phase_us: u64,
+}
+
+/// What a run does: the runtime configuration (without timer handlers: the harness registers
+/// its own, counting timers), the timers, and the reporting options.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Groups to start; their `kind = "timer"` handlers moved into `timers`.
+    pub config: RuntimeConfig,
+    /// The timers, in report order (`T: 0`, `T: 1`, ...).
+    pub timers: Vec<TimerSpec>,
+    /// Cycles per timer (0 = endless).
+    pub loops: u64,
+    /// Run length (`None` = until the loops are done or a signal).
+    pub duration: Option<Duration>,
+    /// Output unit.
+    pub unit: Unit,
+    /// `-h` bucket count.
+    pub histogram: Option<u64>,
+    /// `--histfile`.
+    pub histfile: Option<PathBuf>,
+    /// `-q`.
+    pub quiet: bool,
+    /// `--json`.
+    pub json: Option<PathBuf>,
+    /// Value to hold in `/dev/cpu_dma_latency`, unless `--laptop`.
+    pub dma_latency: Option<i32>,
+}
+
+impl Plan {
+    /// Maps the options onto groups and timers (see the module docs), and checks them.
+    ///
+    /// # Errors
+    /// A message naming the offending option.
+    pub fn from_args(a: &CyclicArgs) -> Result<Plan, String> {
+        let (config, mut timers) = match &a.config {
+            Some(path) => from_file(a, path)?,
+            None => from_flags(a, &crate::sys::sched::available_cpus())?,
+        };
+        assign_phases(&mut timers, a.aligned);
+        if a.histfile.is_some() && a.histogram.is_none() {
+            return Err("--histfile needs -h/--histogram".into());
+        }
+        Ok(Plan {
+            config,
+            timers,
+            loops: a.loops,
+            duration: a.duration.filter(|d| !d.is_zero()),
+            unit: if a.nsecs { Unit::Ns } else { Unit::Us },
+            histogram: a.histogram,
+            histfile: a.histfile.clone(),
+            quiet: a.quiet,
+            json: a.json.clone(),
+            dma_latency: if a.laptop { None } else { Some(a.latency) },
+        })
+    }
+}
+
+/// Without `--config`: one group at `-p` with `-t` timers and as many pool threads.
+pub(crate) fn from_flags(
+    a: &CyclicArgs,
+    cpus: &[usize],
+) -> Result<(RuntimeConfig, Vec<TimerSpec>), String> {
+    let priority = a.priority.unwrap_or(0);
+    let policy = a.policy.unwrap_or(if priority > 0 {
+        Policy::Fifo
+    } else {
+        Policy::Other
+    });
+    match policy {
+        Policy::Other if priority > 0 => {
+            return Err(format!(
+                "-p {priority} needs --policy fifo or rr (SCHED_OTHER has no priority)"
+            ))
+        }
+        Policy::Fifo | Policy::Rr if priority == 0 => {
+            return Err("--policy fifo/rr needs -p 1..=99".into())
+        }
+        _ => {}
+    }
+    let timers = match a.threads {
+        None => 1,
+        Some(0) => cpus.len().max(1),
+        Some(n) => n,
+    };
+    if timers > MAX_TIMERS {
+        return Err(format!("-t {timers}: at most {MAX_TIMERS} timers"));
+    }
+    let interval = a.interval.unwrap_or(1000);
+    // cyclictest gives every thread the same interval when it records a histogram.
+    let distance = if a.histogram.is_some() {
+        0
+    } else {
+        a.distance.unwrap_or(500)
+    };
+    let last = interval.saturating_add(distance.saturating_mul(timers as u64 - 1));
+    if interval < MIN_INTERVAL_US || last > MAX_INTERVAL_US {
+        return Err(format!("-i {interval} -d {distance} -t {timers}: intervals must stay within {MIN_INTERVAL_US}..={MAX_INTERVAL_US} µs"));
+    }
+    let pool = a.pool_threads.unwrap_or(timers.min(MAX_GROUP_THREADS));
+    if pool == 0 || pool > MAX_GROUP_THREADS {
+        return Err(format!(
+            "--pool-threads {pool}: must be 1..={MAX_GROUP_THREADS}"
+        ));
+    }
+    let mut g = GroupConfig::new(GROUP_NAME, priority);
+    g.policy = policy;
+    g.threads = pool;
+    g.buffer_bytes = BUFFER_BYTES;
+    g.max_handles = timers;
+    g.cpus = match a.affinity.as_deref() {
+        None => None,
+        Some("") => Some(cpus.to_vec()),
+        Some(set) => Some(parse_cpuset(set).map_err(|e| format!("-a {e}"))?),
+    };
+    let config = RuntimeConfig {
+        // cyclictest refuses to run when it cannot get the policy it was asked for.
+        rt: if policy == Policy::Other {
+            RtMode::BestEffort
+        } else {
+            RtMode::Required
+        },
+        lock_memory: a.mlockall,
+        groups: vec![g],
+    };
+    config
+        .validate_with_cpus(cpus)
+        .map_err(|e| format!("{}: {}", e.path(), e.message))?;
+    let timers = (0..timers as u64)
+        .map(|k| TimerSpec {
+            group: 0,
+            interval_us: interval + k * distance,
+            phase_us: 0,
+        })
+        .collect();
+    Ok((config, timers))
+}
+
+/// Sets each timer's start offset. With `-A USEC`, cyclictest's aligned mode: timer k (global
+/// `T:` index) starts k·USEC after timer 0. Without it, the timers are unaligned, as
+/// cyclictest's threads (each starts at its own clock reading): here deterministically, timer j
+/// of a group's n timers starts j/n of the group's first interval later, so timers of equal
+/// period do not expire at the same instant.
+pub(crate) fn assign_phases(timers: &mut [TimerSpec], aligned: Option<u64>) {
+    if let Some(usec) = aligned {
+        for (k, t) in timers.iter_mut().enumerate() {
+            t.phase_us = k as u64 * usec;
+        }
+        return;
+    }
+    let groups = timers.iter().map(|t| t.group).max().map_or(0, |g| g + 1);
+    for g in 0..groups {
+        let members: Vec<usize> = (0..timers.len())
+            .filter(|&i| timers[i].group == g)
+            .collect();
+        let (n, base) = match members.first() {
+            Some(&first) => (members.len() as u64, timers[first].interval_us),
+            None => continue,
+        };
+        for (j, &i) in members.iter().enumerate() {
+            timers[i].phase_us = j as u64 * base / n;
+        }
+    }
+}
+
+/// With `--config`: the file's groups; each timer handler becomes measured timers.
+fn from_file(
+    a: &CyclicArgs,
+    path: &std::path::Path,
+) -> Result<(RuntimeConfig, Vec<TimerSpec>), String> {
+    let conflicting = [
+        (a.priority.is_some(), "-p"),
+        (a.policy.is_some(), "--policy"),
+        (a.interval.is_some(), "-i"),
+        (a.distance.is_some(), "-d"),
+        (a.threads.is_some(), "-t"),
+        (a.pool_threads.is_some(), "--pool-threads"),
+        (a.affinity.is_some(), "-a"),
+    ];
+    if let Some((_, flag)) = conflicting.iter().find(|(set, _)| *set) {
+        return Err(format!("{flag} cannot be combined with --config: groups, priorities and timers come from the file"));
+    }
+    let cfg = crate::config::load(path).map_err(|e| e.to_string())?;
+    let (mut cfg, timers) = split_timers(cfg);
+    if timers.is_empty() {
+        return Err(format!(
+            "{}: no `kind = \"timer\"` handler to measure",
+            path.display()
+        ));
+    }
+    if timers.len() > MAX_TIMERS {
+        return Err(format!(
+            "{}: {} timers; at most {MAX_TIMERS}",
+            path.display(),
+            timers.len()
+        ));
+    }
+    cfg.lock_memory |= a.mlockall;
+    Ok((cfg, timers))
+}
+
+/// Moves every `kind = "timer"` handler out of the configuration, as timer specs in group
+/// order; other handlers (e.g. an echo service as background load) stay.
+pub(crate) fn split_timers(mut cfg: RuntimeConfig) -> (RuntimeConfig, Vec<TimerSpec>) {
+    let mut timers = Vec::new();
+    for (gi, g) in cfg.groups.iter_mut().enumerate() {
+        g.handlers.retain(|h| match *h {
+            HandlerConfig::Timer {
+                interval_us,
+                count,
+                distance_us,
+            } => {
+                timers.extend((0..count as u64).map(|k| TimerSpec {
+                    group: gi,
+                    interval_us: interval_us + k * distance_us,
+                    phase_us: 0,
+                }));
+                false
+            }
+            _ => true,
+        });
+    }
+    (cfg, timers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{FromArgMatches, Parser, Subcommand};
+
+    /// The same wiring as the `lfrt` binary: `lfrt cyclic ...`.
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: Cmd,
+    }
+    #[derive(Subcommand)]
+    enum Cmd {
+        Cyclic(CyclicArgs),
+    }
+
+    fn parse(args: &str) -> Result<CyclicArgs, clap::Error> {
+        let argv = ["lfrt", "cyclic"]
+            .into_iter()
+            .chain(args.split_whitespace());
+        let m = <Cli as clap::CommandFactory>::command().try_get_matches_from(argv)?;
+        let Cmd::Cyclic(a) = Cli::from_arg_matches(&m)?.cmd;
+        Ok(a)
+    }
+
+    fn plan(args: &str) -> Result<(RuntimeConfig, Vec<TimerSpec>), String> {
+        from_flags(&parse(args).unwrap(), &[0, 1])
+    }
+
+    #[test]
+    fn dash_h_is_the_histogram_not_help() {
+        assert_eq!(parse("-h 100").unwrap().histogram, Some(100));
+        assert_eq!(parse("-h100").unwrap().histogram, Some(100));
+        assert_eq!(parse("--histogram=250").unwrap().histogram, Some(250));
+        assert_eq!(parse("--histogram 250").unwrap().histogram, Some(250));
+        assert!(parse("-h 0").is_err());
+        let e = parse("--help").map(|_| ()).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+        assert!(e.to_string().contains("--histogram"), "{e}");
+    }
+
+    #[test]
+    fn each_flag_parses() {
+        let a = parse("-p 80 -i 250 -d 100 -t 3 -l 200 -D 10m -m -a 1 -q --json=/tmp/x.json -N")
+            .unwrap();
+        assert_eq!(a.priority, Some(80));
+        assert_eq!(a.interval, Some(250));
+        assert_eq!(a.distance, Some(100));
+        assert_eq!(a.threads, Some(3));
+        assert_eq!(a.loops, 200);
+        assert_eq!(a.duration, Some(Duration::from_secs(600)));
+        assert!(a.mlockall && a.quiet && a.nsecs);
+        assert_eq!(a.affinity.as_deref(), Some("1"));
+        assert_eq!(a.json, Some(PathBuf::from("/tmp/x.json")));
+        let long = parse(
+            "--priority=70 --interval=2000 --distance=0 --threads=2 --loops=5 --duration=30s --mlockall --affinity=0-1 --quiet --json /tmp/y --nsecs",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                long.priority,
+                long.interval,
+                long.distance,
+                long.threads,
+                long.loops
+            ),
+            (Some(70), Some(2000), Some(0), Some(2), 5)
+        );
+        assert_eq!(long.duration, Some(Duration::from_secs(30)));
+        assert!(long.mlockall && long.quiet && long.nsecs);
+        assert_eq!(long.affinity.as_deref(), Some("0-1"));
+        assert_eq!(
+            parse("--config configs/cyclic.toml").unwrap().config,
+            Some(PathBuf::from("configs/cyclic.toml"))
+        );
+        let d = parse("").unwrap();
+        assert_eq!(
+            (
+                d.priority,
+                d.threads,
+                d.loops,
+                d.duration,
+                d.histogram,
+                d.mlockall,
+                d.quiet,
+                d.nsecs
+            ),
+            (None, None, 0, None, None, false, false, false)
+        );
+        assert!(parse("-p 100").is_err());
+        assert!(parse("-x").is_err());
+    }
+
+    #[test]
+    fn threads_and_affinity_take_an_optional_value() {
+        assert_eq!(parse("-t").unwrap().threads, Some(0));
+        assert_eq!(parse("-t -p 5").unwrap().threads, Some(0));
+        assert_eq!(parse("-t4").unwrap().threads, Some(4));
+        assert_eq!(parse("-a").unwrap().affinity.as_deref(), Some(""));
+        assert_eq!(parse("-a -t 2").unwrap().affinity.as_deref(), Some(""));
+        assert_eq!(parse("-a 0,1").unwrap().affinity.as_deref(), Some("0,1"));
+    }
+
+    #[test]
+    fn durations_in_cyclictest_forms() {
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("2H"), Ok(Duration::from_secs(7200)));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("1.5m").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+
+    #[test]
+    fn cpusets() {
+        assert_eq!(parse_cpuset("1"), Ok(vec![1]));
+        assert_eq!(parse_cpuset("3,0-1"), Ok(vec![0, 1, 3]));
+        assert_eq!(parse_cpuset("0-1,1"), Ok(vec![0, 1]));
+        assert!(parse_cpuset("1-0").is_err());
+        assert!(parse_cpuset("a").is_err());
+        assert!(parse_cpuset("").is_err());
+    }
+
+    #[test]
+    fn flags_map_to_one_group_of_timers() {
+        let (cfg, timers) = plan("-p 80 -i 1000 -t 3").unwrap();
+        assert_eq!(cfg.groups.len(), 1);
+        let g = &cfg.groups[0];
+        assert_eq!(
+            (g.priority, g.policy, g.threads, g.cpus.clone()),
+            (80, Policy::Fifo, 3, None)
+        );
+        assert_eq!(cfg.rt, RtMode::Required);
+        assert!(!cfg.lock_memory);
+        let intervals: Vec<u64> = timers.iter().map(|t| t.interval_us).collect();
+        assert_eq!(intervals, [1000, 1500, 2000]);
+
+        let (cfg, timers) = plan("").unwrap();
+        assert_eq!(
+            (cfg.groups[0].policy, cfg.groups[0].priority, cfg.rt),
+            (Policy::Other, 0, RtMode::BestEffort)
+        );
+        assert_eq!(
+            timers,
+            [TimerSpec {
+                group: 0,
+                interval_us: 1000,
+                phase_us: 0
+            }]
+        );
+
+        let (cfg, timers) = plan("-t -a -m -p 10 --policy rr -d 0 --pool-threads 1").unwrap();
+        assert_eq!(timers.len(), 2, "-t without NUM: one timer per CPU");
+        assert!(timers.iter().all(|t| t.interval_us == 1000));
+        assert_eq!(
+            (
+                cfg.groups[0].cpus.clone(),
+                cfg.groups[0].threads,
+                cfg.groups[0].policy
+            ),
+            (Some(vec![0, 1]), 1, Policy::Rr)
+        );
+        assert!(cfg.lock_memory);
+
+        let (_, timers) = plan("-t 3 -h 100 -d 700").unwrap();
+        assert!(
+            timers.iter().all(|t| t.interval_us == 1000),
+            "-h: the same interval for every timer, as cyclictest"
+        );
+        assert_eq!(plan("-a 1").unwrap().0.groups[0].cpus, Some(vec![1]));
+        assert!(plan("-a 5").is_err(), "CPU 5 does not exist");
+        assert!(plan("-i 10").is_err());
+        assert!(plan("--policy fifo").is_err());
+        assert!(plan("-p 5 --policy other").is_err());
+        assert!(plan("-t 300").is_err());
+        assert!(plan("--pool-threads 65").is_err());
+    }
+
+    #[test]
+    fn phases_are_spread_unless_aligned() {
+        let spec = |group, interval_us| TimerSpec {
+            group,
+            interval_us,
+            phase_us: 99,
+        };
+        let mut t = vec![
+            spec(0, 1000),
+            spec(0, 1500),
+            spec(0, 2000),
+            spec(1, 400),
+            spec(1, 400),
+        ];
+        assign_phases(&mut t, None);
+        let phases: Vec<u64> = t.iter().map(|t| t.phase_us).collect();
+        assert_eq!(phases, [0, 333, 666, 0, 200]);
+        assign_phases(&mut t, Some(50));
+        let phases: Vec<u64> = t.iter().map(|t| t.phase_us).collect();
+        assert_eq!(phases, [0, 50, 100, 150, 200]);
+        assert_eq!(parse("-A 0").unwrap().aligned, Some(0));
+        assert_eq!(parse("--aligned=20").unwrap().aligned, Some(20));
+    }
+
+    #[test]
+    fn config_timers_become_measured_timers() {
+        let cfg = crate::config::parse(
+            r#"
+            [[group]]
+            name = "hi"
+            priority = 80
+            [[group.handler]]
+            kind = "timer"
+            interval_us = 500
+            count = 2
+            distance_us = 100
+            [[group]]
+            name = "lo"
+            priority = 20
+            [[group.handler]]
+            kind = "udp-echo"
+            bind = "127.0.0.1:0"
+            [[group.handler]]
+            kind = "timer"
+            interval_us = 2000
+            "#,
+        )
+        .unwrap();
+        let (cfg, timers) = split_timers(cfg);
+        let intervals: Vec<(usize, u64)> =
+            timers.iter().map(|t| (t.group, t.interval_us)).collect();
+        assert_eq!(intervals, [(0, 500), (0, 600), (1, 2000)]);
+        assert!(cfg.groups[0].handlers.is_empty());
+        assert_eq!(cfg.groups[1].handlers.len(), 1, "the echo service stays");
+    }
+
+    #[test]
+    fn config_excludes_layout_flags() {
+        let a = parse("--config configs/default.toml -p 80").unwrap();
+        let e = Plan::from_args(&a).unwrap_err();
+        assert!(e.contains("-p cannot be combined with --config"), "{e}");
+        let a = parse("--histfile /tmp/h").unwrap();
+        assert!(Plan::from_args(&a)
+            .unwrap_err()
+            .contains("--histfile needs"));
+    }
+}

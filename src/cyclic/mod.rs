@@ -1,0 +1,332 @@
+//! `lfrt cyclic`: a cyclictest-compatible latency harness that measures timer dispatch
+//! *through the runtime*, so its figures can sit next to cyclictest's from the same machine.
+//!
+//! # What is measured
+//! Each timer is an absolute, periodic `CLOCK_MONOTONIC` timerfd registered in a group's handle
+//! set. When it expires, the group's leader wakes in `epoll_wait`, promotes a follower, and runs
+//! the timer's handler in its own thread. The runtime stamps every dispatch (see
+//! [`crate::telemetry`]); the handler tells it the expiry the event was due at. From those
+//! stamps, per timer:
+//!
+//! * **latency** = handler entry − expected expiry: what a user's handler sees, including the
+//!   leader's wake-up and the promotion (the analogue of cyclictest's `now − next`);
+//! * **wake** = leader awake − expected expiry (timer interrupt and scheduler wake-up);
+//! * **dispatch** = handler entry − leader awake (promotion and demultiplexing: lfrt's own
+//!   cost on top of what cyclictest measures).
+//!
+//! Overruns are expirations beyond the first consumed by one handler run (missed periods).
+//! A cycle is one handler run; `-l N` closes each timer's handle after its N-th cycle, so every
+//! timer contributes exactly N samples.
+//!
+//! All latency figures come from the runtime's telemetry histograms (hdrhistogram with 3
+//! significant digits): values are exact below 2.048 µs and within ±0.05% above (each is
+//! represented by its bucket's midpoint). µs figures then truncate, as cyclictest's do.
+//!
+//! # How cyclictest's options map onto lfrt
+//! | cyclictest | `lfrt cyclic` |
+//! |---|---|
+//! | `-t N`: N measuring threads | one group with N timers and N pool threads (`--pool-threads` changes the pool); `-t` alone = one per CPU; no `-t` = 1 |
+//! | `-p P`: every thread at P (rt-tests 2.x; `--priospread` lowers each further thread by one) | the whole group at P: in Leader/Followers any pool thread may run any timer, so timers have no priority of their own; use `--config` for groups at distinct priorities. `-p 0` (the default) = `SCHED_OTHER`, as in cyclictest |
+//! | `-i I -d D`: thread k sleeps I + k·D µs; with `-h`, every thread I µs | timer k fires every I + k·D µs (defaults 1000 and 500); with `-h`, every timer I µs |
+//! | threads start unaligned (each at its own clock reading); `-A USEC`: a common start, thread k USEC·k later | unaligned by default, deterministically: timer j of a group's n timers starts j/n of the group's first interval after timer 0, so equal periods do not expire together; `-A USEC` as cyclictest (`-A 0`: all at once, so one group's leader meets them together and the later ones wait for a promotion) |
+//! | `-a [CPUSET]` | the group's threads are pinned to CPUSET (all available CPUs without a value); threads are not pinned one per CPU, since any of them may lead |
+//! | `-l`, `-D`, `-m`, `-q`, `-N`, `-h US`, `--histfile`, `--json`, `--policy`, `--laptop`, `--latency` | the same meaning |
+//! | `--config FILE` (lfrt only) | the file's groups run at their own priorities; every `kind = "timer"` handler becomes measured timers, other handlers (e.g. an echo service) run as load |
+//!
+//! With `-p` > 0 the run refuses to start without `SCHED_FIFO`/`SCHED_RR` (as cyclictest
+//! does). Unless `--laptop`, `/dev/cpu_dma_latency` is held at `--latency` (0) for the run,
+//! as cyclictest does.
+//!
+//! # Output
+//! * Live status lines in cyclictest's format, `T: n (tid) P:prio I:interval C:count Min Act
+//!   Avg Max`, redrawn every 100 ms on a terminal (printed once a second otherwise); `tid` is
+//!   the pool thread that ran the timer's last cycle. `-q` prints only the final lines.
+//! * `-h US`: cyclictest's histogram (rows of per-timer counts, `# Total`, `# Min/Avg/Max
+//!   Latencies`, `# Histogram Overflows`).
+//! * A summary per timer and per group (min, avg, p50, p99, p99.9, max, and the wake/dispatch
+//!   split), every line starting with `#`.
+//! * `--json FILE`: cyclictest's document (`file_version`, `cmdline`, `start_time`, `sysinfo`,
+//!   `num_threads`, `resolution_in_ns`, `thread: {"0": {histogram, cycles, min, max, avg, cpu,
+//!   node}}`) plus, per thread, `p50`, `p99`, `p999`, `overruns`, `hist_overflow`, `group`,
+//!   `priority`, `interval`, `wake`, `dispatch`, and a `groups` array with the same per group
+//!   and the runtime's counters (`pool_allocations`, `pool_minor_faults`, promotions). Histogram
+//!   keys are the latency in µs (ns with `-N`), only non-zero buckets; the counts sum to
+//!   `cycles` (with `-h US`, larger values are counted in bucket US−1 and in `hist_overflow`).
+
+mod args;
+mod json;
+mod report;
+mod timer;
+
+pub use args::{
+    parse_cpuset, parse_duration, CyclicArgs, Plan, TimerSpec, Unit, GROUP_NAME, MAX_INTERVAL_US,
+    MAX_TIMERS, MIN_INTERVAL_US,
+};
+pub use json::FILE_VERSION;
+pub use report::{Buckets, Figures, GroupResult, TimerResult};
+
+use crate::config::Policy;
+use crate::runtime::Runtime;
+use crate::source::Timer;
+use crate::sys;
+use report::{GroupInfo, Status, TimerKey};
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::Ordering::*;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use timer::{CyclicTimer, Progress};
+
+/// Live status refresh on a terminal.
+const REFRESH_TTY: Duration = Duration::from_millis(100);
+/// Live status refresh when stdout is a file or pipe (a block of lines each time).
+const REFRESH_PLAIN: Duration = Duration::from_secs(1);
+/// How often the main thread checks for the end of the run (loops done, duration, signal).
+const POLL: Duration = Duration::from_millis(10);
+/// Delay from registering the timers to their common start, so every timer is armed and
+/// registered before the first period begins.
+const START_DELAY_NS: u64 = 10_000_000;
+
+/// Everything a finished run measured.
+#[derive(Debug, Clone)]
+pub struct CyclicReport {
+    /// Per timer, in `T:` order.
+    pub timers: Vec<TimerResult>,
+    /// Per group, in configuration order.
+    pub groups: Vec<GroupResult>,
+    /// Why the run ended: `"loops"`, `"duration"` or `"signal"`.
+    pub stopped_by: &'static str,
+    /// Wall time from the timers' registration to the stop.
+    pub elapsed: Duration,
+    /// What the runtime's start found (RT applied, memory locked, allocation counting).
+    pub started: crate::runtime::StartReport,
+}
+
+/// Runs `lfrt cyclic` with `args`: measures, prints status, histogram and summary to stdout,
+/// writes the JSON file if asked.
+///
+/// # Errors
+/// Invalid options, a runtime that cannot start (e.g. `-p 80` without the privilege for
+/// `SCHED_FIFO`), or a file that cannot be written.
+pub fn run(args: &CyclicArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let plan = Plan::from_args(args)?;
+    let start = SystemTime::now();
+    let report = measure(&plan)?;
+    let end = SystemTime::now();
+
+    let mut out = std::io::stdout().lock();
+    if let Some(limit) = plan.histogram {
+        match &plan.histfile {
+            Some(path) => {
+                let mut f = std::io::BufWriter::new(
+                    std::fs::File::create(path)
+                        .map_err(|e| format!("--histfile {}: {e}", path.display()))?,
+                );
+                report::write_histogram(&mut f, &report.timers, plan.unit, limit)?;
+                f.flush()?;
+            }
+            None => {
+                let mut w = std::io::BufWriter::new(&mut out);
+                report::write_histogram(&mut w, &report.timers, plan.unit, limit)?;
+                w.flush()?;
+            }
+        }
+    }
+    write!(
+        out,
+        "{}",
+        report::summary(&report.timers, &report.groups, plan.unit)
+    )?;
+    out.flush()?;
+    for t in &report.timers {
+        if t.handled != t.latency.count {
+            eprintln!(
+                "lfrt cyclic: warning: timer {} ran {} cycles but telemetry recorded {} (samples dropped: see samples_dropped)",
+                t.index, t.handled, t.latency.count
+            );
+        }
+    }
+    if let Some(path) = &plan.json {
+        let info = json::RunInfo {
+            cmdline: std::env::args().collect::<Vec<_>>().join(" "),
+            start,
+            end,
+            elapsed: report.elapsed,
+            stopped_by: report.stopped_by,
+            started: report.started.clone(),
+            unit: plan.unit,
+            histogram: plan.histogram,
+        };
+        std::fs::write(path, json::render(&info, &report.timers, &report.groups)?)
+            .map_err(|e| format!("--json {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Holds `/dev/cpu_dma_latency` at a value while open (the kernel's PM QoS interface: deep
+/// C-states with a longer exit latency are not entered).
+fn hold_dma_latency(us: i32) -> Option<std::fs::File> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/cpu_dma_latency")
+        .ok()?;
+    f.write_all(&us.to_ne_bytes()).ok()?;
+    Some(f)
+}
+
+fn policy_name(p: Policy) -> &'static str {
+    match p {
+        Policy::Fifo => "fifo",
+        Policy::Rr => "rr",
+        Policy::Other => "other",
+    }
+}
+
+/// Starts the runtime, registers the timers, prints live status to stdout until the run ends
+/// (unless `plan.quiet`), stops the runtime, prints the final status lines and returns the
+/// results.
+///
+/// Blocks SIGINT and SIGTERM in the calling thread (a signal ends the run).
+///
+/// # Errors
+/// The runtime cannot be created or started, or a timer cannot be created.
+pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> {
+    // Signals are taken synchronously by this thread; every thread spawned from here on
+    // inherits the mask.
+    sys::signal::block_termination()?;
+    let _dma = plan.dma_latency.and_then(|us| {
+        let f = hold_dma_latency(us);
+        if f.is_some() {
+            println!("# /dev/cpu_dma_latency set to {us}us");
+        }
+        f
+    });
+
+    let cfg = plan.config.clone();
+    let mut rt = Runtime::new(cfg.clone())?;
+    let started = rt.start()?;
+    let mut tids: Vec<Vec<i32>> = cfg.groups.iter().map(|g| vec![0; g.threads]).collect();
+    for (gi, ti, tid) in rt.thread_ids() {
+        tids[gi][ti] = tid;
+    }
+
+    let first_ns = sys::now_ns() + START_DELAY_NS;
+    let mut timers = Vec::with_capacity(plan.timers.len());
+    for spec in &plan.timers {
+        let mut t = Timer::new().map_err(|e| format!("timerfd_create: {e}"))?;
+        let interval_ns = spec.interval_us * 1000;
+        t.arm(first_ns + spec.phase_us * 1000 + interval_ns, interval_ns)
+            .map_err(|e| format!("timerfd_settime: {e}"))?;
+        let progress = Arc::new(Progress::default());
+        let registry = rt
+            .registry(&cfg.groups[spec.group].name)
+            .ok_or("group vanished")?;
+        let token =
+            registry.register(Box::new(CyclicTimer::new(t, plan.loops, progress.clone())))?;
+        timers.push((spec.clone(), token.raw(), progress));
+    }
+
+    let began = Instant::now();
+    let deadline = plan.duration.map(|d| began + d);
+    let tty = std::io::stdout().is_terminal();
+    let refresh = if tty { REFRESH_TTY } else { REFRESH_PLAIN };
+    let policy = cfg
+        .groups
+        .iter()
+        .max_by_key(|g| g.priority)
+        .map_or("other", |g| policy_name(g.policy));
+    let mut last_print: Option<Instant> = None;
+    let mut drawn = false;
+    let status = |rt: &Runtime| -> Vec<String> {
+        rt.telemetry().with(|rec| {
+            timers
+                .iter()
+                .enumerate()
+                .map(|(i, (spec, token, _))| {
+                    let g = &cfg.groups[spec.group];
+                    Status::of(
+                        i,
+                        rec.timers.get(&(spec.group as u16, *token)),
+                        &tids[spec.group],
+                        g.priority,
+                        spec.interval_us,
+                    )
+                    .line(plan.unit)
+                })
+                .collect()
+        })
+    };
+    let stopped_by = loop {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            break "duration";
+        }
+        if plan.loops > 0 && timers.iter().all(|(_, _, p)| p.done.load(Acquire)) {
+            break "loops";
+        }
+        if !plan.quiet && last_print.is_none_or(|t| now.duration_since(t) >= refresh) {
+            let lines = status(&rt);
+            let mut out = std::io::stdout().lock();
+            if tty && drawn {
+                let _ = write!(out, "\x1b[{}A", lines.len() + 2);
+            }
+            let _ = writeln!(out, "{}\n", report::policy_line(policy));
+            for l in &lines {
+                let _ = writeln!(out, "{l}");
+            }
+            let _ = out.flush();
+            drawn = true;
+            last_print = Some(now);
+        }
+        let wait = deadline.map_or(POLL, |d| d.saturating_duration_since(now).min(POLL));
+        if sys::signal::wait_termination(wait)?.is_some() {
+            break "signal";
+        }
+    };
+    let elapsed = began.elapsed();
+    let metrics = rt.shutdown()?;
+
+    // Final status: in place of the live lines on a terminal, else a last block.
+    let lines = status(&rt);
+    {
+        let mut out = std::io::stdout().lock();
+        if tty && drawn {
+            let _ = write!(out, "\x1b[{}A", lines.len() + 2);
+            let _ = writeln!(out, "{}\n", report::policy_line(policy));
+        }
+        for l in &lines {
+            writeln!(out, "{l}")?;
+        }
+        out.flush()?;
+    }
+
+    let groups: Vec<GroupInfo> = cfg
+        .groups
+        .iter()
+        .zip(metrics)
+        .zip(&tids)
+        .map(|((g, m), tids)| GroupInfo {
+            metrics: m,
+            policy: policy_name(g.policy),
+            cpus: g.cpus.clone(),
+            tids: tids.clone(),
+        })
+        .collect();
+    let keys: Vec<TimerKey> = timers
+        .iter()
+        .map(|(spec, token, p)| TimerKey {
+            spec: spec.clone(),
+            token: *token,
+            handled: p.cycles.load(Acquire),
+        })
+        .collect();
+    let (timers, groups) = rt
+        .telemetry()
+        .with(|rec| report::collect(rec, &keys, &groups, plan.unit, plan.histogram));
+    Ok(CyclicReport {
+        timers,
+        groups,
+        stopped_by,
+        elapsed,
+        started,
+    })
+}
