@@ -43,6 +43,10 @@ impl Token {
     pub fn raw(self) -> u64 {
         self.0
     }
+    /// A token from its raw value (as [`raw`](Self::raw) returned it).
+    pub(crate) fn from_raw(raw: u64) -> Token {
+        Token(raw)
+    }
     fn generation(self) -> u32 {
         (self.0 >> 32) as u32
     }
@@ -175,7 +179,13 @@ impl HandleSet {
 
     /// The leader's wait for one event (blocks).
     pub(crate) fn wait(&self) -> io::Result<Wait> {
-        match self.epoll.wait_one(-1) {
+        self.wait_timeout(-1)
+    }
+
+    /// Like [`wait`](Self::wait), giving up after `timeout_ms` (-1: never) with
+    /// `Wait::Interrupted`.
+    pub(crate) fn wait_timeout(&self, timeout_ms: i32) -> io::Result<Wait> {
+        match self.epoll.wait_one(timeout_ms) {
             Ok(Some((_, SHUTDOWN))) => Ok(Wait::Shutdown),
             Ok(Some((readiness, data))) => Ok(Wait::Event {
                 token: Token(data),
@@ -185,6 +195,20 @@ impl HandleSet {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Wait::Interrupted),
             Err(e) => Err(e),
         }
+    }
+
+    /// Adds an fd that has no handler, level-triggered, under the epoll data word `data`: its
+    /// readiness comes back from the waits as `Wait::Event` with `token.raw() == data`. Used by
+    /// owners that wait on their own fd alongside the handles (the bound pool's connection).
+    /// `data` must be neither a slot token (index < `max_handles`) nor `u64::MAX`.
+    pub(crate) fn watch(&self, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
+        debug_assert!(data != SHUTDOWN && Token(data).index() >= self.slots.len());
+        self.epoll.add(fd, events, data)
+    }
+
+    /// Stops watching an fd added with [`watch`](Self::watch).
+    pub(crate) fn unwatch(&self, fd: RawFd) -> io::Result<()> {
+        self.epoll.delete(fd)
     }
 
     /// Runs the handler of `event.token` and re-arms or removes its handle.

@@ -61,6 +61,7 @@ compile_error!("lfrt supports Linux only");
 mod sys;
 
 mod alloc_count;
+pub mod bound;
 mod config;
 pub mod cyclic;
 mod error;

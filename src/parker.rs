@@ -58,6 +58,46 @@ impl Parker {
         }
     }
 
+    /// Like [`park`](Self::park), but gives up at `deadline_ns` (absolute `CLOCK_MONOTONIC`).
+    /// Returns `true` if the token was consumed, `false` on timeout (the token stays absent;
+    /// an `unpark` racing with the timeout is not lost: it is either consumed here or kept).
+    pub(crate) fn park_until(&self, deadline_ns: u64) -> bool {
+        if self
+            .state
+            .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
+            .is_ok()
+        {
+            return true;
+        }
+        if let Err(s) = self.state.compare_exchange(EMPTY, PARKED, Relaxed, Relaxed) {
+            assert_eq!(s, NOTIFIED, "inconsistent parker state: {s}");
+            self.state.swap(EMPTY, Acquire);
+            return true;
+        }
+        loop {
+            let timed_out = !futex::wait_until(&self.state, PARKED, deadline_ns)
+                || crate::sys::now_ns() >= deadline_ns;
+            if self
+                .state
+                .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
+                .is_ok()
+            {
+                return true;
+            }
+            if timed_out {
+                // Withdraw: PARKED -> EMPTY. If an unpark won the race, the word is NOTIFIED
+                // and the token is consumed instead, so it is never left behind half-delivered.
+                return match self.state.compare_exchange(PARKED, EMPTY, Relaxed, Acquire) {
+                    Ok(_) => false,
+                    Err(_) => {
+                        self.state.swap(EMPTY, Acquire);
+                        true
+                    }
+                };
+            }
+        }
+    }
+
     /// Makes the token present and wakes the owner if it sleeps.
     pub(crate) fn unpark(&self) {
         match self.state.swap(NOTIFIED, Release) {
@@ -78,6 +118,18 @@ mod tests {
         let p = Parker::new();
         p.unpark();
         p.park(); // returns at once
+    }
+
+    #[test]
+    fn park_until_times_out_without_token_and_returns_with_one() {
+        let p = Parker::new();
+        assert!(!p.park_until(crate::sys::now_ns() + 1_000_000));
+        p.unpark();
+        assert!(p.park_until(crate::sys::now_ns() + 1_000_000));
+        // A deadline in the past still consumes a present token.
+        p.unpark();
+        assert!(p.park_until(0));
+        assert!(!p.park_until(0));
     }
 
     #[test]

@@ -30,3 +30,32 @@ pub(crate) fn wake(word: &AtomicU32, n: i32) {
         );
     }
 }
+
+/// Sleeps while `*word == expected`, at the latest until `deadline_ns` (absolute,
+/// `CLOCK_MONOTONIC`, the clock of [`crate::sys::now_ns`]). Returns `false` if the kernel
+/// reported the deadline as passed, `true` on any other return (wake-up, signal, value
+/// mismatch: callers re-check their condition).
+///
+/// `FUTEX_WAIT_BITSET` takes an *absolute* timeout, so repeated spurious wake-ups never
+/// stretch the deadline.
+pub(crate) fn wait_until(word: &AtomicU32, expected: u32, deadline_ns: u64) -> bool {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `word` points to a live, aligned u32 and `ts` to a valid timespec for the
+    // duration of the call; uaddr2 is unused by FUTEX_WAIT_BITSET (null is allowed); the
+    // bitset must be non-zero (MATCH_ANY).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT_BITSET | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            libc::FUTEX_BITSET_MATCH_ANY,
+        )
+    };
+    !(rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
+}

@@ -18,6 +18,7 @@ pub(crate) mod epoll;
 pub(crate) mod fd;
 pub(crate) mod futex;
 pub(crate) mod mem;
+pub(crate) mod net;
 pub(crate) mod sched;
 pub(crate) mod signal;
 

@@ -1,0 +1,685 @@
+//! Bound handle/thread associations over one multiplexed TCP connection (issue #7).
+//!
+//! The back-end is an in-test thread on loopback speaking the frame format. Every check is
+//! deterministic: deadlines and `wait_until` bounds are liveness limits (seconds), never timing
+//! assertions. No SCHED_FIFO is used, so no RT lock is needed.
+
+mod util;
+
+#[global_allocator]
+static A: lfrt::CountingAlloc = lfrt::CountingAlloc;
+
+use lfrt::bound::{
+    decode_header, encode_header, BoundConfig, BoundError, BoundPool, Promotion, Waiter, HEADER_LEN,
+};
+use lfrt::{Context, Disposition, Event, EventHandler};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const THREADS: usize = 8;
+const REQUESTS: u32 = 10_000;
+/// Requests a thread makes before its allocation baseline is taken.
+const WARMUP: u32 = 100;
+/// Liveness bound for any single reply (the test fails, it does not hang).
+const LIVENESS: Duration = Duration::from_secs(20);
+
+/// A connected pair: (pool side, back-end side).
+fn pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    (a, b)
+}
+
+fn read_frame(r: &mut impl Read) -> Option<(u64, Vec<u8>)> {
+    let mut h = [0u8; HEADER_LEN];
+    r.read_exact(&mut h).ok()?;
+    let (id, len) = decode_header(&h);
+    let mut body = vec![0u8; len as usize];
+    r.read_exact(&mut body).ok()?;
+    Some((id, body))
+}
+
+fn write_frame(w: &mut impl Write, id: u64, body: &[u8]) {
+    w.write_all(&encode_header(id, body.len() as u32)).unwrap();
+    w.write_all(body).unwrap();
+}
+
+fn deadline() -> Option<Instant> {
+    Some(Instant::now() + LIVENESS)
+}
+
+/// Request body: thread (u32), sequence (u32), payload (u64).
+fn request(thread: u32, seq: u32) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..4].copy_from_slice(&thread.to_le_bytes());
+    b[4..8].copy_from_slice(&seq.to_le_bytes());
+    b[8..].copy_from_slice(&payload(thread, seq).to_le_bytes());
+    b
+}
+
+fn payload(thread: u32, seq: u32) -> u64 {
+    (u64::from(thread) << 40 | u64::from(seq)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// The back-end's answer to a request body: thread and sequence copied, payload transformed,
+/// and `seq % 7` filler bytes so reply lengths vary.
+fn answer(req: &[u8]) -> Vec<u8> {
+    let mut r = req[..8].to_vec();
+    let p = u64::from_le_bytes(req[8..16].try_into().unwrap());
+    r.extend_from_slice(&(!p).to_le_bytes());
+    let seq = u32::from_le_bytes(req[4..8].try_into().unwrap());
+    r.extend(std::iter::repeat_n(0xa5, (seq % 7) as usize));
+    r
+}
+
+fn reply_ok(reply: &[u8], thread: u32, seq: u32) -> bool {
+    reply.len() == 16 + (seq % 7) as usize
+        && reply[..4] == thread.to_le_bytes()
+        && reply[4..8] == seq.to_le_bytes()
+        && reply[8..16] == (!payload(thread, seq)).to_le_bytes()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Order {
+    Arrival,
+    Reverse,
+    Random,
+}
+
+/// What the back-end added beyond the real replies.
+#[derive(Debug, Default)]
+struct Injected {
+    unknown: u64,
+    duplicates: u64,
+}
+
+/// Answers in batches of exactly one request per still-active thread (each thread has one
+/// request in flight), so the reordering is deterministic: the whole batch in `order`. Every
+/// 50th batch also carries a frame with an id the pool never issued and a duplicate of the
+/// batch's first reply.
+fn backend(s: TcpStream, threads: usize, per_thread: u32, order: Order) -> Injected {
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut w = BufWriter::new(s);
+    let mut active = threads;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut batches = 0u64;
+    let mut inj = Injected::default();
+    let mut batch = Vec::new();
+    while active > 0 {
+        while batch.len() < active {
+            batch.push(read_frame(&mut r).expect("request frame"));
+        }
+        match order {
+            Order::Arrival => {}
+            Order::Reverse => batch.reverse(),
+            Order::Random => {
+                for i in (1..batch.len()).rev() {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    batch.swap(i, (rng % (i as u64 + 1)) as usize);
+                }
+            }
+        }
+        batches += 1;
+        let first = batch[0].0;
+        for (id, body) in batch.drain(..) {
+            write_frame(&mut w, id, &answer(&body));
+            if u32::from_le_bytes(body[4..8].try_into().unwrap()) == per_thread - 1 {
+                active -= 1;
+            }
+        }
+        if batches.is_multiple_of(50) {
+            // slot 0xffff does not exist in a pool of fewer waiters: unknown
+            write_frame(&mut w, 1 << 16 | 0xffff, b"bogus");
+            inj.unknown += 1;
+            write_frame(&mut w, first, b"duplicate");
+            inj.duplicates += 1;
+        }
+        w.flush().unwrap();
+    }
+    inj
+}
+
+/// One client thread: `REQUESTS` calls; returns (correct replies, wrong replies, allocations
+/// after warm-up).
+fn client(pool: &BoundPool, thread: u32) -> (u32, u32, u64) {
+    let mut w = pool.waiter().unwrap();
+    let (mut ok, mut bad) = (0, 0);
+    let mut base = 0;
+    for seq in 0..REQUESTS {
+        if seq == WARMUP {
+            base = lfrt::thread_allocations();
+        }
+        let req = request(thread, seq);
+        let reply = pool
+            .call(&mut w, &req, deadline())
+            .unwrap_or_else(|e| panic!("thread {thread} request {seq}: {e}"));
+        if reply_ok(&reply, thread, seq) {
+            ok += 1;
+        } else {
+            bad += 1;
+        }
+    }
+    (ok, bad, lfrt::thread_allocations() - base)
+}
+
+fn run_many(order: Order, promotion: Promotion) {
+    assert!(lfrt::counting_alloc_active());
+    let (a, b) = pair();
+    let pool = BoundPool::new(
+        a,
+        BoundConfig {
+            max_waiters: 16,
+            max_body: 64,
+            promotion,
+            max_handles: 0,
+            ..BoundConfig::default()
+        },
+    )
+    .unwrap();
+    let be = std::thread::spawn(move || backend(b, THREADS, REQUESTS, order));
+    let hs: Vec<_> = (0..THREADS as u32)
+        .map(|t| {
+            let pool = pool.clone();
+            std::thread::spawn(move || client(&pool, t))
+        })
+        .collect();
+    let results: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    let inj = be.join().unwrap();
+    let s = pool.stats();
+    eprintln!("{order:?}/{promotion:?}: {s:?}, injected {inj:?}");
+    for (t, &(ok, bad, allocs)) in results.iter().enumerate() {
+        assert_eq!(
+            (ok, bad),
+            (REQUESTS, 0),
+            "thread {t} did not get exactly its own replies"
+        );
+        assert_eq!(
+            allocs, 0,
+            "thread {t} allocated on the request path after warm-up"
+        );
+    }
+    assert_eq!(s.replies, THREADS as u64 * u64::from(REQUESTS));
+    assert_eq!(s.own + s.handoffs, s.replies);
+    assert_eq!(
+        s.unknown, inj.unknown,
+        "frames with never-issued ids are counted and dropped"
+    );
+    assert_eq!(
+        s.late, inj.duplicates,
+        "duplicate replies are counted and dropped"
+    );
+    assert_eq!(s.timeouts, 0);
+}
+
+#[test]
+fn eight_threads_own_replies_arrival_order() {
+    run_many(Order::Arrival, Promotion::Fifo);
+}
+
+#[test]
+fn eight_threads_own_replies_reverse_order() {
+    run_many(Order::Reverse, Promotion::Fifo);
+}
+
+#[test]
+fn eight_threads_own_replies_random_order() {
+    run_many(Order::Random, Promotion::Priority);
+}
+
+/// A leader reads the reply of a follower first: it is handed off (specific notification), and
+/// the leader returns with its own reply afterwards.
+#[test]
+fn leader_hands_a_reply_to_its_follower() {
+    let (a, b) = pair();
+    let pool = BoundPool::new(a, BoundConfig::default()).unwrap();
+    let (p1, p2) = (pool.clone(), pool.clone());
+    let ta = std::thread::spawn(move || {
+        let mut w = p1.waiter().unwrap();
+        let r = p1.call(&mut w, b"A", deadline()).unwrap();
+        r.to_vec()
+    });
+    // A leads before B exists: B can only follow.
+    assert!(util::wait_until(10, || pool.snapshot().0), "A never led");
+    let tb = std::thread::spawn(move || {
+        let mut w = p2.waiter().unwrap();
+        let r = p2.call(&mut w, b"B", deadline()).unwrap();
+        r.to_vec()
+    });
+    let mut r = BufReader::new(b.try_clone().unwrap());
+    let (id1, body1) = read_frame(&mut r).unwrap();
+    let (id2, _) = read_frame(&mut r).unwrap();
+    let (ida, idb) = if body1 == b"A" {
+        (id1, id2)
+    } else {
+        (id2, id1)
+    };
+    let mut w = BufWriter::new(b);
+    write_frame(&mut w, idb, b"for B");
+    write_frame(&mut w, ida, b"for A");
+    w.flush().unwrap();
+    assert_eq!(tb.join().unwrap(), b"for B");
+    assert_eq!(ta.join().unwrap(), b"for A");
+    let s = pool.stats();
+    assert_eq!((s.handoffs, s.own, s.replies), (1, 1, 2), "{s:?}");
+}
+
+/// Starts `n` threads that each make one call the back-end holds back; returns once all of
+/// them wait in `join` (one leads, the others are parked).
+fn all_threads_waiting(
+    pool: &BoundPool,
+    n: usize,
+) -> Vec<std::thread::JoinHandle<Result<Vec<u8>, BoundError>>> {
+    let hs: Vec<_> = (0..n as u32)
+        .map(|t| {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                let mut w = pool.waiter().unwrap();
+                pool.call(&mut w, &request(t, 0), deadline())
+                    .map(|r| r.to_vec())
+            })
+        })
+        .collect();
+    assert!(
+        util::wait_until(10, || pool.snapshot() == (true, n - 1, 0)),
+        "threads did not all wait: {:?}",
+        pool.snapshot()
+    );
+    hs
+}
+
+/// Every thread waits for a reply the back-end holds back until a client got answers to all its
+/// requests, which only the waiting threads can serve: they must serve them (hybrid), or this
+/// deadlocks (and fails at the liveness bound).
+#[test]
+fn every_thread_waiting_still_serves_client_requests() {
+    const CLIENT_REQUESTS: usize = 200;
+    let (a, b) = pair();
+    let pool = BoundPool::new(
+        a,
+        BoundConfig {
+            max_waiters: 16,
+            ..BoundConfig::default()
+        },
+    )
+    .unwrap();
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = udp.local_addr().unwrap();
+    pool.registry()
+        .register(Box::new(lfrt::handlers::UdpEcho::new(udp, 0).unwrap()))
+        .unwrap();
+
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let be = std::thread::spawn(move || {
+        let mut r = BufReader::new(b.try_clone().unwrap());
+        let reqs: Vec<_> = (0..THREADS).map(|_| read_frame(&mut r).unwrap()).collect();
+        go_rx.recv().unwrap(); // hold every reply until the clients were served
+        let mut w = BufWriter::new(b);
+        for (id, body) in reqs {
+            write_frame(&mut w, id, &answer(&body));
+        }
+        w.flush().unwrap();
+    });
+    let hs = all_threads_waiting(&pool, THREADS);
+
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.set_read_timeout(Some(LIVENESS)).unwrap();
+    let mut buf = [0u8; 64];
+    for i in 0..CLIENT_REQUESTS as u32 {
+        client.send_to(&i.to_le_bytes(), addr).unwrap();
+        let (n, _) = client
+            .recv_from(&mut buf)
+            .expect("client request not served while every thread waits");
+        assert_eq!(&buf[..n], &i.to_le_bytes());
+    }
+    go_tx.send(()).unwrap();
+    for (t, h) in hs.into_iter().enumerate() {
+        let reply = h.join().unwrap().unwrap();
+        assert!(reply_ok(&reply, t as u32, 0), "thread {t}");
+    }
+    be.join().unwrap();
+    let s = pool.stats();
+    assert!(
+        s.inline >= 1,
+        "client requests must have been served inline by waiting threads: {s:?}"
+    );
+    assert_eq!(s.replies, THREADS as u64);
+}
+
+/// A client-facing handler that forwards each datagram to the back-end (its own waiter) and
+/// answers the client with the back-end's reply: a bound call made from an unbound handler.
+struct Forward {
+    sock: UdpSocket,
+    pool: BoundPool,
+    waiter: Waiter,
+    /// Calls made, and allocations counted around calls after the first `WARMUP`.
+    calls: u32,
+    allocs: Arc<AtomicU64>,
+}
+
+impl Forward {
+    fn new(sock: UdpSocket, pool: &BoundPool, allocs: &Arc<AtomicU64>) -> Forward {
+        Forward {
+            sock,
+            pool: pool.clone(),
+            waiter: pool.waiter().unwrap(),
+            calls: 0,
+            allocs: allocs.clone(),
+        }
+    }
+}
+
+impl EventHandler for Forward {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+    fn handle(&mut self, _ev: &Event, ctx: &mut Context) -> Disposition {
+        let buf = ctx.buffer();
+        while let Ok((n, from)) = self.sock.recv_from(buf) {
+            let before = lfrt::thread_allocations();
+            match self.pool.call(&mut self.waiter, &buf[..n], deadline()) {
+                Ok(reply) => {
+                    let _ = self.sock.send_to(&reply, from);
+                }
+                Err(_) => {
+                    let _ = self.sock.send_to(b"error", from);
+                }
+            }
+            // The call includes whatever this thread did while it waited: leading, handing off
+            // replies, running other handlers inline.
+            self.calls += 1;
+            if self.calls > WARMUP / 10 {
+                self.allocs
+                    .fetch_add(lfrt::thread_allocations() - before, Relaxed);
+            }
+        }
+        Disposition::Rearm
+    }
+}
+
+/// As above, but serving a client request itself needs the back-end (nested bound call inside
+/// an inline handler). The back-end answers the nested calls at once and holds the outer ones.
+#[test]
+fn waiting_threads_serve_requests_that_call_the_back_end() {
+    const CLIENT_REQUESTS: u32 = 100;
+    let (a, b) = pair();
+    let pool = BoundPool::new(
+        a,
+        BoundConfig {
+            max_waiters: 16,
+            ..BoundConfig::default()
+        },
+    )
+    .unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let addr = sock.local_addr().unwrap();
+    let allocs = Arc::new(AtomicU64::new(0));
+    pool.registry()
+        .register(Box::new(Forward::new(sock, &pool, &allocs)))
+        .unwrap();
+
+    let be = std::thread::spawn(move || {
+        let mut r = BufReader::new(b.try_clone().unwrap());
+        let mut w = b;
+        let mut held = Vec::new();
+        // outer requests are 16 bytes, nested ones 4; release the outer ones after the last
+        // nested request
+        let mut nested = 0;
+        while nested < CLIENT_REQUESTS || held.len() < THREADS {
+            let (id, body) = read_frame(&mut r).unwrap();
+            if body.len() == 16 {
+                held.push((id, body));
+            } else {
+                let mut rep = body.clone();
+                rep.reverse();
+                write_frame(&mut w, id, &rep);
+                nested += 1;
+            }
+        }
+        for (id, body) in held {
+            write_frame(&mut w, id, &answer(&body));
+        }
+    });
+    let hs = all_threads_waiting(&pool, THREADS);
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.set_read_timeout(Some(LIVENESS)).unwrap();
+    let mut buf = [0u8; 64];
+    for i in 0..CLIENT_REQUESTS {
+        client.send_to(&i.to_be_bytes(), addr).unwrap();
+        let (n, _) = client
+            .recv_from(&mut buf)
+            .expect("client request not served while every thread waits");
+        assert_eq!(
+            &buf[..n],
+            &i.to_le_bytes(),
+            "the back-end's reply to this very request"
+        );
+    }
+    for (t, h) in hs.into_iter().enumerate() {
+        assert!(
+            reply_ok(&h.join().unwrap().unwrap(), t as u32, 0),
+            "thread {t}"
+        );
+    }
+    be.join().unwrap();
+    let s = pool.stats();
+    assert_eq!(
+        s.replies,
+        THREADS as u64 + u64::from(CLIENT_REQUESTS),
+        "{s:?}"
+    );
+    assert_eq!(
+        allocs.load(Relaxed),
+        0,
+        "allocations on the nested call path after warm-up"
+    );
+    pool.close(); // drops the handler (and its waiter and pool clone)
+}
+
+/// Threads with nothing to wait for `serve` the pool: they read the connection, hand off
+/// replies and run handlers that call the back-end (the OLTP front-end's shape).
+#[test]
+fn serving_threads_forward_client_requests() {
+    const CLIENTS: usize = 4;
+    const PER_CLIENT: u32 = 500;
+    let (a, b) = pair();
+    let pool = BoundPool::new(
+        a,
+        BoundConfig {
+            max_waiters: 16,
+            ..BoundConfig::default()
+        },
+    )
+    .unwrap();
+    let allocs = Arc::new(AtomicU64::new(0));
+    let mut addrs = Vec::new();
+    for _ in 0..CLIENTS {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_nonblocking(true).unwrap();
+        addrs.push(sock.local_addr().unwrap());
+        pool.registry()
+            .register(Box::new(Forward::new(sock, &pool, &allocs)))
+            .unwrap();
+    }
+    let be = std::thread::spawn(move || {
+        let mut r = BufReader::new(b.try_clone().unwrap());
+        let mut w = b;
+        while let Some((id, mut body)) = read_frame(&mut r) {
+            body.reverse();
+            write_frame(&mut w, id, &body);
+        }
+    });
+    let servers: Vec<_> = (0..3)
+        .map(|_| {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                let mut w = pool.waiter().unwrap();
+                pool.serve(&mut w, None)
+            })
+        })
+        .collect();
+    let clients: Vec<_> = addrs
+        .into_iter()
+        .map(|addr| {
+            std::thread::spawn(move || {
+                let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+                c.set_read_timeout(Some(LIVENESS)).unwrap();
+                let mut buf = [0u8; 16];
+                for i in 0..PER_CLIENT {
+                    c.send_to(&i.to_be_bytes(), addr).unwrap();
+                    let (n, _) = c.recv_from(&mut buf).expect("reply");
+                    assert_eq!(&buf[..n], &i.to_le_bytes());
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    pool.shutdown();
+    for s in servers {
+        assert_eq!(s.join().unwrap(), Ok(()));
+    }
+    be.join().unwrap();
+    assert_eq!(pool.stats().replies, CLIENTS as u64 * u64::from(PER_CLIENT));
+    assert_eq!(
+        allocs.load(Relaxed),
+        0,
+        "allocations on the serve/call path after warm-up"
+    );
+    pool.close();
+}
+
+/// The back-end does something to the connection after reading every thread's request; every
+/// waiter must wake with `expect`.
+fn every_waiter_fails(make: impl FnOnce(TcpStream) + Send + 'static, expect: BoundError) {
+    let (a, b) = pair();
+    let pool = BoundPool::new(
+        a,
+        BoundConfig {
+            max_waiters: 16,
+            max_body: 64,
+            ..BoundConfig::default()
+        },
+    )
+    .unwrap();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let be = std::thread::spawn(move || {
+        let mut r = BufReader::new(b.try_clone().unwrap());
+        for _ in 0..THREADS {
+            read_frame(&mut r).unwrap();
+        }
+        go_rx.recv().unwrap();
+        make(b);
+    });
+    let hs = all_threads_waiting(&pool, THREADS);
+    go_tx.send(()).unwrap();
+    be.join().unwrap();
+    for h in hs {
+        assert_eq!(h.join().unwrap(), Err(expect));
+    }
+    assert_eq!(pool.failure(), Some(expect));
+    let mut w = pool.waiter().unwrap();
+    assert_eq!(
+        pool.expecting_response(&mut w),
+        Err(expect),
+        "later calls fail at once"
+    );
+}
+
+#[test]
+fn dropped_connection_wakes_every_waiter() {
+    every_waiter_fails(drop, BoundError::Closed);
+}
+
+#[test]
+fn truncated_header_is_rejected() {
+    every_waiter_fails(
+        |mut b| {
+            b.write_all(&encode_header(1 << 16, 4)[..7]).unwrap();
+        },
+        BoundError::Truncated { have: 7 },
+    );
+}
+
+#[test]
+fn truncated_body_is_rejected() {
+    every_waiter_fails(
+        |mut b| {
+            b.write_all(&encode_header(1 << 16, 10)).unwrap();
+            b.write_all(b"abc").unwrap();
+        },
+        BoundError::Truncated {
+            have: HEADER_LEN + 3,
+        },
+    );
+}
+
+/// An oversized length closes the connection from the pool's side: the back-end reads EOF.
+fn oversized(len: u32) {
+    let (tx, rx) = mpsc::channel();
+    every_waiter_fails(
+        move |mut b| {
+            b.write_all(&encode_header(1 << 16, len)).unwrap();
+            let mut x = [0u8; 1];
+            tx.send(b.read(&mut x).map(|n| n == 0).unwrap_or(true))
+                .unwrap();
+        },
+        BoundError::Oversized { len, max: 64 },
+    );
+    assert!(rx.recv().unwrap(), "the pool closed the connection");
+}
+
+#[test]
+fn oversized_frame_is_rejected() {
+    oversized(65);
+}
+
+#[test]
+fn absurd_length_is_rejected_without_allocation_or_overflow() {
+    oversized(u32::MAX);
+}
+
+/// The reply that arrives after its waiter timed out is dropped (counted late), and the next
+/// request on the same waiter gets its own reply. The back-end holds each first reply until the
+/// second request arrives, so the timeout is certain.
+#[test]
+fn timeouts_do_not_confuse_later_replies() {
+    const ROUNDS: u32 = 20;
+    let (a, b) = pair();
+    let pool = BoundPool::new(a, BoundConfig::default()).unwrap();
+    let be = std::thread::spawn(move || {
+        let mut r = BufReader::new(b.try_clone().unwrap());
+        let mut w = b;
+        for _ in 0..ROUNDS {
+            let (id1, body1) = read_frame(&mut r).unwrap();
+            let (id2, body2) = read_frame(&mut r).unwrap();
+            write_frame(&mut w, id1, &body1); // late
+            write_frame(&mut w, id2, &body2);
+        }
+    });
+    let mut w = pool.waiter().unwrap();
+    for round in 0..ROUNDS {
+        let id = pool.expecting_response(&mut w).unwrap();
+        pool.send(id, b"first", None).unwrap();
+        let soon = Some(Instant::now() + Duration::from_millis(2));
+        assert_eq!(pool.join(&mut w, soon).unwrap_err(), BoundError::Timeout);
+        let second = round.to_le_bytes();
+        assert_eq!(&*pool.call(&mut w, &second, deadline()).unwrap(), &second);
+    }
+    be.join().unwrap();
+    let s = pool.stats();
+    assert_eq!(
+        (s.timeouts, s.late, s.replies),
+        (u64::from(ROUNDS), u64::from(ROUNDS), u64::from(ROUNDS)),
+        "{s:?}"
+    );
+}

@@ -1,0 +1,1139 @@
+//! The bound pool's hand-off state machine: who leads, who follows, whose reply has arrived.
+//!
+//! Everything here happens under one priority-inheritance lock and makes no system call besides
+//! those of the lock and the per-slot parkers, so the loom models at the bottom check it exactly
+//! as it runs (`--cfg loom`). The I/O around it (epoll, reading frames, copying bodies) lives in
+//! `bound/mod.rs` and drives it through the methods below.
+//!
+//! A **slot** is one waiter's entry: a request sequence number, a [`Phase`], a parker and (in
+//! `mod.rs`) a reply buffer. A thread waits *on a slot*: the slot of the [`Waiter`] it passed to
+//! `join`/`serve`. Slot phases:
+//!
+//! ```text
+//!            expect()            leader: deliver_begin()        deliver_end()
+//!   Idle ───────────────► Expecting ───────────────────► Filling ─────────────► Replied(len)
+//!    ▲  ▲                   │   │                                                   │
+//!    │  └──── timeout ──────┘   └── fail()/shutdown() ──► Failed                    │
+//!    └──────────── join/serve returned the outcome (settle) ◄──────────────────────┘
+//! ```
+//!
+//! `Filling` lasts only while the leader copies a body into the slot's buffer; a waiter whose
+//! deadline passes during it still gets the reply (the copy is bounded by `max_body`).
+//!
+//! [`Waiter`]: super::Waiter
+
+use super::{BoundError, BoundStats};
+use crate::follower_queue::Promotion;
+use crate::sync::{Mutex, Parker};
+use std::collections::VecDeque;
+
+/// Low bits of a request id that name the slot; the high bits are the slot's sequence number.
+pub(crate) const SLOT_BITS: u32 = 16;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+
+/// Where a slot's request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// No request registered.
+    Idle,
+    /// `expect` registered request `seq`; the reply has not been seen.
+    Expecting,
+    /// The leader is copying the reply body into the slot's buffer.
+    Filling,
+    /// The reply (of this many body bytes) is in the slot's buffer.
+    Replied(usize),
+    /// The connection failed (or the pool shut down) before the reply came.
+    Failed,
+}
+
+#[derive(Debug)]
+struct Slot {
+    /// Sequence number of the last request registered on this slot (0: none yet).
+    seq: u64,
+    phase: Phase,
+    /// Held by a `Waiter`.
+    leased: bool,
+    /// In the follower queue (its thread is parked or about to park).
+    queued: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    slot: u16,
+    /// Promotion key: (priority, order), the largest is promoted first.
+    key: (u8, u64),
+    /// The thread may process unbound events (its nesting is below the limit).
+    eligible: bool,
+}
+
+/// An unbound event the leader detected but could not process (see `defer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ready {
+    /// The handle's token, raw.
+    pub(crate) token: u64,
+    /// The epoll readiness bits.
+    pub(crate) readiness: u32,
+    /// When the leader's wait returned with it (`CLOCK_MONOTONIC` ns).
+    pub(crate) woke_ns: u64,
+}
+
+/// One thread's turn in `next_step`: who it is and what it waits for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Turn {
+    /// The slot the thread waits on.
+    pub(crate) slot: u16,
+    /// Its priority in the follower queue.
+    pub(crate) priority: u8,
+    /// `join` (waits for this slot's reply) rather than `serve` (no reply expected).
+    pub(crate) bound: bool,
+    /// May run unbound handlers (nesting below `max_nesting`).
+    pub(crate) eligible: bool,
+    /// Absolute `CLOCK_MONOTONIC` ns, if any.
+    pub(crate) deadline: Option<u64>,
+}
+
+/// What a thread does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum Step {
+    /// Its reply (this many body bytes) is in its slot's buffer.
+    Replied(usize),
+    /// The connection failed before its reply came.
+    Failed(BoundError),
+    /// Its deadline passed.
+    TimedOut,
+    /// The pool shut down (only `serve` returns this).
+    Shutdown,
+    /// Process this unbound event, then come back. The thread is not the leader.
+    Process(Ready),
+    /// The thread is the leader: read the connection and wait on the handle set.
+    Lead,
+}
+
+/// Whom a reply frame is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// This slot, now `Filling`: copy the body into its buffer, then call `deliver_end`.
+    Slot(u16),
+    /// An id that was never issued (or names no slot).
+    Unknown,
+    /// An id issued before but no longer expected: its waiter timed out or cancelled, or the
+    /// back-end replied twice.
+    Late,
+}
+
+#[derive(Debug)]
+struct State {
+    leader: Option<u16>,
+    slots: Vec<Slot>,
+    /// Parked threads (by slot). Capacity reserved for every slot: pushes never reallocate.
+    queue: Vec<Queued>,
+    arrivals: u64,
+    /// Unbound events detected by a leader that could not process them.
+    ready: VecDeque<Ready>,
+    free: Vec<u16>,
+    failure: Option<BoundError>,
+    shutdown: bool,
+    stats: BoundStats,
+}
+
+/// The synchronizer of one bound pool.
+#[derive(Debug)]
+pub(crate) struct Table {
+    state: Mutex<State>,
+    parkers: Box<[Parker]>,
+    promotion: Promotion,
+}
+
+impl Table {
+    /// A table of `slots` slots; `ready_capacity` unbound events can be deferred without
+    /// allocating (one per handle suffices: handles are one-shot).
+    pub(crate) fn new(slots: usize, ready_capacity: usize, promotion: Promotion) -> Table {
+        assert!(slots >= 1 && slots as u64 <= SLOT_MASK + 1);
+        Table {
+            state: Mutex::new(State {
+                leader: None,
+                slots: (0..slots)
+                    .map(|_| Slot {
+                        seq: 0,
+                        phase: Phase::Idle,
+                        leased: false,
+                        queued: false,
+                    })
+                    .collect(),
+                queue: Vec::with_capacity(slots),
+                arrivals: 0,
+                ready: VecDeque::with_capacity(ready_capacity),
+                free: (0..slots as u16).rev().collect(),
+                failure: None,
+                shutdown: false,
+                stats: BoundStats::default(),
+            }),
+            parkers: (0..slots).map(|_| Parker::new()).collect(),
+            promotion,
+        }
+    }
+
+    // ----- slots ---------------------------------------------------------------------------
+
+    /// Leases a free slot (to a new `Waiter`).
+    pub(crate) fn acquire(&self) -> Option<u16> {
+        let mut st = self.state.lock();
+        let s = st.free.pop()?;
+        let slot = &mut st.slots[s as usize];
+        slot.leased = true;
+        slot.phase = Phase::Idle;
+        Some(s)
+    }
+
+    /// Returns a slot (its `Waiter` was dropped). A reply still on its way is dropped as late.
+    pub(crate) fn release(&self, s: u16) {
+        let mut st = self.state.lock();
+        let slot = &mut st.slots[s as usize];
+        debug_assert!(
+            slot.leased && !slot.queued,
+            "released slot {s} is queued or not leased"
+        );
+        slot.leased = false;
+        slot.phase = Phase::Idle;
+        st.free.push(s);
+    }
+
+    /// Registers a new request on slot `s` and returns its id. Must precede sending it.
+    pub(crate) fn expect(&self, s: u16) -> Result<u64, BoundError> {
+        let mut st = self.state.lock();
+        if let Some(f) = st.failure {
+            return Err(f);
+        }
+        let slot = &mut st.slots[s as usize];
+        if slot.phase != Phase::Idle {
+            return Err(BoundError::Busy);
+        }
+        slot.seq += 1;
+        slot.phase = Phase::Expecting;
+        Ok(slot.seq << SLOT_BITS | u64::from(s))
+    }
+
+    /// Abandons slot `s`'s registered request (if any); a reply that still comes is late.
+    pub(crate) fn cancel(&self, s: u16) {
+        let mut st = self.state.lock();
+        st.slots[s as usize].phase = Phase::Idle;
+    }
+
+    /// Whether slot `s` has no request registered.
+    pub(crate) fn is_idle(&self, s: u16) -> bool {
+        self.state.lock().slots[s as usize].phase == Phase::Idle
+    }
+
+    // ----- the follower queue (all under the lock) -------------------------------------------
+
+    fn enqueue(&self, st: &mut State, t: &Turn) {
+        let slot = &mut st.slots[t.slot as usize];
+        if slot.queued {
+            return; // a spurious wake-up: keep the original place in line
+        }
+        slot.queued = true;
+        st.arrivals += 1;
+        let key = match self.promotion {
+            Promotion::Priority => (t.priority, st.arrivals),
+            Promotion::Lifo => (0, st.arrivals),
+            Promotion::Fifo => (0, u64::MAX - st.arrivals),
+        };
+        // Cannot reallocate: at most one entry per slot, capacity = slots.
+        st.queue.push(Queued {
+            slot: t.slot,
+            key,
+            eligible: t.eligible,
+        });
+    }
+
+    /// Removes `s` from the queue; true if it was queued (so its thread must be unparked).
+    fn dequeue(st: &mut State, s: u16) -> bool {
+        if !st.slots[s as usize].queued {
+            return false;
+        }
+        st.slots[s as usize].queued = false;
+        let i = st
+            .queue
+            .iter()
+            .position(|q| q.slot == s)
+            .expect("queued slot missing from the follower queue");
+        st.queue.swap_remove(i);
+        true
+    }
+
+    /// Removes and returns the follower to promote next (only eligible ones if asked).
+    fn pop_best(st: &mut State, eligible_only: bool) -> Option<u16> {
+        let (i, q) = st
+            .queue
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| q.eligible || !eligible_only)
+            .max_by_key(|(_, q)| q.key)?;
+        let s = q.slot;
+        st.queue.swap_remove(i);
+        st.slots[s as usize].queued = false;
+        Some(s)
+    }
+
+    /// Hands the leader role to the best follower, or leaves it vacant.
+    fn promote(st: &mut State) -> Option<u16> {
+        match Self::pop_best(st, false) {
+            Some(next) => {
+                st.leader = Some(next);
+                st.stats.promotions += 1;
+                Some(next)
+            }
+            None => {
+                st.leader = None;
+                st.stats.vacant += 1;
+                None
+            }
+        }
+    }
+
+    fn wake(&self, s: Option<u16>) {
+        if let Some(s) = s {
+            self.parkers[s as usize].unpark();
+        }
+    }
+
+    // ----- turns -------------------------------------------------------------------------------
+
+    /// Whether the thread of `t` is done waiting, and with what. Under the lock.
+    fn settle(st: &mut State, t: &Turn) -> Option<Step> {
+        let me = t.slot as usize;
+        if t.bound {
+            match st.slots[me].phase {
+                Phase::Replied(n) => {
+                    st.slots[me].phase = Phase::Idle;
+                    return Some(Step::Replied(n));
+                }
+                Phase::Failed => {
+                    st.slots[me].phase = Phase::Idle;
+                    return Some(Step::Failed(st.failure.unwrap_or(BoundError::Shutdown)));
+                }
+                Phase::Idle => return Some(Step::Failed(BoundError::NotExpecting)),
+                Phase::Expecting | Phase::Filling => {}
+            }
+        } else if st.shutdown {
+            return Some(Step::Shutdown);
+        }
+        let filling = t.bound && st.slots[me].phase == Phase::Filling;
+        if let Some(d) = t.deadline {
+            if !filling && crate::sys::now_ns() >= d {
+                if t.bound {
+                    st.slots[me].phase = Phase::Idle;
+                }
+                st.stats.timeouts += 1;
+                return Some(Step::TimedOut);
+            }
+        }
+        if t.eligible {
+            if let Some(ev) = st.ready.pop_front() {
+                if t.bound {
+                    st.stats.inline += 1;
+                }
+                return Some(Step::Process(ev));
+            }
+        }
+        None
+    }
+
+    /// The thread of `t` leaves the pool's waiting (with a settled step): out of the queue, and
+    /// if it led, the role passes on. Returns the follower to unpark (after unlocking).
+    fn finish(st: &mut State, me: u16) -> Option<u16> {
+        Self::dequeue(st, me);
+        if st.leader == Some(me) {
+            Self::promote(st)
+        } else {
+            None
+        }
+    }
+
+    /// Step (a) of the pattern's `join`: returns when the thread of `t` is done, must process a
+    /// deferred unbound event, or is the leader. Otherwise it waits as a follower, parked on its
+    /// slot's parker until promoted, handed its reply, woken for a deferred event, or failed.
+    pub(crate) fn next_step(&self, t: &Turn) -> Step {
+        let me = t.slot;
+        let mut st = self.state.lock();
+        loop {
+            if let Some(step) = Self::settle(&mut st, t) {
+                let next = Self::finish(&mut st, me);
+                drop(st);
+                self.wake(next);
+                return step;
+            }
+            match st.leader {
+                None => {
+                    debug_assert!(
+                        st.queue.is_empty(),
+                        "followers are queued while no thread leads"
+                    );
+                    st.leader = Some(me);
+                    return Step::Lead;
+                }
+                Some(l) if l == me => return Step::Lead, // promoted while parked
+                Some(_) => {}
+            }
+            self.enqueue(&mut st, t);
+            // While the leader copies our reply, wait for it even past the deadline (bounded).
+            let deadline = if st.slots[me as usize].phase == Phase::Filling {
+                None
+            } else {
+                t.deadline
+            };
+            drop(st);
+            let parker = &self.parkers[me as usize];
+            match deadline {
+                Some(d) => {
+                    // A timeout is noticed by `settle`; a spurious return just loops.
+                    let _ = parker.park_until(d);
+                }
+                None => parker.park(),
+            }
+            st = self.state.lock();
+        }
+    }
+
+    /// Called by the leader between reads: if it is done (its reply came, the connection failed,
+    /// its deadline passed, the pool shut down, or it should process a deferred event) it gives
+    /// up the role to the best follower and returns its step. `reader` (the receive buffer's
+    /// guard) is released *before* the new leader is named, so the new leader finds it free.
+    ///
+    /// Otherwise returns `reader` back, with whether the connection has failed.
+    pub(crate) fn lead_settle<G>(&self, t: &Turn, reader: G) -> Result<Step, (G, bool)> {
+        let mut st = self.state.lock();
+        debug_assert_eq!(
+            st.leader,
+            Some(t.slot),
+            "lead_settle by a thread that does not lead"
+        );
+        match Self::settle(&mut st, t) {
+            Some(step) => {
+                drop(reader);
+                let next = Self::finish(&mut st, t.slot);
+                drop(st);
+                self.wake(next);
+                Ok(step)
+            }
+            None => {
+                let failed = st.failure.is_some();
+                drop(st);
+                Err((reader, failed))
+            }
+        }
+    }
+
+    /// The leader detected unbound event `ev` and may process it: it promotes a follower (the
+    /// pattern's "promote, then process") and returns `Step::Process(ev)`.
+    pub(crate) fn lead_process<G>(&self, t: &Turn, ev: Ready, reader: G) -> Step {
+        let mut st = self.state.lock();
+        debug_assert_eq!(
+            st.leader,
+            Some(t.slot),
+            "lead_process by a thread that does not lead"
+        );
+        drop(reader);
+        if t.bound {
+            st.stats.inline += 1;
+        }
+        let next = Self::promote(&mut st);
+        drop(st);
+        self.wake(next);
+        Step::Process(ev)
+    }
+
+    /// The leader detected unbound event `ev` but may not process it (its thread is nested too
+    /// deeply): queue it and wake one eligible follower, if any, to process it. Eligible threads
+    /// check this queue before they lead or park, so the event is not stranded.
+    pub(crate) fn defer(&self, ev: Ready) {
+        let mut st = self.state.lock();
+        // Beyond the reserved capacity (only with stale events of removed handles) this
+        // allocates rather than lose an event whose handle would stay disarmed.
+        st.ready.push_back(ev);
+        st.stats.deferred += 1;
+        let helper = Self::pop_best(&mut st, true);
+        drop(st);
+        self.wake(helper);
+    }
+
+    // ----- replies ------------------------------------------------------------------------------
+
+    /// Step (b): the leader read a reply frame for request `id`. If its waiter still expects it,
+    /// the slot becomes `Filling`; the leader copies the body into the slot's buffer and then
+    /// calls [`deliver_end`](Self::deliver_end). Unknown and late ids are counted and dropped.
+    pub(crate) fn deliver_begin(&self, id: u64) -> Target {
+        let mut st = self.state.lock();
+        let s = (id & SLOT_MASK) as usize;
+        let seq = id >> SLOT_BITS;
+        if s >= st.slots.len() || seq == 0 {
+            st.stats.unknown += 1;
+            return Target::Unknown;
+        }
+        let slot = &mut st.slots[s];
+        if slot.phase == Phase::Expecting && slot.seq == seq {
+            slot.phase = Phase::Filling;
+            Target::Slot(s as u16)
+        } else if seq <= slot.seq {
+            st.stats.late += 1;
+            Target::Late
+        } else {
+            st.stats.unknown += 1;
+            Target::Unknown
+        }
+    }
+
+    /// The body of slot `s`'s reply (`len` bytes) is in its buffer: publish it and wake the
+    /// waiting thread (specific notification). `me` is the leader's own slot.
+    pub(crate) fn deliver_end(&self, s: u16, len: usize, me: u16) {
+        let mut st = self.state.lock();
+        let slot = &mut st.slots[s as usize];
+        if slot.phase != Phase::Filling {
+            // The waiter was dropped or cancelled while the body was being copied.
+            st.stats.late += 1;
+            return;
+        }
+        slot.phase = Phase::Replied(len);
+        st.stats.replies += 1;
+        if s == me {
+            st.stats.own += 1;
+        } else {
+            st.stats.handoffs += 1;
+        }
+        // Unpark only a parked (queued) owner; a running one sees `Replied` at its next settle.
+        let parked = Self::dequeue(&mut st, s);
+        drop(st);
+        if parked {
+            self.parkers[s as usize].unpark();
+        }
+    }
+
+    // ----- failure and shutdown -------------------------------------------------------------
+
+    /// The connection failed: every request still expected fails with `reason` (the first
+    /// reason sticks), their parked threads are woken, and later `expect`s fail. A body being
+    /// copied (`Filling`) is still delivered. Returns true for the first failure.
+    pub(crate) fn fail(&self, reason: BoundError) -> bool {
+        let mut st = self.state.lock();
+        let first = st.failure.is_none();
+        if first {
+            st.failure = Some(reason);
+        }
+        self.fail_expecting(&mut st);
+        first
+    }
+
+    fn fail_expecting(&self, st: &mut State) {
+        for slot in st.slots.iter_mut() {
+            if slot.phase == Phase::Expecting {
+                slot.phase = Phase::Failed;
+            }
+        }
+        let mut i = 0;
+        while i < st.queue.len() {
+            let s = st.queue[i].slot;
+            if st.slots[s as usize].phase == Phase::Failed {
+                st.queue.swap_remove(i);
+                st.slots[s as usize].queued = false;
+                // Under the lock: failure is rare, and the woken thread just re-locks.
+                self.parkers[s as usize].unpark();
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Shuts the pool down: pending requests fail with `Shutdown`, every parked thread wakes,
+    /// `serve` returns. Idempotent.
+    pub(crate) fn shutdown(&self) {
+        let mut st = self.state.lock();
+        st.shutdown = true;
+        if st.failure.is_none() {
+            st.failure = Some(BoundError::Shutdown);
+        }
+        self.fail_expecting(&mut st);
+        while let Some(q) = st.queue.pop() {
+            st.slots[q.slot as usize].queued = false;
+            self.parkers[q.slot as usize].unpark();
+        }
+    }
+
+    /// The failure, if the connection failed or the pool shut down.
+    pub(crate) fn failure(&self) -> Option<BoundError> {
+        self.state.lock().failure
+    }
+
+    /// Counters so far.
+    pub(crate) fn stats(&self) -> BoundStats {
+        self.state.lock().stats
+    }
+
+    /// `(leader present, threads queued, deferred events)`: a racy snapshot.
+    pub(crate) fn snapshot(&self) -> (bool, usize, usize) {
+        let st = self.state.lock();
+        (st.leader.is_some(), st.queue.len(), st.ready.len())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn turn(slot: u16, bound: bool) -> Turn {
+        Turn {
+            slot,
+            priority: 0,
+            bound,
+            eligible: true,
+            deadline: None,
+        }
+    }
+
+    #[test]
+    fn ids_name_slot_and_sequence() {
+        let t = Table::new(4, 4, Promotion::Fifo);
+        let a = t.acquire().unwrap();
+        let b = t.acquire().unwrap();
+        assert_ne!(a, b);
+        let ia = t.expect(a).unwrap();
+        assert_eq!(t.expect(a), Err(BoundError::Busy));
+        let ib = t.expect(b).unwrap();
+        assert_eq!(ia & SLOT_MASK, u64::from(a));
+        assert_eq!(ib >> SLOT_BITS, 1);
+        // Unknown: slot out of range, sequence 0, or a sequence not yet issued.
+        assert_eq!(t.deliver_begin(99), Target::Unknown);
+        assert_eq!(t.deliver_begin(u64::from(a)), Target::Unknown);
+        assert_eq!(t.deliver_begin(ia + (5 << SLOT_BITS)), Target::Unknown);
+        // Delivered once; the second copy is late.
+        assert_eq!(t.deliver_begin(ia), Target::Slot(a));
+        t.deliver_end(a, 3, b);
+        assert_eq!(t.deliver_begin(ia), Target::Late);
+        assert_eq!(t.next_step(&turn(a, true)), Step::Replied(3));
+        let s = t.stats();
+        assert_eq!(
+            (s.replies, s.handoffs, s.own, s.unknown, s.late),
+            (1, 1, 0, 3, 1)
+        );
+    }
+
+    #[test]
+    fn first_joiner_leads_and_own_reply_vacates() {
+        let t = Table::new(2, 2, Promotion::Fifo);
+        let a = t.acquire().unwrap();
+        let id = t.expect(a).unwrap();
+        assert_eq!(t.next_step(&turn(a, true)), Step::Lead);
+        assert_eq!(t.deliver_begin(id), Target::Slot(a));
+        t.deliver_end(a, 0, a);
+        assert_eq!(t.lead_settle(&turn(a, true), ()).unwrap(), Step::Replied(0));
+        assert_eq!(t.snapshot(), (false, 0, 0));
+        let s = t.stats();
+        assert_eq!((s.own, s.vacant), (1, 1));
+    }
+
+    #[test]
+    fn expired_deadline_times_out_and_reply_is_late() {
+        let t = Table::new(1, 1, Promotion::Fifo);
+        let a = t.acquire().unwrap();
+        let id = t.expect(a).unwrap();
+        let tt = Turn {
+            deadline: Some(0),
+            ..turn(a, true)
+        };
+        assert_eq!(t.next_step(&tt), Step::TimedOut);
+        assert_eq!(t.deliver_begin(id), Target::Late);
+        // the slot is reusable at once
+        let id2 = t.expect(a).unwrap();
+        assert_ne!(id, id2);
+    }
+
+    #[test]
+    fn join_without_expect_and_failure() {
+        let t = Table::new(2, 1, Promotion::Priority);
+        let a = t.acquire().unwrap();
+        assert_eq!(
+            t.next_step(&turn(a, true)),
+            Step::Failed(BoundError::NotExpecting)
+        );
+        t.expect(a).unwrap();
+        assert!(t.fail(BoundError::Closed));
+        assert!(!t.fail(BoundError::Shutdown), "the first reason sticks");
+        assert_eq!(
+            t.next_step(&turn(a, true)),
+            Step::Failed(BoundError::Closed)
+        );
+        assert_eq!(t.expect(a), Err(BoundError::Closed));
+    }
+
+    #[test]
+    fn deferred_event_goes_to_an_eligible_thread_only() {
+        let t = Table::new(2, 2, Promotion::Fifo);
+        let a = t.acquire().unwrap();
+        let ev = Ready {
+            token: 3,
+            readiness: 1,
+            woke_ns: 0,
+        };
+        t.defer(ev);
+        let ineligible = Turn {
+            eligible: false,
+            ..turn(a, false)
+        };
+        assert_eq!(t.next_step(&ineligible), Step::Lead);
+        assert_eq!(t.lead_settle(&ineligible, ()).map_err(|e| e.1), Err(false));
+        // An eligible serve thread takes the event, and hands the leader role on first.
+        assert_eq!(
+            t.lead_settle(&turn(a, false), ()).unwrap(),
+            Step::Process(ev)
+        );
+        assert_eq!(t.snapshot(), (false, 0, 0));
+    }
+
+    #[test]
+    fn promotion_orders() {
+        // followers of priorities 10, 30, 20 (arriving in that order), for each protocol
+        for (promotion, expect) in [
+            (Promotion::Priority, [2u16, 3, 1]),
+            (Promotion::Fifo, [1, 2, 3]),
+            (Promotion::Lifo, [3, 2, 1]),
+        ] {
+            let t = Table::new(4, 1, promotion);
+            let mut st = t.state.lock();
+            for (slot, priority) in [(1u16, 10u8), (2, 30), (3, 20)] {
+                t.enqueue(
+                    &mut st,
+                    &Turn {
+                        slot,
+                        priority,
+                        bound: true,
+                        eligible: true,
+                        deadline: None,
+                    },
+                );
+            }
+            // a spurious re-enqueue keeps the original place
+            t.enqueue(
+                &mut st,
+                &Turn {
+                    slot: 1,
+                    priority: 99,
+                    bound: true,
+                    eligible: true,
+                    deadline: None,
+                },
+            );
+            let order: Vec<u16> = std::iter::from_fn(|| Table::promote(&mut st)).collect();
+            assert_eq!(order, expect.to_vec(), "{promotion:?}");
+            assert_eq!(st.leader, None);
+        }
+    }
+
+    #[test]
+    fn slots_run_out_and_come_back() {
+        let t = Table::new(2, 1, Promotion::Fifo);
+        let a = t.acquire().unwrap();
+        let b = t.acquire().unwrap();
+        assert_eq!(t.acquire(), None);
+        t.release(a);
+        assert_eq!(t.acquire(), Some(a));
+        let _ = b;
+    }
+
+    /// Real threads and parkers: 4 threads, each with its own slot, 2,000 requests each. The
+    /// "back-end" answers everything in flight at once, in reverse order. Every thread gets
+    /// exactly its own replies (the body length carries the request's sequence number), and at
+    /// most one thread leads at any time.
+    #[test]
+    fn stress_reverse_order_handoff() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        use std::sync::{Arc, Condvar, Mutex as StdMutex};
+        const THREADS: u16 = 4;
+        const REQUESTS: usize = 2000;
+        let table = Arc::new(Table::new(THREADS as usize, 1, Promotion::Fifo));
+        // (requests in flight, replies on the wire)
+        let wire = Arc::new((
+            StdMutex::new((Vec::<u64>::new(), Vec::<u64>::new())),
+            Condvar::new(),
+        ));
+        let leaders = Arc::new(AtomicUsize::new(0));
+        let hs: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (table, wire, leaders) = (table.clone(), wire.clone(), leaders.clone());
+                std::thread::spawn(move || {
+                    let me = table.acquire().unwrap();
+                    let t = turn(me, true);
+                    let (m, cv) = &*wire;
+                    for _ in 0..REQUESTS {
+                        let id = table.expect(me).unwrap();
+                        let want = (id >> SLOT_BITS) as usize;
+                        m.lock().unwrap().0.push(id);
+                        cv.notify_all();
+                        let got = match table.next_step(&t) {
+                            Step::Replied(n) => n,
+                            Step::Lead => loop {
+                                assert_eq!(leaders.fetch_add(1, SeqCst), 0, "two leaders");
+                                let batch = {
+                                    let mut g = m.lock().unwrap();
+                                    if g.1.is_empty() {
+                                        let mut b = std::mem::take(&mut g.0);
+                                        b.reverse();
+                                        g.1 = b;
+                                    }
+                                    std::mem::take(&mut g.1)
+                                };
+                                for rid in batch {
+                                    if let Target::Slot(s) = table.deliver_begin(rid) {
+                                        table.deliver_end(s, (rid >> SLOT_BITS) as usize, me);
+                                    }
+                                }
+                                leaders.fetch_sub(1, SeqCst);
+                                match table.lead_settle(&t, ()) {
+                                    Ok(Step::Replied(n)) => break n,
+                                    Ok(s) => panic!("unexpected {s:?}"),
+                                    Err(_) => {}
+                                }
+                                let g = m.lock().unwrap();
+                                if g.0.is_empty() && g.1.is_empty() {
+                                    let _ = cv
+                                        .wait_timeout(g, std::time::Duration::from_millis(1))
+                                        .unwrap();
+                                }
+                            },
+                            s => panic!("unexpected {s:?}"),
+                        };
+                        assert_eq!(got, want, "thread got another request's reply");
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let s = table.stats();
+        assert_eq!(s.replies, THREADS as u64 * REQUESTS as u64);
+        assert_eq!(s.unknown + s.late, 0);
+        assert_eq!(s.own + s.handoffs, s.replies);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    //! Models of the hand-off with a fake connection: a queue of reply ids (and unbound-event
+    //! markers) behind a loom mutex and condvar. The leader's loop below has the shape of the
+    //! real one in `mod.rs` (deliver what is buffered → `lead_settle` → wait for the
+    //! connection). Loom explores every interleaving up to the preemption bound and reports a
+    //! deadlock if a thread parks forever (a lost wake-up).
+    use super::*;
+    use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use loom::sync::{Arc, Condvar, Mutex as LMutex};
+    use std::collections::VecDeque;
+
+    /// Marker for "an unbound event is ready" on the fake connection.
+    const EVENT: u64 = u64::MAX;
+
+    #[derive(Default)]
+    struct Wire {
+        requests: Vec<u64>,
+        replies: VecDeque<u64>,
+        closed: bool,
+        shutdown: bool,
+    }
+
+    struct Link {
+        m: LMutex<Wire>,
+        cv: Condvar,
+    }
+
+    impl Link {
+        fn new() -> Link {
+            Link {
+                m: LMutex::new(Wire::default()),
+                cv: Condvar::new(),
+            }
+        }
+        fn request(&self, id: u64) {
+            self.m.lock().unwrap().requests.push(id);
+            self.cv.notify_all();
+        }
+    }
+
+    struct World {
+        table: Table,
+        link: Link,
+        leaders: AtomicUsize,
+        processed: AtomicUsize,
+    }
+
+    /// Mirrors `BoundPool::lead`: deliver, settle, wait for the connection.
+    fn lead(w: &World, t: &Turn) -> Step {
+        let mut reader = ();
+        loop {
+            assert_eq!(w.leaders.fetch_add(1, SeqCst), 0, "two leaders at once");
+            w.leaders.fetch_sub(1, SeqCst);
+            let failed;
+            (reader, failed) = match w.table.lead_settle(t, reader) {
+                Ok(step) => return step,
+                Err(x) => x,
+            };
+            // Wait for the connection (not watched any more once it failed) or shutdown.
+            let mut g = w.link.m.lock().unwrap();
+            while !g.shutdown && (failed || (g.replies.is_empty() && !g.closed)) {
+                g = w.link.cv.wait(g).unwrap();
+            }
+            if g.shutdown {
+                drop(g);
+                w.table.shutdown();
+                continue;
+            }
+            match g.replies.pop_front() {
+                Some(EVENT) => {
+                    drop(g);
+                    let ev = Ready {
+                        token: 1,
+                        readiness: 1,
+                        woke_ns: 0,
+                    };
+                    if t.eligible {
+                        return w.table.lead_process(t, ev, reader);
+                    }
+                    w.table.defer(ev);
+                }
+                Some(id) => {
+                    drop(g);
+                    if let Target::Slot(s) = w.table.deliver_begin(id) {
+                        w.table.deliver_end(s, (id >> SLOT_BITS) as usize, t.slot);
+                    }
+                }
+                None => {
+                    drop(g);
+                    w.table.fail(BoundError::Closed);
+                }
+            }
+        }
+    }
+
+    /// Mirrors `BoundPool::run`.
+    fn run(w: &World, t: &Turn) -> Step {
+        loop {
+            let step = match w.table.next_step(t) {
+                Step::Lead => lead(w, t),
+                s => s,
+            };
+            match step {
+                Step::Process(_) => {
+                    w.processed.fetch_add(1, SeqCst);
+                }
+                s => return s,
+            }
+        }
+    }
+
+    fn world(slots: usize) -> Arc<World> {
+        Arc::new(World {
+            table: Table::new(slots, 2, Promotion::Fifo),
+            link: Link::new(),
+            leaders: AtomicUsize::new(0),
+            processed: AtomicUsize::new(0),
+        })
+    }
+
+    /// Preemption bound of the models with three threads: 3 explores every interleaving with
+    /// up to three forced switches in seconds; unbounded runs take many minutes.
+    const PREEMPTIONS: usize = 3;
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(PREEMPTIONS);
+        b.check(f);
+    }
+
+    /// A client thread: one request, then wait for its reply. Registering fails at once if the
+    /// connection already failed.
+    fn client(w: &World, slot: u16) -> Step {
+        let id = match w.table.expect(slot) {
+            Ok(id) => id,
+            Err(e) => return Step::Failed(e),
+        };
+        w.link.request(id);
+        run(
+            w,
+            &Turn {
+                slot,
+                priority: 0,
+                bound: true,
+                eligible: true,
+                deadline: None,
+            },
+        )
+    }
+
+    /// The back-end: waits for `n` requests, answers them in reverse order, then (optionally)
+    /// closes the connection.
+    fn backend(w: &World, n: usize, close: bool) {
+        let mut g = w.link.m.lock().unwrap();
+        while g.requests.len() < n {
+            g = w.link.cv.wait(g).unwrap();
+        }
+        let mut reqs = std::mem::take(&mut g.requests);
+        reqs.reverse();
+        g.replies.extend(reqs);
+        g.closed = close;
+        drop(g);
+        w.link.cv.notify_all();
+    }
+
+    #[test]
+    fn two_waiters_reverse_order() {
+        model(|| {
+            let w = world(2);
+            let a = w.table.acquire().unwrap();
+            let b = w.table.acquire().unwrap();
+            let w2 = w.clone();
+            let tb = loom::thread::spawn(move || client(&w2, b));
+            let w3 = w.clone();
+            let be = loom::thread::spawn(move || backend(&w3, 2, false));
+            assert_eq!(client(&w, a), Step::Replied(1));
+            assert_eq!(tb.join().unwrap(), Step::Replied(1));
+            be.join().unwrap();
+            let s = w.table.stats();
+            assert_eq!(s.replies, 2);
+            assert_eq!(s.own + s.handoffs, 2);
+        });
+    }
+
+    #[test]
+    fn closed_connection_fails_every_waiter() {
+        model(|| {
+            let w = world(2);
+            let a = w.table.acquire().unwrap();
+            let b = w.table.acquire().unwrap();
+            let w2 = w.clone();
+            let tb = loom::thread::spawn(move || client(&w2, b));
+            // the back-end closes without answering
+            let w3 = w.clone();
+            let be = loom::thread::spawn(move || {
+                w3.link.m.lock().unwrap().closed = true;
+                w3.link.cv.notify_all();
+            });
+            assert_eq!(client(&w, a), Step::Failed(BoundError::Closed));
+            assert_eq!(tb.join().unwrap(), Step::Failed(BoundError::Closed));
+            be.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn timed_out_waiter_leaves_late_reply_behind() {
+        model(|| {
+            let w = world(2);
+            let a = w.table.acquire().unwrap();
+            let b = w.table.acquire().unwrap();
+            let w2 = w.clone();
+            let tb = loom::thread::spawn(move || client(&w2, b));
+            let w3 = w.clone();
+            let be = loom::thread::spawn(move || backend(&w3, 2, false));
+            // `a` registers and sends, but its deadline has already passed when it joins
+            let id = w.table.expect(a).unwrap();
+            w.link.request(id);
+            let st = run(
+                &w,
+                &Turn {
+                    slot: a,
+                    priority: 0,
+                    bound: true,
+                    eligible: true,
+                    deadline: Some(0),
+                },
+            );
+            assert_eq!(tb.join().unwrap(), Step::Replied(1));
+            be.join().unwrap();
+            let s = w.table.stats();
+            match st {
+                // `a`'s reply was read before `a` looked: a reply beats an expired deadline
+                Step::Replied(1) => assert_eq!((s.replies, s.late), (2, 0), "{s:?}"),
+                // otherwise it is still on the wire (b left first) or was dropped as late
+                Step::TimedOut => {
+                    assert!(s.replies == 1 && s.late <= 1 && s.timeouts == 1, "{s:?}")
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        });
+    }
+
+    /// Hybrid: a bound waiter that may not process unbound events (max nesting) leads; an
+    /// unbound event arrives before its reply. A serving thread must process the event, and the
+    /// waiter must get its reply. Then the pool shuts down and the serving thread returns.
+    #[test]
+    fn deferred_event_is_processed_by_a_serving_thread() {
+        model(|| {
+            let w = world(2);
+            let waiter = w.table.acquire().unwrap();
+            let server = w.table.acquire().unwrap();
+            let w2 = w.clone();
+            let ts = loom::thread::spawn(move || {
+                run(
+                    &w2,
+                    &Turn {
+                        slot: server,
+                        priority: 0,
+                        bound: false,
+                        eligible: true,
+                        deadline: None,
+                    },
+                )
+            });
+            let id = w.table.expect(waiter).unwrap();
+            {
+                let mut g = w.link.m.lock().unwrap();
+                g.replies.push_back(EVENT);
+                g.replies.push_back(id);
+            }
+            w.link.cv.notify_all();
+            let st = run(
+                &w,
+                &Turn {
+                    slot: waiter,
+                    priority: 0,
+                    bound: true,
+                    eligible: false,
+                    deadline: None,
+                },
+            );
+            assert_eq!(st, Step::Replied(1));
+            // wait until the event was processed, then shut down
+            while w.processed.load(SeqCst) == 0 {
+                loom::thread::yield_now();
+            }
+            w.table.shutdown();
+            w.link.m.lock().unwrap().shutdown = true;
+            w.link.cv.notify_all();
+            assert_eq!(ts.join().unwrap(), Step::Shutdown);
+            assert_eq!(w.processed.load(SeqCst), 1);
+        });
+    }
+
+    #[test]
+    fn three_waiters_bounded() {
+        // four threads (three clients and the back-end): bound 2
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(|| {
+            let w = world(3);
+            let slots: Vec<u16> = (0..3).map(|_| w.table.acquire().unwrap()).collect();
+            let hs: Vec<_> = slots[1..]
+                .iter()
+                .map(|&s| {
+                    let w2 = w.clone();
+                    loom::thread::spawn(move || client(&w2, s))
+                })
+                .collect();
+            let w3 = w.clone();
+            let be = loom::thread::spawn(move || backend(&w3, 3, false));
+            assert_eq!(client(&w, slots[0]), Step::Replied(1));
+            for h in hs {
+                assert_eq!(h.join().unwrap(), Step::Replied(1));
+            }
+            be.join().unwrap();
+            assert_eq!(w.table.stats().replies, 3);
+        });
+    }
+}
