@@ -90,3 +90,36 @@ fn sigterm_and_sigint_stop_cleanly_with_status_0() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("stopped by signal"));
     }
 }
+
+#[test]
+fn plot_draws_a_png_and_rejects_bad_input() {
+    let json = tmp(
+        "ct.json",
+        r#"{"file_version": 1, "num_threads": 1, "thread": {"0": {"histogram": {"3": 10, "4": 200, "9": 2}, "cycles": 212, "min": 3, "avg": 4.1, "max": 9, "cpu": 0}}}"#,
+    );
+    let png = json.with_extension("png");
+    let out = lfrt()
+        .arg("plot")
+        .arg(&json)
+        .arg("-o")
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let bad = tmp("bad.json", r#"{"something": "else"}"#);
+    let out = lfrt()
+        .arg("plot")
+        .arg(&bad)
+        .arg("-o")
+        .arg(bad.with_extension("png"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.json"));
+}

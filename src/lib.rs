@@ -77,6 +77,7 @@ pub mod loadgen;
 mod metrics;
 mod parker;
 mod pi_mutex;
+pub mod plot;
 mod runtime;
 pub mod service;
 mod source;

@@ -37,6 +37,14 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Draw a latency result (lfrt cyclic / cyclictest / lfrt inversion JSON) as a PNG.
+    Plot {
+        /// The JSON result file.
+        input: PathBuf,
+        /// The PNG to write.
+        #[arg(short = 'o', long = "output")]
+        output: PathBuf,
+    },
     /// cyclictest-compatible timer latency through the runtime (-h is --histogram).
     Cyclic(lfrt::cyclic::CyclicArgs),
     /// Priority-inversion experiments: lfrt lanes vs a single pool vs Half-Sync/Half-Reactive.
@@ -64,6 +72,9 @@ fn main() -> ExitCode {
             json,
         } => run(&config, duration, json),
         Cmd::Cyclic(args) => lfrt::cyclic::run(&args),
+        Cmd::Plot { input, output } => lfrt::plot::plot_file(&input, &output)
+            .map(|kind| println!("wrote {} ({kind:?})", output.display()))
+            .map_err(Into::into),
         Cmd::Inversion(args) => lfrt::inversion::run(&args),
     };
     match result {

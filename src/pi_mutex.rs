@@ -8,6 +8,7 @@
 
 use std::cell::UnsafeCell;
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 
 /// A mutual-exclusion lock whose holder inherits the priority of its highest-priority waiter.
@@ -89,14 +90,20 @@ impl<T: ?Sized> PiMutex<T> {
             "pthread_mutex_lock (PI) failed: {}",
             std::io::Error::from_raw_os_error(rc)
         );
-        PiMutexGuard { m: self }
+        PiMutexGuard {
+            m: self,
+            _not_send: PhantomData,
+        }
     }
 
     /// Takes the lock if it is free, without blocking.
     pub fn try_lock(&self) -> Option<PiMutexGuard<'_, T>> {
         // SAFETY: `raw` was initialised in `new` and is never moved.
         let rc = unsafe { libc::pthread_mutex_trylock(self.raw.get()) };
-        (rc == 0).then_some(PiMutexGuard { m: self })
+        (rc == 0).then_some(PiMutexGuard {
+            m: self,
+            _not_send: PhantomData,
+        })
     }
 
     /// Mutable access without locking (the borrow checker proves exclusivity).
@@ -125,9 +132,23 @@ impl<T: ?Sized> fmt::Debug for PiMutex<T> {
 }
 
 /// Holds a [`PiMutex`] locked; unlocks on drop.
+///
+/// Not `Send`: a priority-inheritance mutex records its owner thread in the kernel and must be
+/// unlocked by that same thread.
+///
+/// ```compile_fail
+/// let m = std::sync::Arc::new(lfrt::PiMutex::new(0));
+/// let g = m.lock();
+/// std::thread::spawn(move || drop(g)); // error: the guard cannot leave its thread
+/// ```
 pub struct PiMutexGuard<'a, T: ?Sized> {
     m: &'a PiMutex<T>,
+    _not_send: PhantomData<*const ()>,
 }
+
+// SAFETY: sharing `&PiMutexGuard` only gives `&T` to other threads, which is sound when `T: Sync`;
+// the guard itself (and so the unlock) stays on the locking thread.
+unsafe impl<T: ?Sized + Sync> Sync for PiMutexGuard<'_, T> {}
 
 impl<T: ?Sized> Deref for PiMutexGuard<'_, T> {
     type Target = T;
