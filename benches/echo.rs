@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo bench --bench echo -- [--duration-s 5] [--threads 2] [--ports 4] [--window 8]
-//!                             [--work 0,5,50] [--fifo PRIO] [--json FILE] [--quick]
+//!                             [--work 0,5,50] [--fifo PRIO] [--pin] [--json FILE] [--quick]
 //! ```
 //! Per architecture and handler work: throughput, RTT p50/p99/p99.9, context switches per
 //! message (voluntary + involuntary), allocations per message, CPU time per message.
@@ -55,6 +55,8 @@ struct Opts {
     window: usize,
     work: Vec<u64>,
     fifo: Option<u8>,
+    /// Servers on CPU 1, the load generator on CPU 0 (so they do not compete for a CPU).
+    pin: bool,
     json: Option<String>,
     archs: Vec<Arch>,
 }
@@ -84,6 +86,7 @@ fn parse_opts() -> Opts {
         window: 8,
         work: vec![0, 5, 50],
         fifo: None,
+        pin: false,
         json: None,
         archs: vec![Arch::Lfrt, Arch::Hsha, Arch::Tokio],
     };
@@ -118,6 +121,11 @@ fn parse_opts() -> Opts {
                         other => panic!("unknown --arch {other}"),
                     })
                     .collect()
+            }
+            "--pin" => {
+                o.pin = true;
+                i += 1;
+                continue;
             }
             "--quick" => {
                 o.duration_s = 1.0;
@@ -167,6 +175,7 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
             };
             g.threads = o.threads;
             g.buffer_bytes = 2048;
+            g.cpus = o.pin.then(|| vec![SERVER_CPU]);
             let cfg = lfrt::RuntimeConfig {
                 rt: lfrt::RtMode::BestEffort,
                 lock_memory: false,
@@ -190,13 +199,16 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
         }
         Arch::Hsha => hsha_server(socks, ports, o, work_us),
         Arch::Tokio => {
-            let fifo = o.fifo;
+            let (fifo, pin) = (o.fifo, o.pin);
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(o.threads)
                 .enable_io()
                 .on_thread_start(move || {
                     if let Some(p) = fifo {
                         set_fifo(p);
+                    }
+                    if pin {
+                        core_affinity::set_for_current(core_affinity::CoreId { id: SERVER_CPU });
                     }
                 })
                 .build()
@@ -223,6 +235,9 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
     }
 }
 
+/// With `--pin`: the CPU of every server thread (the load generator gets CPU 0).
+const SERVER_CPU: usize = 1;
+
 fn set_fifo(p: u8) {
     use thread_priority::*;
     let _ = set_thread_priority_and_policy(
@@ -238,6 +253,7 @@ fn hsha_server(socks: Vec<UdpSocket>, ports: Vec<u16>, o: &Opts, work_us: u64) -
     let cfg = lfrt::hsha::HshaConfig {
         workers: o.threads,
         priority: o.fifo,
+        cpus: o.pin.then(|| vec![SERVER_CPU]),
         read_batch: 32,
         max_datagram: 2048,
         ..Default::default()
@@ -313,14 +329,22 @@ fn run_one(arch: Arch, o: &Opts, work_us: u64) -> serde_json::Value {
 
 fn main() {
     let o = parse_opts();
+    if o.pin {
+        // The load generator is spawned by this thread and inherits its affinity.
+        assert!(
+            core_affinity::set_for_current(core_affinity::CoreId { id: 0 }),
+            "--pin needs CPUs 0 and 1"
+        );
+    }
     println!(
-        "# UDP echo: {} server threads, {} ports, closed loop window {} per port, {} s per run, {} ({} CPUs, kernel {})",
+        "# UDP echo: {} server threads, {} ports, closed loop window {} per port, {} s per run, {}, {} ({} CPUs, kernel {})",
         o.threads,
         o.ports,
         o.window,
         o.duration_s,
         o.fifo.map(|p| format!("SCHED_FIFO {p}")).unwrap_or_else(|| "SCHED_OTHER".into()),
-        lfrt::os::available_cpus().len(),
+        if o.pin { "servers on CPU 1, load generator on CPU 0" } else { "unpinned" },
+        lfrt::os::online_cpus().len(),
         std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
     );
     println!(
@@ -358,7 +382,7 @@ fn main() {
     }
     if let Some(p) = &o.json {
         let v = serde_json::json!({"benchmark": "udp-echo", "threads": o.threads, "ports": o.ports, "window": o.window,
-            "duration_s": o.duration_s, "fifo": o.fifo, "results": rows});
+            "duration_s": o.duration_s, "fifo": o.fifo, "pinned": o.pin, "results": rows});
         std::fs::write(p, serde_json::to_string_pretty(&v).unwrap()).expect("write --json");
         println!("# wrote {p}");
     }

@@ -2,7 +2,6 @@
 
 use crate::handler::{Context, Disposition, Event, EventHandler, Interest};
 use crate::source::Timer;
-use crate::sys;
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -10,15 +9,11 @@ use std::os::fd::{AsFd, BorrowedFd};
 /// Most datagrams one event handles before re-arming, bounding the handler's run time.
 pub const UDP_BATCH: usize = 32;
 
-/// Busy-waits `us` microseconds: a bounded stand-in for handler work.
+/// Burns `us` microseconds of the calling thread's **CPU time**: a bounded stand-in for handler
+/// cost. CPU time, not wall time, so a handler that is preempted mid-work still costs the same
+/// CPU as one that is not, whichever architecture runs it (see [`crate::service::cpu_work`]).
 pub fn busy_work(us: u64) {
-    if us == 0 {
-        return;
-    }
-    let end = sys::now_ns() + us * 1000;
-    while sys::now_ns() < end {
-        std::hint::spin_loop();
-    }
+    crate::service::cpu_work(us.saturating_mul(1000));
 }
 
 /// Echoes each datagram verbatim to its sender, after `work_us` of busy work.

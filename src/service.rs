@@ -58,7 +58,7 @@ pub trait Service: Send + 'static {
     fn serve(&mut self, request: &Request<'_>, reply: &mut dyn FnMut(&[u8]));
 }
 
-/// Echoes each datagram verbatim after `work_us` of busy work (wall clock, as the built-in
+/// Echoes each datagram verbatim after `work_us` of busy work (thread CPU time, as the built-in
 /// `UdpEcho` handler does); ignores timer requests.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Echo {

@@ -51,14 +51,14 @@ pub enum HandlerConfig {
     UdpEcho {
         /// Address to bind.
         bind: SocketAddr,
-        /// Bounded busy-wait per datagram standing in for handler cost (µs).
+        /// Thread CPU time burnt per datagram, standing in for handler cost (µs).
         work_us: u64,
     },
     /// Accept TCP connections and echo each stream's bytes back.
     TcpEcho {
         /// Address to listen on.
         bind: SocketAddr,
-        /// Bounded busy-wait per read standing in for handler cost (µs).
+        /// Thread CPU time burnt per read, standing in for handler cost (µs).
         work_us: u64,
     },
     /// Periodic timers (absolute timerfd) that record their wake-up latency.
