@@ -543,6 +543,15 @@ pub struct Report {
     pub lock: Vec<LockResult>,
     /// Allocations on lfrt pool threads after warm-up, over every lanes and single_pool run.
     pub pool_allocations: u64,
+    /// Minor page faults on lfrt pool threads after warm-up, over the same runs.
+    pub pool_minor_faults: u64,
+}
+
+/// lfrt pool hygiene counters summed over runs.
+#[derive(Debug, Default, Clone, Copy)]
+struct PoolCounters {
+    allocations: u64,
+    minor_faults: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -880,12 +889,13 @@ enum Server {
 }
 
 /// What a server reported after shutdown: (requests, allocations, rt_applied).
-fn stop_server(server: Server, pool_allocations: &mut u64) -> Result<(u64, u64, bool), BoxError> {
+fn stop_server(server: Server, pool: &mut PoolCounters) -> Result<(u64, u64, bool), BoxError> {
     Ok(match server {
         Server::Lfrt(mut rt, rt_applied) => {
             let m = rt.shutdown()?;
             let allocs: u64 = m.iter().map(|g| g.pool_allocations).sum();
-            *pool_allocations += allocs;
+            pool.allocations += allocs;
+            pool.minor_faults += m.iter().map(|g| g.pool_minor_faults).sum::<u64>();
             (m.iter().map(|g| g.dispatched).sum(), allocs, rt_applied)
         }
         Server::Hsha(pool) => {
@@ -910,15 +920,15 @@ fn lfrt_group(plan: &Plan, name: &str, priority: u8, threads: usize) -> GroupCon
 /// # Errors
 /// Socket, runtime or pool set-up failures.
 pub fn run_once(plan: &Plan, arch: Architecture, n_low: usize) -> Result<RunResult, BoxError> {
-    let mut pool_allocations = 0;
-    run_once_counting(plan, arch, n_low, &mut pool_allocations)
+    let mut pool = PoolCounters::default();
+    run_once_counting(plan, arch, n_low, &mut pool)
 }
 
 fn run_once_counting(
     plan: &Plan,
     arch: Architecture,
     n_low: usize,
-    pool_allocations: &mut u64,
+    pool: &mut PoolCounters,
 ) -> Result<RunResult, BoxError> {
     let duration_ns = plan.duration.as_nanos() as u64;
     let low_rate = plan.low_rate_per_stream(n_low);
@@ -1057,7 +1067,7 @@ fn run_once_counting(
     {
         std::thread::sleep(Duration::from_millis(5));
     }
-    let (requests, allocations, rt_applied) = stop_server(server, pool_allocations)?;
+    let (requests, allocations, rt_applied) = stop_server(server, pool)?;
     drop(pinned);
 
     // Accounting.
@@ -1340,10 +1350,14 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&str) + Send) -> Result<Rep
                     experiments: Vec::new(),
                     lock: Vec::new(),
                     pool_allocations: 0,
+                    pool_minor_faults: 0,
                 };
+                let mut pool = PoolCounters::default();
                 for &arch in &plan.architectures {
                     for &n in &plan.n_low {
-                        let r = run_once_counting(plan, arch, n, &mut report.pool_allocations)?;
+                        let r = run_once_counting(plan, arch, n, &mut pool)?;
+                        report.pool_allocations = pool.allocations;
+                        report.pool_minor_faults = pool.minor_faults;
                         progress(&format!(
                             "{:<11} n_low={:<2} high p99={:.1} us lost={} low={:.0}/s",
                             arch.name(),
@@ -1453,7 +1467,11 @@ pub fn table(plan: &Plan, report: &Report) -> String {
             );
         }
     }
-    let _ = writeln!(s, "\npool_allocations={}", report.pool_allocations);
+    let _ = writeln!(
+        s,
+        "\npool_allocations={} pool_minor_faults={}",
+        report.pool_allocations, report.pool_minor_faults
+    );
     s
 }
 
@@ -1660,6 +1678,7 @@ mod tests {
             experiments: vec![r],
             lock: vec![l],
             pool_allocations: 0,
+            pool_minor_faults: 0,
         })
         .unwrap();
         let e = &v["experiments"][0];
@@ -1683,5 +1702,6 @@ mod tests {
                 && v["lock"][0]["high_block_p99_us"].is_number()
         );
         assert!(v["pool_allocations"].is_u64());
+        assert!(v["pool_minor_faults"].is_u64());
     }
 }
