@@ -143,18 +143,23 @@ pub struct LatencySummary {
 
 impl LatencySummary {
     /// Summarises a histogram (all zeros if it is empty).
+    ///
+    /// Every value is represented by the midpoint of the histogram bucket it fell in (3
+    /// significant digits: exact below 2048 ns, within ±0.05% above), as hdrhistogram's own
+    /// mean is, so min, percentiles, max and mean agree with each other and with bucket counts.
     pub fn of(h: &Histogram<u64>) -> LatencySummary {
         if h.is_empty() {
             return LatencySummary::default();
         }
+        let at = |q: f64| h.median_equivalent(h.value_at_quantile(q));
         LatencySummary {
             count: h.len(),
-            min_ns: h.min(),
+            min_ns: h.median_equivalent(h.min()),
             avg_ns: h.mean(),
-            p50_ns: h.value_at_quantile(0.50),
-            p99_ns: h.value_at_quantile(0.99),
-            p999_ns: h.value_at_quantile(0.999),
-            max_ns: h.max(),
+            p50_ns: at(0.50),
+            p99_ns: at(0.99),
+            p999_ns: at(0.999),
+            max_ns: h.median_equivalent(h.max()),
             stddev_ns: h.stdev(),
         }
     }

@@ -4,8 +4,9 @@
 //! maps in increasing key order, as cyclictest writes them.
 
 use super::args::Unit;
-use super::report::{Buckets, Figures, GroupResult, TimerResult};
+use super::report::{Buckets, GroupResult, TimerResult};
 use crate::runtime::StartReport;
+use crate::telemetry::LatencySummary;
 use serde::{Serialize, Serializer};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -71,7 +72,7 @@ struct Split {
 }
 
 impl Split {
-    fn of(f: &Figures, unit: Unit) -> Split {
+    fn of(f: &LatencySummary, unit: Unit) -> Split {
         let v = |ns: u64| round2(unit.of_f(ns as f64));
         Split {
             min: v(f.min_ns),

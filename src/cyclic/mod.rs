@@ -63,7 +63,7 @@ pub use args::{
     MAX_TIMERS, MIN_INTERVAL_US,
 };
 pub use json::FILE_VERSION;
-pub use report::{Buckets, Figures, GroupResult, TimerResult};
+pub use report::{Buckets, GroupResult, TimerResult};
 
 use crate::config::Policy;
 use crate::runtime::Runtime;

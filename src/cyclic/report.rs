@@ -3,55 +3,13 @@
 
 use super::args::{TimerSpec, Unit};
 use crate::metrics::GroupMetrics;
-use crate::telemetry::{new_histogram, Histograms, Recorded};
+use crate::telemetry::{new_histogram, Histograms, LatencySummary, Recorded};
 use hdrhistogram::Histogram;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-/// Latency figures of one histogram, in ns.
-///
-/// Each value is represented by the midpoint of the telemetry histogram bucket it fell in
-/// (hdrhistogram, 3 significant digits: exact below 2048 ns, within ±0.05% above), as hdr's
-/// own mean does, so min, percentiles, max, mean and [`Buckets`] all agree.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Figures {
-    /// Number of values.
-    pub count: u64,
-    /// Smallest.
-    pub min_ns: u64,
-    /// Mean.
-    pub avg_ns: f64,
-    /// Median.
-    pub p50_ns: u64,
-    /// 99th percentile.
-    pub p99_ns: u64,
-    /// 99.9th percentile.
-    pub p999_ns: u64,
-    /// Largest.
-    pub max_ns: u64,
-}
-
-impl Figures {
-    /// Figures of `h` (all zero if it is empty).
-    pub fn of(h: &Histogram<u64>) -> Figures {
-        if h.is_empty() {
-            return Figures::default();
-        }
-        let at = |q: f64| h.median_equivalent(h.value_at_quantile(q));
-        Figures {
-            count: h.len(),
-            min_ns: h.median_equivalent(h.min()),
-            avg_ns: h.mean(),
-            p50_ns: at(0.50),
-            p99_ns: at(0.99),
-            p999_ns: at(0.999),
-            max_ns: h.median_equivalent(h.max()),
-        }
-    }
-}
-
 /// A cyclictest-style histogram: `(bucket, count)` for non-zero buckets in increasing order,
-/// bucket = latency in the output unit, truncated (latency as in [`Figures`]: a telemetry
+/// bucket = latency in the output unit, truncated (latency as in [`LatencySummary`]: a telemetry
 /// bucket's midpoint, so a value within 0.05% of a µs boundary may land one bucket off).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Buckets {
@@ -101,11 +59,11 @@ pub struct TimerResult {
     /// Group priority.
     pub priority: u8,
     /// Handler-entry latency (expected expiry → handler entry).
-    pub latency: Figures,
+    pub latency: LatencySummary,
     /// Expected expiry → leader awake.
-    pub wake: Figures,
+    pub wake: LatencySummary,
     /// Leader awake → handler entry (promotion, demultiplexing).
-    pub dispatch: Figures,
+    pub dispatch: LatencySummary,
     /// Latency histogram.
     pub buckets: Buckets,
     /// Missed periods (expirations beyond the first per cycle).
@@ -130,11 +88,11 @@ pub struct GroupResult {
     /// `T:` indices of its timers.
     pub timers: Vec<usize>,
     /// Merged latency.
-    pub latency: Figures,
+    pub latency: LatencySummary,
     /// Merged wake-up part.
-    pub wake: Figures,
+    pub wake: LatencySummary,
     /// Merged dispatch part.
-    pub dispatch: Figures,
+    pub dispatch: LatencySummary,
     /// Merged histogram.
     pub buckets: Buckets,
     /// Overruns of its timers.
@@ -181,9 +139,9 @@ pub(crate) fn collect(
                 spec: k.spec.clone(),
                 group: g.metrics.name.clone(),
                 priority: g.metrics.priority,
-                latency: Figures::default(),
-                wake: Figures::default(),
-                dispatch: Figures::default(),
+                latency: LatencySummary::default(),
+                wake: LatencySummary::default(),
+                dispatch: LatencySummary::default(),
                 buckets: Buckets::default(),
                 overruns: 0,
                 handled: k.handled,
@@ -194,9 +152,9 @@ pub(crate) fn collect(
                 },
             };
             if let Some(h) = timer_hist(rec, k.spec.group, k.token) {
-                t.latency = Figures::of(&h.latency);
-                t.wake = Figures::of(&h.wake);
-                t.dispatch = Figures::of(&h.dispatch);
+                t.latency = LatencySummary::of(&h.latency);
+                t.wake = LatencySummary::of(&h.wake);
+                t.dispatch = LatencySummary::of(&h.dispatch);
                 t.buckets = Buckets::of(&h.latency, unit, limit);
                 t.overruns = h.overruns;
                 t.last_tid = g.tids.get(h.last_thread as usize).copied().unwrap_or(0);
@@ -227,9 +185,9 @@ pub(crate) fn collect(
                 policy: g.policy,
                 cpus: g.cpus.clone(),
                 timers: members,
-                latency: Figures::of(&latency),
-                wake: Figures::of(&wake),
-                dispatch: Figures::of(&dispatch),
+                latency: LatencySummary::of(&latency),
+                wake: LatencySummary::of(&wake),
+                dispatch: LatencySummary::of(&dispatch),
                 buckets: Buckets::of(&latency, unit, limit),
                 overruns,
             }
@@ -399,7 +357,13 @@ fn fmt_value(unit: Unit, ns: f64) -> String {
     }
 }
 
-fn figure_cells(s: &mut String, unit: Unit, f: &Figures, wake: &Figures, dispatch: &Figures) {
+fn figure_cells(
+    s: &mut String,
+    unit: Unit,
+    f: &LatencySummary,
+    wake: &LatencySummary,
+    dispatch: &LatencySummary,
+) {
     for v in [
         f.min_ns as f64,
         f.avg_ns,
@@ -514,7 +478,7 @@ mod tests {
     #[test]
     fn figures_agree_with_buckets() {
         let values: Vec<u64> = (1..=1000).map(|i| i * 100).collect();
-        let f = Figures::of(&hist(&values));
+        let f = LatencySummary::of(&hist(&values));
         assert_eq!(f.count, 1000);
         assert_eq!(f.min_ns, 100);
         assert!((f.avg_ns - 50_050.0).abs() < 50.0, "{}", f.avg_ns);
@@ -529,7 +493,10 @@ mod tests {
             (b.counts[0].0, b.counts.last().unwrap().0),
             (Unit::Us.of(f.min_ns), Unit::Us.of(f.max_ns))
         );
-        assert_eq!(Figures::of(&new_histogram()), Figures::default());
+        assert_eq!(
+            LatencySummary::of(&new_histogram()),
+            LatencySummary::default()
+        );
     }
 
     fn result(index: usize, values: &[u64], limit: Option<u64>) -> TimerResult {
@@ -543,9 +510,9 @@ mod tests {
             },
             group: "cyclic".into(),
             priority: 80,
-            latency: Figures::of(&h),
-            wake: Figures::default(),
-            dispatch: Figures::default(),
+            latency: LatencySummary::of(&h),
+            wake: LatencySummary::default(),
+            dispatch: LatencySummary::default(),
             buckets: Buckets::of(&h, Unit::Us, limit),
             overruns: 0,
             handled: values.len() as u64,
