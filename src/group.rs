@@ -319,7 +319,17 @@ fn run(
         c.processing.fetch_sub(1, Relaxed);
         match outcome {
             Dispatched::Stale => continue,
-            Dispatched::Panicked => Counters::add(&c.panics, 1),
+            Dispatched::Panicked => {
+                Counters::add(&c.panics, 1);
+                // Exceptional path only (the panic itself already allocated and wrote to
+                // stderr); normal dispatches never log.
+                tracing::error!(
+                    group = %group.cfg.name,
+                    thread = idx,
+                    handle = token.index(),
+                    "event handler panicked; panic caught, thread rejoins the pool"
+                );
+            }
             Dispatched::Closed => Counters::add(&c.closed_by_handler, 1),
             Dispatched::Handled => {}
         }
