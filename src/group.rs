@@ -41,7 +41,6 @@ pub(crate) struct ThreadSlot {
     pub(crate) busy_since: AtomicU64,
     /// Token of the event being processed.
     pub(crate) busy_token: AtomicU64,
-    pub(crate) dispatches: AtomicU64,
     pub(crate) allocs_now: AtomicU64,
     /// Allocation count at warm-up; `u64::MAX` before.
     pub(crate) allocs_base: AtomicU64,
@@ -64,7 +63,6 @@ impl ThreadSlot {
             tid: AtomicI32::new(0),
             busy_since: AtomicU64::new(0),
             busy_token: AtomicU64::new(0),
-            dispatches: AtomicU64::new(0),
             allocs_now: AtomicU64::new(0),
             allocs_base: AtomicU64::new(u64::MAX),
             faults_base: AtomicU64::new(u64::MAX),
@@ -286,8 +284,10 @@ fn run(
                 continue;
             }
             Ok(Wait::Interrupted) => continue, // still the leader: join() returns Leader again
-            Err(_) => {
-                // The epoll fd itself failed: nothing can be waited on any more.
+            Err(e) => {
+                // The epoll fd itself failed: nothing can be waited on any more. Exceptional,
+                // so it is logged even though this is a pool thread.
+                tracing::error!(group = %group.cfg.name, error = %e, "epoll_wait failed; stopping the group");
                 group.stop();
                 group.protocol.resign(idx);
                 continue;
@@ -310,7 +310,7 @@ fn run(
             woke_ns,
         };
         let start_ns = sys::now_ns();
-        slot.busy_token.store(token_raw(&event), Relaxed);
+        slot.busy_token.store(token.raw(), Relaxed);
         slot.busy_since.store(start_ns, SeqCst);
         let outcome = group.handles.dispatch(&event, ctx);
         slot.busy_since.store(0, SeqCst);
@@ -335,12 +335,11 @@ fn run(
         }
         Counters::add(&c.dispatched, 1);
         dispatches += 1;
-        slot.dispatches.store(dispatches, Relaxed);
 
         let sample = Sample {
             group: group.index,
             thread: idx,
-            token: token_raw(&event),
+            token: token.raw(),
             origin_ns: ctx.origin_ns,
             woke_ns,
             start_ns,
@@ -373,10 +372,4 @@ fn prefault_ring(ring: &mut rtrb::Producer<Sample>) {
         }
         // Dropping an uncommitted chunk publishes nothing.
     }
-}
-
-fn token_raw(e: &Event) -> u64 {
-    let t = e.token();
-    // Tokens are opaque outside handle_set; the raw value is index | generation << 32.
-    t.raw()
 }

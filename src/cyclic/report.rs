@@ -249,32 +249,15 @@ impl Status {
             unit.of_f(self.avg_ns) as u64,
             unit.of(self.max_ns),
         );
-        match unit {
-            Unit::Us => format!(
-                "T:{:2} ({:5}) P:{:2} I:{} C:{:7} Min:{:7} Act:{:5} Avg:{:5} Max:{:8}",
-                self.index,
-                self.tid,
-                self.priority,
-                self.interval_us,
-                self.cycles,
-                min,
-                act,
-                avg,
-                max
-            ),
-            Unit::Ns => format!(
-                "T:{:2} ({:5}) P:{:2} I:{} C:{:7} Min:{:7} Act:{:8} Avg:{:8} Max:{:8}",
-                self.index,
-                self.tid,
-                self.priority,
-                self.interval_us,
-                self.cycles,
-                min,
-                act,
-                avg,
-                max
-            ),
-        }
+        // cyclictest widens Act and Avg in ns mode.
+        let w = match unit {
+            Unit::Us => 5,
+            Unit::Ns => 8,
+        };
+        format!(
+            "T:{:2} ({:5}) P:{:2} I:{} C:{:7} Min:{:7} Act:{act:w$} Avg:{avg:w$} Max:{:8}",
+            self.index, self.tid, self.priority, self.interval_us, self.cycles, min, max
+        )
     }
 }
 
