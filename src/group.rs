@@ -232,22 +232,15 @@ pub(crate) fn pool_thread(
 
     // 2. Thread-specific storage, resident before the first event.
     mem::prefault_stack(group.cfg.stack_bytes.saturating_sub(STACK_MARGIN));
-    let mut buffer = vec![0u8; group.cfg.buffer_bytes].into_boxed_slice();
-    let mut scratch = vec![0u8; group.cfg.buffer_bytes].into_boxed_slice();
-    mem::prefault(&mut buffer);
-    mem::prefault(&mut scratch);
     prefault_ring(&mut ring);
-    let mut ctx = Context {
-        buffer,
-        scratch,
-        group: group.index,
-        thread: idx,
-        priority: slot.priority,
+    let mut ctx = Context::new(
+        group.cfg.buffer_bytes,
+        group.index,
+        idx,
+        slot.priority,
         tid,
-        registry: group.registry(),
-        origin_ns: 0,
-        overruns: 0,
-    };
+        group.registry(),
+    );
     let _ = ready.send(Setup::Ready {
         rt_applied,
         error: rt_error,

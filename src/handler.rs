@@ -1,7 +1,8 @@
 //! The event handler interface and what a handler sees: the event and its thread's context.
 
 use crate::handle_set::{Registry, Token};
-use crate::sys::epoll;
+use crate::sys::net::DatagramBatch;
+use crate::sys::{epoll, mem};
 use std::os::fd::BorrowedFd;
 
 /// Which readiness a handle is registered for.
@@ -97,6 +98,13 @@ pub trait EventHandler: Send + 'static {
     }
 }
 
+/// Slots in each pool thread's [`DatagramBatch`]: the most datagrams one event handles.
+///
+/// Every slot is `buffer_bytes` long, so a thread's storage is `buffer_bytes ×
+/// (DATAGRAM_BATCH + 2)` (1.1 MiB at the 64 KiB default; lower `buffer_bytes` to the largest
+/// datagram a service expects to shrink it).
+pub const DATAGRAM_BATCH: usize = 16;
+
 /// A pool thread's own storage (thread-specific storage), created and pre-faulted before the
 /// thread first joins its group, and handed to every handler it runs.
 ///
@@ -104,8 +112,9 @@ pub trait EventHandler: Send + 'static {
 /// Nothing here allocates after construction.
 #[derive(Debug)]
 pub struct Context {
-    pub(crate) buffer: Box<[u8]>,
-    pub(crate) scratch: Box<[u8]>,
+    buffer: Box<[u8]>,
+    scratch: Box<[u8]>,
+    datagrams: DatagramBatch,
     pub(crate) group: u16,
     pub(crate) thread: u16,
     pub(crate) priority: u8,
@@ -116,6 +125,36 @@ pub struct Context {
 }
 
 impl Context {
+    /// Allocates the thread's storage for `buffer_bytes`-sized buffers and pre-faults it, so
+    /// that no page of it faults on the dispatch path.
+    pub(crate) fn new(
+        buffer_bytes: usize,
+        group: u16,
+        thread: u16,
+        priority: u8,
+        tid: i32,
+        registry: Registry,
+    ) -> Context {
+        let mut buffer = vec![0u8; buffer_bytes].into_boxed_slice();
+        let mut scratch = vec![0u8; buffer_bytes].into_boxed_slice();
+        let mut datagrams = DatagramBatch::new(DATAGRAM_BATCH, buffer_bytes);
+        mem::prefault(&mut buffer);
+        mem::prefault(&mut scratch);
+        mem::prefault(datagrams.storage_mut());
+        Context {
+            buffer,
+            scratch,
+            datagrams,
+            group,
+            thread,
+            priority,
+            tid,
+            registry,
+            origin_ns: 0,
+            overruns: 0,
+        }
+    }
+
     /// The thread's receive buffer (`buffer_bytes` long).
     pub fn buffer(&mut self) -> &mut [u8] {
         &mut self.buffer
@@ -127,6 +166,11 @@ impl Context {
     /// Both buffers at once (e.g. read into one, build a reply in the other).
     pub fn buffers(&mut self) -> (&mut [u8], &mut [u8]) {
         (&mut self.buffer, &mut self.scratch)
+    }
+    /// The thread's datagram batch: [`DATAGRAM_BATCH`] slots of `buffer_bytes` each, for
+    /// receiving and answering many datagrams with one system call each way.
+    pub fn datagrams(&mut self) -> &mut DatagramBatch {
+        &mut self.datagrams
     }
     /// Index of the group this thread serves, in configuration order.
     pub fn group(&self) -> usize {

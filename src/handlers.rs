@@ -6,9 +6,6 @@ use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 
-/// Most datagrams one event handles before re-arming, bounding the handler's run time.
-pub const UDP_BATCH: usize = 32;
-
 /// Burns `us` microseconds of the calling thread's **CPU time**: a bounded stand-in for handler
 /// cost. CPU time, not wall time, so a handler that is preempted mid-work still costs the same
 /// CPU as one that is not, whichever architecture runs it (see [`crate::service::cpu_work`]).
@@ -36,20 +33,29 @@ impl EventHandler for UdpEcho {
         self.socket.as_fd()
     }
 
+    /// Takes the datagrams queued *now* (at most [`DATAGRAM_BATCH`]) in one `recvmmsg`, works
+    /// on each, and echoes them in one `sendmmsg`. Datagrams that arrive meanwhile wait for the
+    /// re-armed handle, so one busy socket cannot hold a thread for longer than one batch.
+    ///
+    /// [`DATAGRAM_BATCH`]: crate::DATAGRAM_BATCH
     fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
-        let buf = ctx.buffer();
-        for _ in 0..UDP_BATCH {
-            match self.socket.recv_from(buf) {
-                Ok((n, from)) => {
-                    busy_work(self.work_us);
-                    // A full send buffer drops the echo, as UDP may; the client counts it lost.
-                    let _ = self.socket.send_to(&buf[..n], from);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+        let batch = ctx.datagrams();
+        loop {
+            match batch.recv(self.socket.as_fd()) {
+                Ok(_) => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break, // e.g. ICMP errors surfaced on the socket: keep serving
+                // WouldBlock (another event drained it), or an ICMP error surfaced on the
+                // socket: nothing to echo now, keep serving.
+                Err(_) => return Disposition::Rearm,
             }
         }
+        // Echo verbatim: `recv` set each reply to the received bytes (and a datagram longer
+        // than a slot, truncated, to nothing), so the work is all there is to do.
+        for _ in 0..batch.len() {
+            busy_work(self.work_us);
+        }
+        // A full send buffer drops an echo, as UDP may; the client counts it lost.
+        batch.reply(self.socket.as_fd());
         Disposition::Rearm
     }
 }

@@ -517,21 +517,7 @@ impl BoundPool {
     pub fn waiter(&self) -> Result<Waiter, BoundError> {
         let slot = self.inner.table.acquire().ok_or(BoundError::NoWaiter)?;
         let n = self.inner.cfg.buffer_bytes;
-        let mut buffer = vec![0u8; n].into_boxed_slice();
-        let mut scratch = vec![0u8; n].into_boxed_slice();
-        sys::mem::prefault(&mut buffer);
-        sys::mem::prefault(&mut scratch);
-        let ctx = Context {
-            buffer,
-            scratch,
-            group: 0,
-            thread: slot,
-            priority: 0,
-            tid: 0,
-            registry: self.registry(),
-            origin_ns: 0,
-            overruns: 0,
-        };
+        let ctx = Context::new(n, 0, slot, 0, 0, self.registry());
         Ok(Waiter {
             pool: self.inner.clone(),
             slot,

@@ -1,4 +1,5 @@
-//! Socket calls that std does not offer in the form the bound pool needs: a gathering send
+//! Socket calls that std does not offer: batched datagram receive and send (`recvmmsg`,
+//! `sendmmsg`) for handlers, and for the bound pool a gathering send
 //! that never raises `SIGPIPE` and never blocks, a nonblocking receive, and a one-fd `poll`.
 //!
 //! None of them allocates; errors come back as `io::Error::last_os_error()` (no allocation
@@ -47,4 +48,383 @@ pub(crate) fn poll_one(fd: BorrowedFd<'_>, events: i16, timeout_ms: i32) -> io::
     };
     let n = syscall!(poll(&mut p, 1, timeout_ms))?;
     Ok(if n == 0 { 0 } else { p.revents })
+}
+
+/// Datagrams received and answered in one system call each way (`recvmmsg` / `sendmmsg`),
+/// held in preallocated thread-specific storage: a pool thread owns one in its [`Context`].
+///
+/// A handler receives up to [`capacity`](Self::capacity) datagrams that are queued *now*
+/// with [`recv`](Self::recv), works on them in place, and sends each one it did not
+/// [`discard`](Datagram::discard) back to its source with [`reply`](Self::reply).
+///
+/// # Real-time safety
+/// Nothing allocates after [`new`](Self::new): the message headers, address buffers and one
+/// slot of `slot_bytes` per datagram are allocated (and pre-faulted by the pool thread) once.
+///
+/// [`Context`]: crate::Context
+pub struct DatagramBatch {
+    hdrs: Box<[libc::mmsghdr]>,
+    iovs: Box<[libc::iovec]>,
+    addrs: Box<[libc::sockaddr_storage]>,
+    data: Box<[u8]>,
+    slot_bytes: usize,
+    /// Datagrams received by the last `recv` (the rest of the arrays is stale).
+    len: usize,
+    /// Per received datagram: bytes to send back, or `None` (discarded / truncated).
+    reply: Box<[Option<u32>]>,
+}
+
+// SAFETY: the raw pointers inside `hdrs` and `iovs` only ever point into this value's own boxed
+// arrays (rebuilt before every system call), never into another thread's memory; moving the
+// value moves ownership of everything they point to.
+unsafe impl Send for DatagramBatch {}
+
+impl std::fmt::Debug for DatagramBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatagramBatch")
+            .field("capacity", &self.capacity())
+            .field("slot_bytes", &self.slot_bytes)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl DatagramBatch {
+    /// Room for `capacity` datagrams of at most `slot_bytes` each (both at least 1).
+    pub fn new(capacity: usize, slot_bytes: usize) -> DatagramBatch {
+        let capacity = capacity.max(1);
+        let slot_bytes = slot_bytes.max(1);
+        // SAFETY: mmsghdr, iovec and sockaddr_storage are plain C data for which all-zero
+        // bytes are a valid (empty) value.
+        let zero_hdr: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let zero_addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let zero_iov = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        DatagramBatch {
+            hdrs: vec![zero_hdr; capacity].into_boxed_slice(),
+            iovs: vec![zero_iov; capacity].into_boxed_slice(),
+            addrs: vec![zero_addr; capacity].into_boxed_slice(),
+            data: vec![0u8; capacity * slot_bytes].into_boxed_slice(),
+            slot_bytes,
+            len: 0,
+            reply: vec![None; capacity].into_boxed_slice(),
+        }
+    }
+
+    /// Most datagrams one [`recv`](Self::recv) takes.
+    pub fn capacity(&self) -> usize {
+        self.hdrs.len()
+    }
+
+    /// Largest datagram a slot holds whole; longer ones arrive [truncated](Datagram::is_truncated).
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// Datagrams held from the last [`recv`](Self::recv).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// No datagram held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes of every slot, for pre-faulting them before the first event.
+    pub(crate) fn storage_mut(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+
+    /// Points header `i` at slot `i` (its full size) and address buffer `i`.
+    fn aim(&mut self, i: usize, iov_len: usize) {
+        self.iovs[i] = libc::iovec {
+            iov_base: self.data[i * self.slot_bytes..].as_mut_ptr().cast(),
+            iov_len,
+        };
+        let h = &mut self.hdrs[i].msg_hdr;
+        h.msg_iov = &mut self.iovs[i];
+        h.msg_iovlen = 1;
+        h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+        h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        h.msg_control = std::ptr::null_mut();
+        h.msg_controllen = 0;
+        h.msg_flags = 0;
+    }
+
+    /// `recvmmsg(fd, …, MSG_DONTWAIT)`: takes the datagrams queued on `fd` now, up to
+    /// [`capacity`](Self::capacity), replacing what the batch held. Nothing queued gives
+    /// `ErrorKind::WouldBlock`. Every received datagram is set to be echoed verbatim until
+    /// the handler changes it; a truncated one is set to be discarded.
+    pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
+        self.len = 0;
+        for i in 0..self.capacity() {
+            self.aim(i, self.slot_bytes);
+        }
+        let n = syscall!(recvmmsg(
+            fd.as_raw_fd(),
+            self.hdrs.as_mut_ptr(),
+            self.hdrs.len() as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut()
+        ))? as usize;
+        for i in 0..n {
+            let h = &self.hdrs[i];
+            let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            self.reply[i] = (!truncated).then_some(h.msg_len);
+        }
+        self.len = n;
+        Ok(n)
+    }
+
+    /// Datagram `i` of the last [`recv`](Self::recv) (`i < len()`).
+    ///
+    /// # Panics
+    /// If `i >= len()`.
+    pub fn get(&mut self, i: usize) -> Datagram<'_> {
+        assert!(i < self.len, "datagram {i} of {}", self.len);
+        let slot = &mut self.data[i * self.slot_bytes..(i + 1) * self.slot_bytes];
+        Datagram {
+            received: self.hdrs[i].msg_len as usize,
+            truncated: self.hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            source: &self.addrs[i],
+            slot,
+            reply: &mut self.reply[i],
+        }
+    }
+
+    /// `sendmmsg(fd, …, MSG_DONTWAIT)`: sends every datagram not discarded back to its source
+    /// (its first `reply_len` bytes), and empties the batch. Returns how many were sent.
+    ///
+    /// Like a single UDP send, a reply the kernel refuses (full send buffer, an ICMP error
+    /// surfaced on the socket) is dropped; the rest are still sent.
+    pub fn reply(&mut self, fd: BorrowedFd<'_>) -> usize {
+        // Compact the replies to the front. Headers still point at their own slot, iovec and
+        // source address (set by `recv`; boxed arrays do not move), and keep the address length
+        // the kernel wrote. Invariant: [0, k) holds kept headers, [k, i) discarded ones, and
+        // header i is still the one `recv` filled (swaps only touch positions <= i).
+        let mut k = 0;
+        for i in 0..self.len {
+            if let Some(n) = self.reply[i] {
+                self.iovs[i].iov_len = n as usize;
+                if k != i {
+                    self.hdrs.swap(k, i);
+                }
+                k += 1;
+            }
+        }
+        self.len = 0;
+        let mut sent = 0;
+        let mut off = 0;
+        while off < k {
+            match syscall!(sendmmsg(
+                fd.as_raw_fd(),
+                self.hdrs[off..].as_mut_ptr(),
+                (k - off) as libc::c_uint,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
+            )) {
+                Ok(m) if m > 0 => {
+                    sent += m as usize;
+                    off += m as usize;
+                }
+                // The datagram at `off` was refused: drop it and go on with the next.
+                _ => off += 1,
+            }
+        }
+        sent
+    }
+}
+
+/// One received datagram of a [`DatagramBatch`], and the reply that will go back for it.
+#[derive(Debug)]
+pub struct Datagram<'a> {
+    received: usize,
+    truncated: bool,
+    source: &'a libc::sockaddr_storage,
+    slot: &'a mut [u8],
+    reply: &'a mut Option<u32>,
+}
+
+impl Datagram<'_> {
+    /// The received bytes (at most the slot size).
+    pub fn payload(&self) -> &[u8] {
+        &self.slot[..self.received.min(self.slot.len())]
+    }
+
+    /// The datagram was longer than a slot and only its first [`slot_bytes`] bytes were
+    /// kept; such a datagram is not echoed unless the handler sets a reply length.
+    ///
+    /// [`slot_bytes`]: DatagramBatch::slot_bytes
+    pub fn is_truncated(&self) -> bool {
+        self.truncated
+    }
+
+    /// The whole slot, to build the reply in place (it starts with the payload).
+    pub fn slot_mut(&mut self) -> &mut [u8] {
+        self.slot
+    }
+
+    /// Reply with the first `len` bytes of the slot (clamped to the slot size).
+    pub fn set_reply_len(&mut self, len: usize) {
+        *self.reply = Some(len.min(self.slot.len()) as u32);
+    }
+
+    /// Send nothing back for this datagram.
+    pub fn discard(&mut self) {
+        *self.reply = None;
+    }
+
+    /// Where the datagram came from (and where the reply goes), if it is IPv4 or IPv6.
+    pub fn source(&self) -> Option<std::net::SocketAddr> {
+        use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+        let ss: *const libc::sockaddr_storage = self.source;
+        match i32::from(self.source.ss_family) {
+            libc::AF_INET => {
+                // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) into this
+                // sockaddr_storage, which is large and aligned enough for it.
+                let a = unsafe { &*ss.cast::<libc::sockaddr_in>() };
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                    u16::from_be(a.sin_port),
+                )))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: as above, for sockaddr_in6 (family AF_INET6).
+                let a = unsafe { &*ss.cast::<libc::sockaddr_in6>() };
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(a.sin6_addr.s6_addr),
+                    u16::from_be(a.sin6_port),
+                    u32::from_be(a.sin6_flowinfo),
+                    a.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsFd;
+    use std::time::Duration;
+
+    fn pair(ip: &str) -> Option<(UdpSocket, UdpSocket)> {
+        let server = UdpSocket::bind((ip, 0)).ok()?;
+        let client = UdpSocket::bind((ip, 0)).ok()?;
+        client.connect(server.local_addr().ok()?).ok()?;
+        for s in [&server, &client] {
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        }
+        Some((server, client))
+    }
+
+    /// Waits (at most the 2 s read timeout) until a datagram is queued on `s`, without
+    /// consuming it. Loopback queues a datagram before `send` returns, so every datagram sent
+    /// before this call is queued too.
+    fn wait_queued(s: &UdpSocket) {
+        let mut buf = [0u8; 1];
+        s.peek_from(&mut buf).expect("nothing arrived within 2 s");
+    }
+
+    #[test]
+    fn echoes_discards_and_rewrites_replies_to_their_sources() {
+        let (server, client) = pair("127.0.0.1").unwrap();
+        for m in [&b"one"[..], b"two", b"three"] {
+            client.send(m).unwrap();
+        }
+        wait_queued(&server);
+        let mut batch = DatagramBatch::new(8, 64);
+        assert_eq!(batch.recv(server.as_fd()).unwrap(), 3);
+        assert_eq!(batch.len(), 3);
+        let me = client.local_addr().unwrap();
+        for (i, want) in [&b"one"[..], b"two", b"three"].iter().enumerate() {
+            let d = batch.get(i);
+            assert_eq!(d.payload(), *want);
+            assert!(!d.is_truncated());
+            assert_eq!(d.source(), Some(me));
+        }
+        batch.get(1).discard();
+        {
+            let mut d = batch.get(2);
+            d.slot_mut()[..2].copy_from_slice(b"OK");
+            d.set_reply_len(2);
+        }
+        assert_eq!(batch.reply(server.as_fd()), 2);
+        assert!(batch.is_empty());
+        let mut buf = [0u8; 64];
+        let n = client.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"one");
+        let n = client.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"OK");
+        client.set_nonblocking(true).unwrap();
+        assert_eq!(
+            client.recv(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock,
+            "the discarded datagram was sent"
+        );
+    }
+
+    #[test]
+    fn takes_at_most_capacity_and_reports_would_block_when_drained() {
+        let (server, client) = pair("127.0.0.1").unwrap();
+        for i in 0..5u8 {
+            client.send(&[i]).unwrap();
+        }
+        wait_queued(&server);
+        let mut batch = DatagramBatch::new(2, 16);
+        let mut seen = Vec::new();
+        for want in [2, 2, 1] {
+            assert_eq!(batch.recv(server.as_fd()).unwrap(), want);
+            for i in 0..batch.len() {
+                seen.push(batch.get(i).payload()[0]);
+            }
+        }
+        assert_eq!(seen, [0, 1, 2, 3, 4], "in arrival order, each once");
+        let e = batch.recv(server.as_fd()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert!(batch.is_empty());
+    }
+
+    #[test]
+    fn a_datagram_longer_than_a_slot_is_truncated_and_not_echoed() {
+        let (server, client) = pair("127.0.0.1").unwrap();
+        client.send(&[7u8; 40]).unwrap();
+        client.send(b"short").unwrap();
+        wait_queued(&server);
+        let mut batch = DatagramBatch::new(4, 16);
+        assert_eq!(batch.recv(server.as_fd()).unwrap(), 2);
+        let d = batch.get(0);
+        assert!(d.is_truncated());
+        assert_eq!(d.payload(), &[7u8; 16]);
+        assert_eq!(
+            batch.reply(server.as_fd()),
+            1,
+            "only the whole datagram goes back"
+        );
+        let mut buf = [0u8; 64];
+        let n = client.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"short");
+    }
+
+    #[test]
+    fn replies_reach_ipv6_sources() {
+        let Some((server, client)) = pair("::1") else {
+            eprintln!("skipped: no IPv6 loopback on this machine");
+            return;
+        };
+        client.send(b"v6").unwrap();
+        wait_queued(&server);
+        let mut batch = DatagramBatch::new(4, 16);
+        assert_eq!(batch.recv(server.as_fd()).unwrap(), 1);
+        assert_eq!(batch.get(0).source(), Some(client.local_addr().unwrap()));
+        assert_eq!(batch.reply(server.as_fd()), 1);
+        let mut buf = [0u8; 16];
+        let n = client.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"v6");
+    }
 }
