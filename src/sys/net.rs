@@ -254,6 +254,12 @@ impl Datagram<'_> {
         &self.slot[..self.received.min(self.slot.len())]
     }
 
+    /// The received bytes, to rewrite the reply in place (same length).
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let n = self.received.min(self.slot.len());
+        &mut self.slot[..n]
+    }
+
     /// The datagram was longer than a slot and only its first [`slot_bytes`] bytes were
     /// kept; such a datagram is not echoed unless the handler sets a reply length.
     ///
