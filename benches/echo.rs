@@ -1,6 +1,9 @@
 //! Throughput and overhead of one UDP echo service under three architectures, measured side
 //! by side in one run: an lfrt Leader/Followers group, the Half-Sync/Half-Reactive pool
-//! (`lfrt::hsha`), and a tokio multi-thread runtime with the same number of threads.
+//! (`lfrt::hsha`), and a tokio multi-thread runtime with the same number of threads. lfrt runs
+//! twice: `lfrt` with its built-in `UdpEcho` (one `recvmmsg`/`sendmmsg` per event) and
+//! `lfrt-dg` with one `recvfrom`/`sendto` per datagram like the other two, which separates the
+//! effect of the architecture from that of syscall batching.
 //!
 //! The load comes from `lfrt-loadgen`, a separate process (closed loop, W outstanding per port,
 //! P ports), so the server process's `getrusage` counts only the servers.
@@ -8,6 +11,7 @@
 //! ```text
 //! cargo bench --bench echo -- [--duration-s 5] [--threads 2] [--ports 4] [--window 8]
 //!                             [--work 0,5,50] [--fifo PRIO] [--pin] [--json FILE] [--quick]
+//!                             [--arch lfrt,lfrt-dg,hsha,tokio]
 //! ```
 //! Per architecture and handler work: throughput, RTT p50/p99/p99.9, context switches per
 //! message (voluntary + involuntary), allocations per message, CPU time per message.
@@ -64,6 +68,9 @@ struct Opts {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Arch {
     Lfrt,
+    /// The same lfrt group with a handler that makes one `recvfrom` and one `sendto` per
+    /// datagram, as HS/HA and tokio do: the difference to `Lfrt` is syscall batching alone.
+    LfrtPerDatagram,
     Hsha,
     Tokio,
 }
@@ -72,6 +79,7 @@ impl Arch {
     fn name(self) -> &'static str {
         match self {
             Arch::Lfrt => "lfrt",
+            Arch::LfrtPerDatagram => "lfrt-dg",
             Arch::Hsha => "hsha",
             Arch::Tokio => "tokio",
         }
@@ -88,7 +96,7 @@ fn parse_opts() -> Opts {
         fifo: None,
         pin: false,
         json: None,
-        archs: vec![Arch::Lfrt, Arch::Hsha, Arch::Tokio],
+        archs: vec![Arch::Lfrt, Arch::LfrtPerDatagram, Arch::Hsha, Arch::Tokio],
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -116,6 +124,7 @@ fn parse_opts() -> Opts {
                     .split(',')
                     .map(|a| match a {
                         "lfrt" => Arch::Lfrt,
+                        "lfrt-dg" => Arch::LfrtPerDatagram,
                         "hsha" => Arch::Hsha,
                         "tokio" => Arch::Tokio,
                         other => panic!("unknown --arch {other}"),
@@ -166,7 +175,7 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
         .map(|s| s.local_addr().unwrap().port())
         .collect();
     match arch {
-        Arch::Lfrt => {
+        Arch::Lfrt | Arch::LfrtPerDatagram => {
             let mut g = lfrt::GroupConfig::new("echo", o.fifo.unwrap_or(0));
             g.policy = if o.fifo.is_some() {
                 lfrt::Policy::Fifo
@@ -184,8 +193,13 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
             let mut rt = lfrt::Runtime::new(cfg).expect("runtime");
             let reg = rt.registry("echo").unwrap();
             for s in socks {
-                reg.register(Box::new(lfrt::handlers::UdpEcho::new(s, work_us).unwrap()))
-                    .unwrap();
+                let h: Box<dyn lfrt::EventHandler> = if arch == Arch::Lfrt {
+                    Box::new(lfrt::handlers::UdpEcho::new(s, work_us).unwrap())
+                } else {
+                    s.set_nonblocking(true).unwrap();
+                    Box::new(PerDatagramEcho { socket: s, work_us })
+                };
+                reg.register(h).unwrap();
             }
             rt.start().expect("start");
             Server {
@@ -244,6 +258,35 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
                 }),
             }
         }
+    }
+}
+
+/// lfrt's echo with one system call per datagram each way (at most `DATAGRAM_BATCH` per event,
+/// like `UdpEcho`), replying to each datagram as soon as its work is done.
+struct PerDatagramEcho {
+    socket: UdpSocket,
+    work_us: u64,
+}
+
+impl lfrt::EventHandler for PerDatagramEcho {
+    fn source(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.socket.as_fd()
+    }
+
+    fn handle(&mut self, _event: &lfrt::Event, ctx: &mut lfrt::Context) -> lfrt::Disposition {
+        let buf = ctx.buffer();
+        for _ in 0..lfrt::DATAGRAM_BATCH {
+            match self.socket.recv_from(buf) {
+                Ok((n, from)) => {
+                    lfrt::handlers::busy_work(self.work_us);
+                    let _ = self.socket.send_to(&buf[..n], from);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break, // WouldBlock: drained
+            }
+        }
+        lfrt::Disposition::Rearm
     }
 }
 
@@ -360,7 +403,7 @@ fn main() {
         std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
     );
     println!(
-        "{:<6} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9}",
+        "{:<7} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9}",
         "arch",
         "work",
         "msgs/s",
@@ -377,7 +420,7 @@ fn main() {
         for &arch in &o.archs {
             let r = run_one(arch, &o, work);
             println!(
-                "{:<6} {:>5} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>10.3} {:>10.3} {:>9.2}",
+                "{:<7} {:>5} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>10.3} {:>10.3} {:>9.2}",
                 arch.name(),
                 work,
                 r["throughput_msgs_per_s"].as_f64().unwrap_or(0.0),

@@ -4,7 +4,9 @@
 //! SCHED_OTHER thread pinned to a CPU that a FIFO thread keeps busy would starve before it could
 //! raise itself); (2) pre-faults its stack and creates its [`Context`] (buffers written, so
 //! resident); (3) reports ready; (4) loops: join → lead (wait for one event) → promote →
-//! process → rejoin, until shutdown.
+//! process → rejoin, until shutdown. A time-shared (SCHED_OTHER) thread yields before it
+//! rejoins while a sibling is mid-handler, so a sibling preempted while holding its disarmed
+//! handle finishes first.
 //!
 //! # Real-time safety of the loop
 //! No allocation, no formatting, no logging, no lock other than the group's PI locks; it blocks
@@ -247,7 +249,9 @@ pub(crate) fn pool_thread(
     });
     drop(ready);
 
-    run(&group, idx, slot, &mut ctx, &mut ring);
+    // Time-shared: SCHED_OTHER by configuration, or RT refused in best-effort mode.
+    let time_shared = slot.sched == Sched::Other || !rt_applied;
+    run(&group, idx, slot, time_shared, &mut ctx, &mut ring);
 
     slot.faults_final.store(mem::thread_minor_faults(), Release);
     slot.allocs_now
@@ -260,12 +264,21 @@ fn run(
     group: &Group,
     idx: u16,
     slot: &ThreadSlot,
+    time_shared: bool,
     ctx: &mut Context,
     ring: &mut rtrb::Producer<Sample>,
 ) {
     let c = &group.counters;
     let mut dispatches = 0u64;
     loop {
+        // A handle stays disarmed until its handler returns. Under time-sharing the scheduler
+        // can preempt a sibling in the middle of its handler (typically: this thread woke as
+        // leader on the sibling's CPU), and that handle's events then wait out a time slice.
+        // Yielding before rejoining lets such a sibling finish first. Equal-priority FIFO/RR
+        // siblings never preempt each other, so real-time threads skip this.
+        if time_shared && c.processing.load(Relaxed) > 0 {
+            std::thread::yield_now();
+        }
         if group.protocol.join(idx, slot.priority) == Joined::Shutdown {
             return;
         }
