@@ -290,6 +290,21 @@ impl lfrt::EventHandler for PerDatagramEcho {
     }
 }
 
+/// `USER_HZ`: the unit of `/proc/stat` (100 on every Linux architecture lfrt runs on).
+const CLOCK_TICKS_PER_S: f64 = 100.0;
+
+/// Steal time of all CPUs so far (`/proc/stat`, ticks): time this VM was runnable but the
+/// hypervisor ran something else.
+fn steal_ticks() -> u64 {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            let cpu = s.lines().next()?.split_whitespace().collect::<Vec<_>>();
+            cpu.get(8)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
 /// With `--pin`: the CPU of every server thread (the load generator gets CPU 0).
 const SERVER_CPU: usize = 1;
 
@@ -336,6 +351,8 @@ fn run_one(arch: Arch, o: &Opts, work_us: u64) -> serde_json::Value {
         arch.name(),
         work_us
     ));
+    let steal0 = steal_ticks();
+    let t0 = std::time::Instant::now();
     let (csw0, icsw0, cpu0) = lfrt::os::process_usage();
     let allocs0 = ALLOCATIONS.load(Relaxed);
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_lfrt-loadgen"))
@@ -360,6 +377,12 @@ fn run_one(arch: Arch, o: &Opts, work_us: u64) -> serde_json::Value {
         .expect("spawn lfrt-loadgen");
     assert!(status.success(), "lfrt-loadgen failed: {status}");
     let (csw1, icsw1, cpu1) = lfrt::os::process_usage();
+    // Share of the machine's CPU time the hypervisor gave to other guests during the run: a
+    // cell with visible steal was disturbed from outside and its figures are not comparable.
+    let steal_pct = (steal_ticks() - steal0) as f64
+        / CLOCK_TICKS_PER_S
+        / (t0.elapsed().as_secs_f64() * lfrt::os::online_cpus().len() as f64)
+        * 100.0;
     let allocs = ALLOCATIONS.load(Relaxed) - allocs0;
     let extra = (server.stop)();
     let report: serde_json::Value =
@@ -378,6 +401,7 @@ fn run_one(arch: Arch, o: &Opts, work_us: u64) -> serde_json::Value {
         "voluntary_ctx_switches_per_msg": (csw1 - csw0) as f64 / received,
         "allocations_per_msg": allocs as f64 / received,
         "cpu_us_per_msg": (cpu1 - cpu0) as f64 / 1000.0 / received,
+        "steal_pct": steal_pct,
         "server": extra,
     })
 }
@@ -403,7 +427,7 @@ fn main() {
         std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
     );
     println!(
-        "{:<7} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9}",
+        "{:<7} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9} {:>7}",
         "arch",
         "work",
         "msgs/s",
@@ -413,14 +437,15 @@ fn main() {
         "lost",
         "csw/msg",
         "alloc/msg",
-        "cpu_us/m"
+        "cpu_us/m",
+        "steal%"
     );
     let mut rows = Vec::new();
     for &work in &o.work {
         for &arch in &o.archs {
             let r = run_one(arch, &o, work);
             println!(
-                "{:<7} {:>5} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>10.3} {:>10.3} {:>9.2}",
+                "{:<7} {:>5} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>10.3} {:>10.3} {:>9.2} {:>7.2}",
                 arch.name(),
                 work,
                 r["throughput_msgs_per_s"].as_f64().unwrap_or(0.0),
@@ -431,6 +456,7 @@ fn main() {
                 r["ctx_switches_per_msg"].as_f64().unwrap_or(0.0),
                 r["allocations_per_msg"].as_f64().unwrap_or(0.0),
                 r["cpu_us_per_msg"].as_f64().unwrap_or(0.0),
+                r["steal_pct"].as_f64().unwrap_or(0.0),
             );
             rows.push(r);
         }
