@@ -508,9 +508,9 @@ impl BoundPool {
         }
     }
 
-    /// Leases a waiter slot, with priority 0. Allocates its handler buffers
-    /// (`2 × buffer_bytes`): call it at set-up (per thread) or at connection accept (per
-    /// handler), not per request.
+    /// Leases a waiter slot, with priority 0. Allocates and pre-faults its handler
+    /// [`Context`] (`(DATAGRAM_BATCH + 2) × buffer_bytes`, see [`crate::DATAGRAM_BATCH`]): call
+    /// it at set-up (per thread) or at connection accept (per handler), not per request.
     ///
     /// # Errors
     /// [`BoundError::NoWaiter`] when all `max_waiters` slots are leased.
