@@ -352,6 +352,7 @@ fn run_one(arch: Arch, o: &Opts, work_us: u64) -> serde_json::Value {
         work_us
     ));
     let steal0 = steal_ticks();
+    let gen_cpu0 = lfrt::os::children_cpu_ns();
     let t0 = std::time::Instant::now();
     let (csw0, icsw0, cpu0) = lfrt::os::process_usage();
     let allocs0 = ALLOCATIONS.load(Relaxed);
@@ -377,6 +378,10 @@ fn run_one(arch: Arch, o: &Opts, work_us: u64) -> serde_json::Value {
         .expect("spawn lfrt-loadgen");
     assert!(status.success(), "lfrt-loadgen failed: {status}");
     let (csw1, icsw1, cpu1) = lfrt::os::process_usage();
+    // The load generator's CPU use over the run, in % of one CPU: near 100 % it, not the
+    // server, is the bottleneck and its own queueing shows up in the RTT.
+    let gen_cpu_pct =
+        (lfrt::os::children_cpu_ns() - gen_cpu0) as f64 / 1e9 / t0.elapsed().as_secs_f64() * 100.0;
     // Share of the machine's CPU time the hypervisor gave to other guests during the run: a
     // cell with visible steal was disturbed from outside and its figures are not comparable.
     let steal_pct = (steal_ticks() - steal0) as f64
@@ -402,6 +407,7 @@ fn run_one(arch: Arch, o: &Opts, work_us: u64) -> serde_json::Value {
         "allocations_per_msg": allocs as f64 / received,
         "cpu_us_per_msg": (cpu1 - cpu0) as f64 / 1000.0 / received,
         "steal_pct": steal_pct,
+        "loadgen_cpu_pct": gen_cpu_pct,
         "server": extra,
     })
 }
@@ -427,7 +433,7 @@ fn main() {
         std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
     );
     println!(
-        "{:<7} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9} {:>7}",
+        "{:<7} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9} {:>7} {:>6}",
         "arch",
         "work",
         "msgs/s",
@@ -438,14 +444,15 @@ fn main() {
         "csw/msg",
         "alloc/msg",
         "cpu_us/m",
-        "steal%"
+        "steal%",
+        "gen%"
     );
     let mut rows = Vec::new();
     for &work in &o.work {
         for &arch in &o.archs {
             let r = run_one(arch, &o, work);
             println!(
-                "{:<7} {:>5} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>10.3} {:>10.3} {:>9.2} {:>7.2}",
+                "{:<7} {:>5} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>10.3} {:>10.3} {:>9.2} {:>7.2} {:>6.0}",
                 arch.name(),
                 work,
                 r["throughput_msgs_per_s"].as_f64().unwrap_or(0.0),
@@ -457,6 +464,7 @@ fn main() {
                 r["allocations_per_msg"].as_f64().unwrap_or(0.0),
                 r["cpu_us_per_msg"].as_f64().unwrap_or(0.0),
                 r["steal_pct"].as_f64().unwrap_or(0.0),
+                r["loadgen_cpu_pct"].as_f64().unwrap_or(0.0),
             );
             rows.push(r);
         }

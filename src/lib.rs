@@ -103,7 +103,7 @@ pub use sys::net::{Datagram, DatagramBatch};
 
 /// Linux facilities the harnesses and tests read back from the kernel.
 pub mod os {
-    pub use crate::sys::mem::{process_usage, thread_minor_faults};
+    pub use crate::sys::mem::{children_cpu_ns, process_usage, thread_minor_faults};
     pub use crate::sys::sched::{
         affinity, available_cpus, current_cpu, effective_rt_priority, minor_faults, online_cpus,
         read_back, RtPrivilege,

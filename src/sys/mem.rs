@@ -66,3 +66,15 @@ pub fn process_usage() -> (u64, u64, u64) {
         tv(ru.ru_utime) + tv(ru.ru_stime),
     )
 }
+
+/// CPU time (user + system, ns) of this process's terminated and waited-for children
+/// (`getrusage(RUSAGE_CHILDREN)`), e.g. a load generator run as a child process.
+pub fn children_cpu_ns() -> u64 {
+    // SAFETY: rusage is plain old data; zeroed is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if syscall!(getrusage(libc::RUSAGE_CHILDREN, &mut ru)).is_err() {
+        return 0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
