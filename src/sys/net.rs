@@ -91,9 +91,20 @@ impl std::fmt::Debug for DatagramBatch {
 
 impl DatagramBatch {
     /// Room for `capacity` datagrams of at most `slot_bytes` each (both at least 1).
+    ///
+    /// # Panics
+    /// If `slot_bytes` exceeds `u32::MAX` (a datagram length is a `c_uint`) or the slots
+    /// together exceed the address space.
     pub fn new(capacity: usize, slot_bytes: usize) -> DatagramBatch {
         let capacity = capacity.max(1);
         let slot_bytes = slot_bytes.max(1);
+        assert!(
+            u32::try_from(slot_bytes).is_ok(),
+            "datagram slot of {slot_bytes} bytes"
+        );
+        let total = capacity
+            .checked_mul(slot_bytes)
+            .expect("datagram batch larger than the address space");
         // SAFETY: mmsghdr, iovec and sockaddr_storage are plain C data for which all-zero
         // bytes are a valid (empty) value.
         let zero_hdr: libc::mmsghdr = unsafe { std::mem::zeroed() };
@@ -107,7 +118,7 @@ impl DatagramBatch {
             hdrs: vec![zero_hdr; capacity].into_boxed_slice(),
             iovs: vec![zero_iov; capacity].into_boxed_slice(),
             addrs: vec![zero_addr; capacity].into_boxed_slice(),
-            data: vec![0u8; capacity * slot_bytes].into_boxed_slice(),
+            data: vec![0u8; total].into_boxed_slice(),
             slot_bytes,
             len: 0,
             reply: vec![None; capacity].into_boxed_slice(),
@@ -139,11 +150,15 @@ impl DatagramBatch {
         &mut self.data
     }
 
-    /// Points header `i` at slot `i` (its full size) and address buffer `i`.
-    fn aim(&mut self, i: usize, iov_len: usize) {
+    /// Points header `i` at the whole of slot `i` and at address buffer `i`.
+    ///
+    /// The iovec covers exactly the slot's bounds-checked subslice, so the kernel can never
+    /// write past it; [`reply`](Self::reply) only ever shortens `iov_len`.
+    fn aim(&mut self, i: usize) {
+        let slot = &mut self.data[i * self.slot_bytes..(i + 1) * self.slot_bytes];
         self.iovs[i] = libc::iovec {
-            iov_base: self.data[i * self.slot_bytes..].as_mut_ptr().cast(),
-            iov_len,
+            iov_base: slot.as_mut_ptr().cast(),
+            iov_len: slot.len(),
         };
         let h = &mut self.hdrs[i].msg_hdr;
         h.msg_iov = &mut self.iovs[i];
@@ -162,7 +177,7 @@ impl DatagramBatch {
     pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
         self.len = 0;
         for i in 0..self.capacity() {
-            self.aim(i, self.slot_bytes);
+            self.aim(i);
         }
         let n = syscall!(recvmmsg(
             fd.as_raw_fd(),
@@ -415,6 +430,25 @@ mod tests {
         let mut buf = [0u8; 64];
         let n = client.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"short");
+    }
+
+    #[test]
+    fn a_reply_length_past_the_slot_is_clamped_to_the_slot() {
+        let (server, client) = pair("127.0.0.1").unwrap();
+        client.send(b"x").unwrap();
+        wait_queued(&server);
+        let mut batch = DatagramBatch::new(1, 8);
+        assert_eq!(batch.recv(server.as_fd()).unwrap(), 1);
+        batch.get(0).set_reply_len(1 << 20);
+        assert_eq!(batch.reply(server.as_fd()), 1);
+        let mut buf = [0u8; 64];
+        assert_eq!(client.recv(&mut buf).unwrap(), 8, "one slot, not 1 MiB");
+    }
+
+    #[test]
+    #[should_panic(expected = "address space")]
+    fn a_batch_larger_than_memory_is_refused() {
+        let _ = DatagramBatch::new(usize::MAX / 2, 4);
     }
 
     #[test]
