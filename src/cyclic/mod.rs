@@ -264,16 +264,8 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
             break "loops";
         }
         if !plan.quiet && last_print.is_none_or(|t| now.duration_since(t) >= refresh) {
-            let lines = status(&rt);
-            let mut out = std::io::stdout().lock();
-            if tty && drawn {
-                let _ = write!(out, "\x1b[{}A", lines.len() + 2);
-            }
-            let _ = writeln!(out, "{}\n", report::policy_line(policy));
-            for l in &lines {
-                let _ = writeln!(out, "{l}");
-            }
-            let _ = out.flush();
+            // A failed write to stdout must not stop the measurement.
+            let _ = draw_status(&status(&rt), policy, tty && drawn, true);
             drawn = true;
             last_print = Some(now);
         }
@@ -286,18 +278,7 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
     let metrics = rt.shutdown()?;
 
     // Final status: in place of the live lines on a terminal, else a last block.
-    let lines = status(&rt);
-    {
-        let mut out = std::io::stdout().lock();
-        if tty && drawn {
-            let _ = write!(out, "\x1b[{}A", lines.len() + 2);
-            let _ = writeln!(out, "{}\n", report::policy_line(policy));
-        }
-        for l in &lines {
-            writeln!(out, "{l}")?;
-        }
-        out.flush()?;
-    }
+    draw_status(&status(&rt), policy, tty && drawn, tty && drawn)?;
 
     let groups: Vec<GroupInfo> = cfg
         .groups
@@ -329,4 +310,26 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
         elapsed,
         started,
     })
+}
+
+/// Writes the status block: the policy line and a blank line (`header`), then one line per
+/// timer. `in_place` first moves the terminal cursor up over the block drawn last time, so the
+/// live lines are rewritten where they stand.
+fn draw_status(
+    lines: &[String],
+    policy: &str,
+    in_place: bool,
+    header: bool,
+) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if in_place {
+        write!(out, "\x1b[{}A", lines.len() + 2)?;
+    }
+    if header {
+        writeln!(out, "{}\n", report::policy_line(policy))?;
+    }
+    for l in lines {
+        writeln!(out, "{l}")?;
+    }
+    out.flush()
 }
