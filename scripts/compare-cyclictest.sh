@@ -154,7 +154,7 @@ print(f"lfrt group '{top['name']}' (priority {top['priority']}, {top['pool_threa
 w, d = top["wake"], top["dispatch"]
 print(f"lfrt split (us)  wake = expiry -> leader awake: avg {w['avg']/1000:.1f} p99 {w['p99']/1000:.1f} max {w['max']/1000:.1f};"
       f"  dispatch = leader awake -> handler entry: avg {d['avg']/1000:.1f} p99 {d['p99']/1000:.1f} max {d['max']/1000:.1f}")
-print(f"lfrt: overruns={lf['overruns']} pool_allocations={lf['pool_allocations']} pool_minor_faults={lf['pool_minor_faults']} "
+print(f"lfrt: missed_periods={lf['missed_periods']} pool_allocations={lf['pool_allocations']} pool_minor_faults={lf['pool_minor_faults']} "
       f"samples_dropped={lf['samples_dropped']} promotions={top['promotions']} no_follower={top['promotions_no_follower']} "
       f"rt_applied={lf['rt_applied']} memory_locked={lf['memory_locked']}")
 def late(t):
@@ -167,7 +167,7 @@ for i, t in enumerate(ctt):
 for t in lft:
     t["_period"] = t["interval"] * 1000
 print(f"samples >= 1 period late: cyclictest {sum(late(t) for t in ctt)}, lfrt {sum(late(t) for t in lft)}"
-      f" (lfrt overruns, i.e. missed periods: {lf['overruns']})")
+      f" (lfrt missed periods: {lf['missed_periods']})")
 print(f"IPIs (rescheduling + function call, whole machine) per cycle: cyclictest {ipis_ct / stats(ctt)['cycles']:.3f}, "
       f"lfrt {ipis_lf / stats(lft)['cycles']:.3f}")
 PY

@@ -7,9 +7,9 @@
 set -euxo pipefail
 cd "$(dirname "$0")"/..
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
-    cargo test --release --lib leader::loom_tests -- --test-threads=1 "$@"
+    cargo test -p lfrt --release --lib leader::loom_tests -- --test-threads=1 "$@"
 
 # The bound pool's hand-off (src/bound/table.rs). Its models set their preemption bound
 # themselves: 3 for the 3-thread models and 2 for the 4-thread one (about 10 s in all).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-    cargo test --release --lib bound::table::loom_tests -- --test-threads=1 "$@"
+    cargo test -p lfrt --release --lib bound::table::loom_tests -- --test-threads=1 "$@"

@@ -39,6 +39,8 @@ pub(crate) struct ThreadSlot {
     pub(crate) sched: Sched,
     pub(crate) priority: u8,
     pub(crate) tid: AtomicI32,
+    /// The thread's `pthread_t` (what [`sched::set_thread`] takes), 0 before it started.
+    pub(crate) pthread: AtomicU64,
     /// Handler start time (ns) while a handler runs, 0 otherwise.
     pub(crate) busy_since: AtomicU64,
     /// Token of the event being processed.
@@ -63,6 +65,7 @@ impl ThreadSlot {
             sched,
             priority,
             tid: AtomicI32::new(0),
+            pthread: AtomicU64::new(0),
             busy_since: AtomicU64::new(0),
             busy_token: AtomicU64::new(0),
             allocs_now: AtomicU64::new(0),
@@ -101,12 +104,23 @@ impl ThreadSlot {
     }
 
     /// Puts the thread back to its configured policy if the watchdog demoted it. Called by the
-    /// thread itself after clearing `busy_since`.
-    fn restore_if_demoted(&self) {
+    /// thread itself after clearing `busy_since`. A failed restore (the privilege was taken away
+    /// while running) is counted and logged: the thread then stays time-shared.
+    #[cold]
+    fn restore_if_demoted(&self, group: &Group) {
         if self.demoted.load(SeqCst) {
             let _g = self.sched_lock.lock();
             if self.demoted.swap(false, SeqCst) {
-                let _ = sched::set_current(self.sched);
+                if let Err(e) = sched::set_current(self.sched) {
+                    Counters::add(&group.counters.restore_failures, 1);
+                    tracing::error!(
+                        group = %group.cfg.name,
+                        policy = ?self.sched,
+                        error = %e,
+                        "could not restore a pool thread's policy after a watchdog demotion; \
+                         it stays SCHED_OTHER"
+                    );
+                }
             }
         }
     }
@@ -185,6 +199,7 @@ pub(crate) fn pool_thread(
     let slot = &group.threads[idx as usize];
     let tid = sys::gettid();
     slot.tid.store(tid, Release);
+    slot.pthread.store(sched::current_thread(), Release);
 
     // 1. Priority first, then affinity.
     let mut rt_applied = true;
@@ -309,7 +324,7 @@ fn run(
         // Processing.
         c.processing.fetch_add(1, Relaxed);
         ctx.origin_ns = 0;
-        ctx.overruns = 0;
+        ctx.missed_periods = 0;
         let event = Event {
             token,
             readiness,
@@ -320,7 +335,7 @@ fn run(
         slot.busy_since.store(start_ns, SeqCst);
         let outcome = group.handles.dispatch(&event, ctx);
         slot.busy_since.store(0, SeqCst);
-        slot.restore_if_demoted();
+        slot.restore_if_demoted(group);
         let end_ns = sys::now_ns();
         c.processing.fetch_sub(1, Relaxed);
         match outcome {
@@ -350,7 +365,7 @@ fn run(
             woke_ns,
             start_ns,
             end_ns,
-            overruns: ctx.overruns.min(u64::from(u32::MAX)) as u32,
+            missed_periods: ctx.missed_periods.min(u64::from(u32::MAX)) as u32,
         };
         slot.samples.fetch_add(1, Relaxed);
         if ring.push(sample).is_err() {

@@ -121,7 +121,7 @@ pub struct Context {
     pub(crate) tid: i32,
     pub(crate) registry: Registry,
     pub(crate) origin_ns: u64,
-    pub(crate) overruns: u64,
+    pub(crate) missed_periods: u64,
 }
 
 impl Context {
@@ -151,7 +151,7 @@ impl Context {
             tid,
             registry,
             origin_ns: 0,
-            overruns: 0,
+            missed_periods: 0,
         }
     }
 
@@ -198,8 +198,8 @@ impl Context {
     pub fn set_origin_ns(&mut self, ns: u64) {
         self.origin_ns = ns;
     }
-    /// Records `n` missed periods (timer overruns) for this event.
-    pub fn add_overruns(&mut self, n: u64) {
-        self.overruns += n;
+    /// Records `n` missed periods of a timer for this event.
+    pub fn add_missed_periods(&mut self, n: u64) {
+        self.missed_periods += n;
     }
 }

@@ -2,15 +2,29 @@
 
 use crate::handler::{Context, Disposition, Event, EventHandler, Interest};
 use crate::source::Timer;
+use crate::sys;
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 
-/// Burns `us` microseconds of the calling thread's **CPU time**: a bounded stand-in for handler
-/// cost. CPU time, not wall time, so a handler that is preempted mid-work still costs the same
-/// CPU as one that is not, whichever architecture runs it (see [`crate::service::cpu_work`]).
-pub fn busy_work(us: u64) {
-    crate::service::cpu_work(us.saturating_mul(1000));
+/// Burns `ns` nanoseconds of the calling thread's **CPU time**: the built-in handlers' `work_us`,
+/// a bounded stand-in for handler cost that harnesses reuse so every architecture they compare
+/// burns the same work. CPU time, not wall time, so a handler preempted mid-work still costs the
+/// same CPU as one that is not. Bounded: it also returns after `ns` plus one second of
+/// wall-clock time, whatever happens.
+pub fn cpu_work(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let start = sys::mem::thread_cpu_ns();
+    let give_up = sys::now_ns() + ns + 1_000_000_000;
+    while sys::mem::thread_cpu_ns().wrapping_sub(start) < ns && sys::now_ns() < give_up {
+        std::hint::spin_loop();
+    }
+}
+
+fn busy_work(us: u64) {
+    cpu_work(us.saturating_mul(1000));
 }
 
 /// Echoes each datagram verbatim to its sender, after `work_us` of busy work.
@@ -191,7 +205,7 @@ impl EventHandler for TcpEchoStream {
 
 /// A periodic timer that reports its wake-up latency through telemetry: the sample's origin is
 /// the expiry the timer was due at, so latency = handler entry − expected expiry. Missed
-/// periods (expirations > 1) are counted as overruns.
+/// periods (expirations > 1) are counted as missed periods.
 #[derive(Debug)]
 pub struct PeriodicTimer {
     timer: Timer,
@@ -212,7 +226,7 @@ impl EventHandler for PeriodicTimer {
     fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
         if let Ok(Some((expirations, due_ns))) = self.timer.read() {
             ctx.set_origin_ns(due_ns);
-            ctx.add_overruns(expirations - 1);
+            ctx.add_missed_periods(expirations - 1);
         }
         Disposition::Rearm
     }

@@ -63,33 +63,26 @@ mod sys;
 mod alloc_count;
 pub mod bound;
 mod config;
-pub mod cyclic;
 mod error;
 mod follower_queue;
 mod group;
 mod handle_set;
 mod handler;
 pub mod handlers;
-pub mod hsha;
-pub mod inversion;
 mod leader;
-pub mod loadgen;
 mod metrics;
 mod parker;
 mod pi_mutex;
-pub mod plot;
 mod runtime;
-pub mod service;
 mod source;
 mod sync;
 pub mod telemetry;
 mod watchdog;
 
 pub use alloc_count::{is_active as counting_alloc_active, thread_allocations, CountingAlloc};
-pub use config::{
-    load as load_config, parse as parse_config, GroupConfig, HandlerConfig, Invalid, OnOverrun,
-    Policy, RtMode, RuntimeConfig,
-};
+#[cfg(feature = "toml")]
+pub use config::{load as load_config, parse as parse_config};
+pub use config::{GroupConfig, HandlerConfig, Invalid, OnOverrun, Policy, RtMode, RuntimeConfig};
 pub use error::Error;
 pub use follower_queue::{Promotion, MAX_GROUP_THREADS};
 pub use group::WARMUP_DISPATCHES;
@@ -101,12 +94,15 @@ pub use runtime::{Runtime, StartReport, Stopper, SHUTDOWN_TIMEOUT};
 pub use source::{Notifier, Timer};
 pub use sys::net::{Datagram, DatagramBatch};
 
-/// Linux facilities the harnesses and tests read back from the kernel.
+/// The few Linux facilities the tools and tests share with the runtime: scheduling and its
+/// read-back, affinity, termination signals, the monotonic and thread CPU clocks, and resource
+/// usage. They are the same functions the runtime itself uses, so a harness sets a thread's
+/// policy and reads it back exactly as a pool thread does.
 pub mod os {
-    pub use crate::sys::mem::{children_cpu_ns, process_usage, thread_minor_faults};
+    pub use crate::sys::mem::{children_cpu_ns, process_usage, thread_cpu_ns, thread_minor_faults};
     pub use crate::sys::sched::{
         affinity, available_cpus, current_cpu, effective_rt_priority, minor_faults, online_cpus,
-        read_back, RtPrivilege,
+        read_back, set_current as set_current_sched, set_current_affinity, RtPrivilege, Sched,
     };
     pub use crate::sys::signal::{block_termination, wait_termination};
     pub use crate::sys::{gettid, now_ns};

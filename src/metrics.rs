@@ -11,8 +11,9 @@ pub(crate) struct Counters {
     pub(crate) processing: AtomicU64,
     pub(crate) panics: AtomicU64,
     pub(crate) closed_by_handler: AtomicU64,
-    pub(crate) overruns: AtomicU64,
+    pub(crate) budget_overruns: AtomicU64,
     pub(crate) demotions: AtomicU64,
+    pub(crate) restore_failures: AtomicU64,
 }
 
 impl Counters {
@@ -48,16 +49,23 @@ pub struct GroupMetrics {
     pub processing: u64,
     /// Handler panics caught.
     pub handler_panics: u64,
-    /// Handles removed after their handler returned `Close` (or failed to re-arm).
+    /// Handles removed for any reason: their handler returned `Close`, re-arming failed, or
+    /// they were deregistered.
     pub handles_closed: u64,
+    /// Of those, handles whose handler returned [`Disposition::Close`](crate::Disposition).
+    pub handles_closed_by_handler: u64,
     /// Events whose handle had been removed before dispatch (dropped, by design).
     pub stale_events: u64,
     /// Handles registered now.
     pub handles: usize,
-    /// Handler runs that exceeded `budget_us` (overrun watchdog).
-    pub overruns: u64,
+    /// Handler runs that exceeded `budget_us` (overrun watchdog). Not to be confused with a
+    /// timer's missed periods, which the harnesses report as `missed_periods`.
+    pub budget_overruns: u64,
     /// Threads demoted to SCHED_OTHER by the watchdog.
     pub demotions: u64,
+    /// Times a demoted thread could not restore its own policy after its handler returned (it
+    /// then stays time-shared; each failure is also logged).
+    pub restore_failures: u64,
     /// Allocations on this group's pool threads after warm-up (needs [`crate::CountingAlloc`]).
     pub pool_allocations: u64,
     /// Minor page faults on this group's pool threads after warm-up.

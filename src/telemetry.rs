@@ -39,8 +39,8 @@ pub struct Sample {
     pub start_ns: u64,
     /// When the handler returned.
     pub end_ns: u64,
-    /// Missed periods reported by the handler (timer overruns).
-    pub overruns: u32,
+    /// Missed periods reported by the handler of a timer.
+    pub missed_periods: u32,
 }
 
 impl Sample {
@@ -56,7 +56,9 @@ impl Sample {
     }
 }
 
-pub(crate) fn new_histogram() -> Histogram<u64> {
+/// An empty latency histogram with the runtime's fixed bounds (1 ns to [`HIST_MAX_NS`], 3
+/// significant digits), so a harness can merge its own histograms with the runtime's.
+pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, HIST_MAX_NS, 3).expect("valid fixed histogram bounds")
 }
 
@@ -71,8 +73,8 @@ pub struct Histograms {
     pub dispatch: Histogram<u64>,
     /// Handler entry → return.
     pub service: Histogram<u64>,
-    /// Overruns reported.
-    pub overruns: u64,
+    /// Missed timer periods reported by handlers ([`crate::Context::add_missed_periods`]).
+    pub missed_periods: u64,
     /// Latency of the most recent sample (ns).
     pub last_ns: u64,
     /// Thread of the most recent sample.
@@ -86,7 +88,7 @@ impl Histograms {
             wake: new_histogram(),
             dispatch: new_histogram(),
             service: new_histogram(),
-            overruns: 0,
+            missed_periods: 0,
             last_ns: 0,
             last_thread: 0,
         }
@@ -103,7 +105,7 @@ impl Histograms {
             .saturating_record(s.start_ns.saturating_sub(s.woke_ns).max(1));
         self.service
             .saturating_record(s.end_ns.saturating_sub(s.start_ns).max(1));
-        self.overruns += u64::from(s.overruns);
+        self.missed_periods += u64::from(s.missed_periods);
         self.last_ns = lat;
         self.last_thread = s.thread;
     }

@@ -2,7 +2,7 @@
 //! group's `budget_us`.
 //!
 //! It polls each pool thread's `busy_since` stamp every quarter budget (between 100 µs and
-//! 10 ms). An overrun is reported once per dispatch (tracing warning + `overruns` metric). With
+//! 10 ms). An overrun is reported once per dispatch (tracing warning + `budget_overruns` metric). With
 //! `on_overrun = "demote"` the thread is moved to SCHED_OTHER until its handler returns, so a
 //! runaway handler cannot hold a CPU at real-time priority; the thread restores its own policy
 //! when the handler returns.
@@ -53,7 +53,7 @@ pub(crate) fn spawn(
                             continue;
                         }
                         last[i] = start;
-                        Counters::add(&g.counters.overruns, 1);
+                        Counters::add(&g.counters.budget_overruns, 1);
                         let token = slot.busy_token.load(Relaxed);
                         tracing::warn!(
                             group = %g.cfg.name,
@@ -67,7 +67,8 @@ pub(crate) fn spawn(
                             let _l = slot.sched_lock.lock();
                             slot.demoted.store(true, SeqCst);
                             if slot.busy_since.load(SeqCst) == start
-                                && sched::set_tid(slot.tid.load(Relaxed), Sched::Other).is_ok()
+                                && sched::set_thread(slot.pthread.load(Relaxed), Sched::Other)
+                                    .is_ok()
                             {
                                 Counters::add(&g.counters.demotions, 1);
                             } else {

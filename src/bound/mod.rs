@@ -848,7 +848,7 @@ impl BoundPool {
     fn dispatch(&self, ev: Ready, ctx: &mut Context) {
         ctx.tid = sys::gettid();
         ctx.origin_ns = 0;
-        ctx.overruns = 0;
+        ctx.missed_periods = 0;
         let event = Event {
             token: Token::from_raw(ev.token),
             readiness: ev.readiness,

@@ -37,7 +37,7 @@ pub enum Policy {
 /// What the overrun watchdog does when a handler exceeds its group's `budget_us`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnOverrun {
-    /// Report it (tracing warning and the `overruns` metric).
+    /// Report it (tracing warning and the `budget_overruns` metric).
     #[default]
     Report,
     /// Report it and drop the thread to `SCHED_OTHER` until the handler returns.

@@ -2,27 +2,21 @@
 
 use std::io;
 
-/// A kernel scheduling policy as lfrt uses it.
+/// A kernel scheduling policy and its static priority, as lfrt applies and reads them back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Sched {
+pub enum Sched {
+    /// `SCHED_FIFO` at a priority in 1..=99.
     Fifo(u8),
+    /// `SCHED_RR` at a priority in 1..=99.
     Rr(u8),
+    /// `SCHED_OTHER` (time-shared, priority 0).
     Other,
 }
 
-impl Sched {
-    fn raw(self) -> (libc::c_int, libc::c_int) {
-        match self {
-            Sched::Fifo(p) => (libc::SCHED_FIFO, p as libc::c_int),
-            Sched::Rr(p) => (libc::SCHED_RR, p as libc::c_int),
-            Sched::Other => (libc::SCHED_OTHER, 0),
-        }
-    }
-}
-
-/// Sets the calling thread's policy and priority through `thread-priority`
-/// (always with an explicit policy: without one the crate only changes `nice`).
-pub(crate) fn set_current(s: Sched) -> io::Result<()> {
+/// The one way lfrt sets a thread's policy and priority: `thread-priority`'s
+/// `set_thread_priority_and_policy`, always with an explicit policy (without one the crate only
+/// changes `nice`). `thread` is a `pthread_t` as [`current_thread`] returns it.
+pub(crate) fn set_thread(thread: u64, s: Sched) -> io::Result<()> {
     use thread_priority::*;
     let (policy, prio) = match s {
         Sched::Fifo(p) => (
@@ -44,27 +38,40 @@ pub(crate) fn set_current(s: Sched) -> io::Result<()> {
             format!("priority {prio} out of range"),
         )
     })?);
-    set_thread_priority_and_policy(thread_native_id(), prio, policy).map_err(|e| match e {
+    set_thread_priority_and_policy(thread as ThreadId, prio, policy).map_err(|e| match e {
         Error::OS(code) => io::Error::from_raw_os_error(code),
         other => io::Error::other(format!("{other:?}")),
     })
 }
 
-/// Sets the policy of another thread by kernel tid (used by the overrun watchdog).
-pub(crate) fn set_tid(tid: i32, s: Sched) -> io::Result<()> {
-    let (policy, prio) = s.raw();
-    let param = libc::sched_param {
-        sched_priority: prio,
-    };
-    syscall!(sched_setscheduler(tid, policy, &param)).map(drop)
+/// The calling thread as [`set_thread`] names it (its `pthread_t`): a pool thread publishes it so
+/// the watchdog can demote it.
+pub(crate) fn current_thread() -> u64 {
+    thread_priority::thread_native_id() as u64
 }
 
-/// Reads back `(policy, static rt priority)` of a thread from the kernel.
-pub fn read_back(tid: i32) -> io::Result<(i32, i32)> {
-    let policy = syscall!(sched_getscheduler(tid))?;
+/// Sets the calling thread's policy and priority.
+pub fn set_current(s: Sched) -> io::Result<()> {
+    set_thread(current_thread(), s)
+}
+
+/// Reads a thread's policy and static priority back from the kernel (`sched_getscheduler`,
+/// `sched_getparam`); `tid` 0 is the caller. A policy lfrt does not use (`SCHED_BATCH`,
+/// `SCHED_IDLE`, `SCHED_DEADLINE`) is an `InvalidData` error naming it.
+pub fn read_back(tid: i32) -> io::Result<Sched> {
+    let policy = syscall!(sched_getscheduler(tid))? & !libc::SCHED_RESET_ON_FORK;
     let mut param = libc::sched_param { sched_priority: 0 };
     syscall!(sched_getparam(tid, &mut param))?;
-    Ok((policy & !libc::SCHED_RESET_ON_FORK, param.sched_priority))
+    let prio = param.sched_priority as u8;
+    match policy {
+        libc::SCHED_FIFO => Ok(Sched::Fifo(prio)),
+        libc::SCHED_RR => Ok(Sched::Rr(prio)),
+        libc::SCHED_OTHER => Ok(Sched::Other),
+        other => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("thread {tid} runs under scheduling policy {other}, which lfrt does not use"),
+        )),
+    }
 }
 
 /// The *effective* priority of a thread as the kernel schedules it, including priority
@@ -92,8 +99,9 @@ pub fn minor_faults(tid: i32) -> io::Result<u64> {
         .ok_or_else(|| io::Error::other("malformed /proc stat"))
 }
 
-/// Pins the calling thread to `cpus` (a mask of several CPUs is allowed).
-pub(crate) fn set_current_affinity(cpus: &[usize]) -> io::Result<()> {
+/// The one way lfrt sets affinity: pins the calling thread to `cpus` (a mask of several CPUs is
+/// allowed) with `sched_setaffinity`.
+pub fn set_current_affinity(cpus: &[usize]) -> io::Result<()> {
     let mut set = nix::sched::CpuSet::new();
     for &c in cpus {
         set.set(c).map_err(io::Error::from)?;

@@ -5,7 +5,7 @@
 
 mod util;
 
-use lfrt::loadgen::{self, LoadConfig, Mode};
+use rt_tests::loadgen::{self, LoadConfig, Mode};
 use std::net::UdpSocket;
 use std::time::Duration;
 
@@ -70,14 +70,14 @@ fn lfrt_group_echoes_every_datagram() {
 fn hsha_pool_echoes_every_datagram() {
     let _l = util::rt_lock();
     let (socks, ports) = sockets(4);
-    let cfg = lfrt::hsha::HshaConfig {
+    let cfg = rt_tests::hsha::HshaConfig {
         workers: 2,
         ..Default::default()
     };
-    let pool = lfrt::hsha::HshaPool::start(
+    let pool = rt_tests::hsha::HshaPool::start(
         cfg,
-        socks.into_iter().map(lfrt::hsha::Source::Udp).collect(),
-        |_| lfrt::service::Echo { work_us: 0 },
+        socks.into_iter().map(rt_tests::hsha::Source::Udp).collect(),
+        |_| rt_tests::service::Echo { work_us: 0 },
     )
     .unwrap();
     let r = load(ports, MESSAGES);

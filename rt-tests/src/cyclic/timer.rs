@@ -1,8 +1,8 @@
 //! The measured timer: a periodic timerfd handler that counts its own cycles and closes its
 //! handle after the last one, so `-l N` yields exactly N samples per timer.
 
-use crate::handler::{Context, Disposition, Event, EventHandler};
-use crate::source::Timer;
+use lfrt::Timer;
+use lfrt::{Context, Disposition, Event, EventHandler};
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
@@ -16,8 +16,8 @@ pub(crate) struct Progress {
     pub(crate) done: AtomicBool,
 }
 
-/// A periodic timer like [`crate::handlers::PeriodicTimer`] (origin = expected expiry,
-/// overruns = expirations − 1), with a cycle limit.
+/// A periodic timer like [`lfrt::handlers::PeriodicTimer`] (origin = expected expiry,
+/// missed_periods = expirations − 1), with a cycle limit.
 ///
 /// # Real-time safety
 /// `handle` is one nonblocking `read(2)`, two relaxed/release atomic stores, no allocation.
@@ -56,7 +56,7 @@ impl EventHandler for CyclicTimer {
             return Disposition::Rearm;
         };
         ctx.set_origin_ns(due_ns);
-        ctx.add_overruns(expirations - 1);
+        ctx.add_missed_periods(expirations - 1);
         self.cycles += 1;
         self.progress.cycles.store(self.cycles, Relaxed);
         if self.limit != 0 && self.cycles >= self.limit {

@@ -35,14 +35,13 @@
 //! [`HshaPool::shutdown`] closes the queue and wakes the I/O thread (an eventfd in its epoll
 //! set). The I/O thread stops reading; the workers serve what is already queued (at most
 //! `queue_capacity` requests) and exit. Every thread is joined, waiting at most
-//! [`crate::SHUTDOWN_TIMEOUT`].
+//! [`lfrt::SHUTDOWN_TIMEOUT`].
 
-use crate::alloc_count;
-use crate::config::RtMode;
-use crate::error::Error;
 use crate::service::{Request, RequestKind, Service};
-use crate::source::{Notifier, Timer};
-use crate::sys::sched::{self, Sched};
+use lfrt::os::{self, Sched};
+use lfrt::Error;
+use lfrt::RtMode;
+use lfrt::{Notifier, Timer};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::collections::VecDeque;
 use std::fmt;
@@ -124,9 +123,9 @@ pub struct HshaMetrics {
     pub queue_depth: u64,
     /// Service panics caught by workers.
     pub panics: u64,
-    /// Allocations made by the I/O thread in its event loop (needs [`crate::CountingAlloc`]).
+    /// Allocations made by the I/O thread in its event loop (needs [`lfrt::CountingAlloc`]).
     pub io_allocations: u64,
-    /// Allocations made by the workers in their loops (needs [`crate::CountingAlloc`]).
+    /// Allocations made by the workers in their loops (needs [`lfrt::CountingAlloc`]).
     pub worker_allocations: u64,
 }
 
@@ -223,8 +222,8 @@ impl Shared {
 ///
 /// # Examples
 /// ```no_run
-/// use lfrt::hsha::{HshaConfig, HshaPool, Source};
-/// use lfrt::service::Echo;
+/// use rt_tests::hsha::{HshaConfig, HshaPool, Source};
+/// use rt_tests::service::Echo;
 /// let socket = std::net::UdpSocket::bind("127.0.0.1:7100").unwrap();
 /// let pool = HshaPool::start(HshaConfig::default(), vec![Source::Udp(socket)], |_| Echo { work_us: 5 })?;
 /// std::thread::sleep(std::time::Duration::from_millis(100));
@@ -274,20 +273,20 @@ impl HshaPool {
         F: FnMut(usize) -> S,
     {
         if !(1..=64).contains(&cfg.workers) {
-            return Err(Error::config(
+            return Err(config_error(
                 "hsha.workers",
                 format!("{} is outside 1..=64", cfg.workers),
             ));
         }
         if cfg.queue_capacity == 0 || cfg.read_batch == 0 || cfg.max_datagram == 0 {
-            return Err(Error::config(
+            return Err(config_error(
                 "hsha",
                 "queue_capacity, read_batch and max_datagram must be at least 1",
             ));
         }
         if let Some(p) = cfg.priority {
             if !(1..=99).contains(&p) {
-                return Err(Error::config(
+                return Err(config_error(
                     "hsha.priority",
                     format!("{p} is outside 1..=99"),
                 ));
@@ -470,7 +469,7 @@ impl HshaPool {
     /// final counters.
     ///
     /// # Errors
-    /// [`Error::State`] if a thread did not return within [`crate::SHUTDOWN_TIMEOUT`] (a
+    /// [`Error::State`] if a thread did not return within [`lfrt::SHUTDOWN_TIMEOUT`] (a
     /// service that does not return); that thread is left detached.
     pub fn shutdown(mut self) -> Result<HshaMetrics, Error> {
         self.stop_and_join()?;
@@ -484,7 +483,7 @@ impl HshaPool {
         self.stopped = true;
         self.shared.close();
         let _ = self.stop.notify(1);
-        let deadline = Instant::now() + crate::SHUTDOWN_TIMEOUT;
+        let deadline = Instant::now() + lfrt::SHUTDOWN_TIMEOUT;
         while !self.threads.iter().all(|(_, e)| e.load(Acquire)) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -509,9 +508,9 @@ impl Drop for HshaPool {
 fn setup(cfg: &HshaConfig, sched: Sched, tx: &std::sync::mpsc::Sender<Ready>) -> bool {
     let mut rt_applied = true;
     if sched != Sched::Other {
-        if let Err(e) = sched::set_current(sched) {
+        if let Err(e) = os::set_current_sched(sched) {
             if cfg.rt == RtMode::Required {
-                let p = sched::RtPrivilege::probe();
+                let p = os::RtPrivilege::probe();
                 let have = format!(
                     "CAP_SYS_NICE {}, RLIMIT_RTPRIO {}",
                     if p.cap_sys_nice { "yes" } else { "no" },
@@ -539,7 +538,7 @@ fn setup(cfg: &HshaConfig, sched: Sched, tx: &std::sync::mpsc::Sender<Ready>) ->
         }
     }
     if let Some(cpus) = &cfg.cpus {
-        if let Err(e) = sched::set_current_affinity(cpus) {
+        if let Err(e) = os::set_current_affinity(cpus) {
             let _ = tx.send(Ready::Failed(Error::Sched {
                 group: "hsha".into(),
                 what: format!("pinning to CPUs {cpus:?}"),
@@ -571,7 +570,7 @@ fn io_loop(
 ) {
     let mut events = vec![EpollEvent::empty(); MAX_EVENTS];
     let mut buf = vec![0u8; max_datagram];
-    let base = alloc_count::thread_allocations();
+    let base = lfrt::thread_allocations();
     let c = &shared.counters;
     loop {
         let n = match epoll.wait(&mut events, EpollTimeout::NONE) {
@@ -624,13 +623,13 @@ fn io_loop(
             }
         }
         c.io_allocs
-            .store(alloc_count::thread_allocations() - base, Relaxed);
+            .store(lfrt::thread_allocations() - base, Relaxed);
     }
 }
 
 /// The synchronous half: take the oldest request, serve it, reply on its socket, free it.
 fn worker<S: Service>(shared: &Shared, mut service: S) {
-    let base = alloc_count::thread_allocations();
+    let base = lfrt::thread_allocations();
     let mut counted = 0;
     let c = &shared.counters;
     while let Some(job) = shared.take() {
@@ -652,9 +651,19 @@ fn worker<S: Service>(shared: &Shared, mut service: S) {
         }
         drop(job);
         c.served.fetch_add(1, Relaxed);
-        let now = alloc_count::thread_allocations() - base;
+        let now = lfrt::thread_allocations() - base;
         c.worker_allocs.fetch_add(now - counted, Relaxed);
         counted = now;
+    }
+}
+
+/// A rejected [`HshaConfig`] field, as lfrt reports its own configuration errors.
+fn config_error(field: &str, message: impl Into<String>) -> Error {
+    Error::Config {
+        file: None,
+        line: None,
+        field: field.into(),
+        message: message.into(),
     }
 }
 
@@ -751,7 +760,7 @@ mod tests {
         }
         let seen = Arc::new(Mutex::new(Vec::new()));
         let mut t = Timer::new().unwrap();
-        let first = crate::sys::now_ns() + 1_000_000;
+        let first = lfrt::os::now_ns() + 1_000_000;
         t.arm(first, 2_000_000).unwrap();
         let s2 = seen.clone();
         let pool = HshaPool::start(HshaConfig::default(), vec![Source::Timer(t)], move |_| {
@@ -815,3 +824,4 @@ mod tests {
         cond()
     }
 }
+

@@ -12,9 +12,9 @@
 //! So a comparison between architectures compares how requests reach the service, never what
 //! the service does.
 
-use crate::handler::{Context, Disposition, Event, EventHandler};
-use crate::handlers::busy_work;
-use crate::source::Timer;
+use lfrt::handlers::cpu_work;
+use lfrt::Timer;
+use lfrt::{Context, Disposition, Event, EventHandler};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -69,32 +69,9 @@ pub struct Echo {
 impl Service for Echo {
     fn serve(&mut self, request: &Request<'_>, reply: &mut dyn FnMut(&[u8])) {
         if let RequestKind::Datagram { .. } = request.kind {
-            busy_work(self.work_us);
+            cpu_work(self.work_us * 1000);
             reply(request.payload);
         }
-    }
-}
-
-/// `CLOCK_THREAD_CPUTIME_ID` of the calling thread, in ns (0 if the clock cannot be read).
-pub fn thread_cpu_ns() -> u64 {
-    use nix::time::{clock_gettime, ClockId};
-    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0)
-}
-
-/// Burns `ns` nanoseconds of the calling thread's **CPU time**: time the thread spends
-/// preempted does not count, so a request costs the same CPU work however often it is
-/// interrupted. Bounded: also returns after `ns` plus one second of wall-clock time, whatever
-/// happens.
-pub fn cpu_work(ns: u64) {
-    if ns == 0 {
-        return;
-    }
-    let start = thread_cpu_ns();
-    let give_up = crate::sys::now_ns() + ns + 1_000_000_000;
-    while thread_cpu_ns().wrapping_sub(start) < ns && crate::sys::now_ns() < give_up {
-        std::hint::spin_loop();
     }
 }
 
@@ -109,7 +86,7 @@ enum Handle {
 /// For a socket, each event reads up to `batch` datagrams (one `recv_from` each, into the pool
 /// thread's preallocated buffer) and serves each one; the handle is then re-armed. For a timer,
 /// each event reads the expiration count and serves one [`RequestKind::Timer`] request; the
-/// expiry is also recorded as the dispatch's telemetry origin (as [`crate::handlers::PeriodicTimer`]
+/// expiry is also recorded as the dispatch's telemetry origin (as [`lfrt::handlers::PeriodicTimer`]
 /// does), so lfrt's own telemetry measures latency from the due time.
 ///
 /// # Real-time safety
@@ -191,7 +168,7 @@ impl<S: Service> EventHandler for ServiceHandler<S> {
             Handle::Timer(timer) => {
                 if let Ok(Some((expirations, due_ns))) = timer.read() {
                     ctx.set_origin_ns(due_ns);
-                    ctx.add_overruns(expirations - 1);
+                    ctx.add_missed_periods(expirations - 1);
                     let request = Request {
                         source: self.source,
                         kind: RequestKind::Timer {
@@ -214,9 +191,9 @@ mod tests {
 
     #[test]
     fn cpu_work_burns_thread_cpu_time() {
-        let before = thread_cpu_ns();
+        let before = lfrt::os::thread_cpu_ns();
         cpu_work(2_000_000);
-        assert!(thread_cpu_ns() - before >= 2_000_000);
+        assert!(lfrt::os::thread_cpu_ns() - before >= 2_000_000);
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod util;
 static ALLOC: lfrt::CountingAlloc = lfrt::CountingAlloc;
 
 use lfrt::handlers::PeriodicTimer;
+use lfrt::os::Sched;
 use lfrt::*;
 use std::io::{Read, Write};
 use std::net::{TcpStream, UdpSocket};
@@ -306,15 +307,16 @@ impl EventHandler for Spinner {
         let _ = self.n.take();
         let end = lfrt::os::now_ns() + self.max_spin_ms * 1_000_000;
         let tid = lfrt::os::gettid();
-        let mut policy = lfrt::os::read_back(tid).unwrap().0;
-        while policy != libc::SCHED_OTHER && lfrt::os::now_ns() < end {
+        let mut policy = lfrt::os::read_back(tid).unwrap();
+        while policy != Sched::Other && lfrt::os::now_ns() < end {
             spin_ms(1);
-            policy = lfrt::os::read_back(tid).unwrap().0;
+            policy = lfrt::os::read_back(tid).unwrap();
         }
         // Keep running a little after the demotion: the thread must stay demoted until return.
         spin_ms(10);
-        policy = lfrt::os::read_back(tid).unwrap().0;
-        self.policy_mid.store(policy as u64, SeqCst);
+        policy = lfrt::os::read_back(tid).unwrap();
+        self.policy_mid
+            .store(u64::from(policy == Sched::Other), SeqCst);
         Disposition::Rearm
     }
 }
@@ -376,16 +378,16 @@ fn watchdog_reports_and_demotes_an_overrunning_handler() {
         .2;
     assert!(
         util::wait_until(5, || lfrt::os::read_back(slow_tid).unwrap()
-            == (libc::SCHED_FIFO, 10)),
+            == Sched::Fifo(10)),
         "not restored after the handler returned"
     );
     let m = rt.shutdown().unwrap();
     assert_eq!(
         policy_mid.load(SeqCst),
-        libc::SCHED_OTHER as u64,
+        1,
         "the overrunning handler was not demoted"
     );
-    assert_eq!(m[0].overruns, 1, "{:?}", m[0]);
+    assert_eq!(m[0].budget_overruns, 1, "{:?}", m[0]);
     assert_eq!(m[0].demotions, 1);
     // The other lane's 1 ms timer kept firing while this one overran (for at least 10 ms).
     assert!(
@@ -409,15 +411,7 @@ fn pi_mutex_boosts_the_holder() {
         let held = Arc::new(AtomicBool::new(false));
         let release = Arc::new(AtomicBool::new(false));
         let low_tid = Arc::new(AtomicU64::new(0));
-        let set = |p: u8| {
-            use thread_priority::*;
-            set_thread_priority_and_policy(
-                thread_native_id(),
-                ThreadPriority::Crossplatform(p.try_into().unwrap()),
-                ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
-            )
-            .unwrap();
-        };
+        let set = |p: u8| lfrt::os::set_current_sched(lfrt::os::Sched::Fifo(p)).unwrap();
         let low = {
             let (pim, stdm, held, release, low_tid) = (
                 pim.clone(),

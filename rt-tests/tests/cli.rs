@@ -4,8 +4,11 @@ mod util;
 
 use std::process::Command;
 
+/// The `lfrt` command, run from the repository root as the README runs it.
 fn lfrt() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_lfrt"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lfrt"));
+    c.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    c
 }
 
 fn tmp(name: &str, body: &str) -> std::path::PathBuf {

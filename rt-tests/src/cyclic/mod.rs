@@ -5,7 +5,7 @@
 //! Each timer is an absolute, periodic `CLOCK_MONOTONIC` timerfd registered in a group's handle
 //! set. When it expires, the group's leader wakes in `epoll_wait`, promotes a follower, and runs
 //! the timer's handler in its own thread. The runtime stamps every dispatch (see
-//! [`crate::telemetry`]); the handler tells it the expiry the event was due at. From those
+//! [`lfrt::telemetry`]); the handler tells it the expiry the event was due at. From those
 //! stamps, per timer:
 //!
 //! * **latency** = handler entry − expected expiry: what a user's handler sees, including the
@@ -47,7 +47,7 @@
 //!   split), every line starting with `#`.
 //! * `--json FILE`: cyclictest's document (`file_version`, `cmdline`, `start_time`, `sysinfo`,
 //!   `num_threads`, `resolution_in_ns`, `thread: {"0": {histogram, cycles, min, max, avg, cpu,
-//!   node}}`) plus, per thread, `p50`, `p99`, `p999`, `overruns`, `hist_overflow`, `group`,
+//!   node}}`) plus, per thread, `p50`, `p99`, `p999`, `missed_periods`, `hist_overflow`, `group`,
 //!   `priority`, `interval`, `wake`, `dispatch`, and a `groups` array with the same per group
 //!   and the runtime's counters (`pool_allocations`, `pool_minor_faults`, promotions). Histogram
 //!   keys are the latency in µs (ns with `-N`), only non-zero buckets; the counts sum to
@@ -65,10 +65,9 @@ pub use args::{
 pub use json::FILE_VERSION;
 pub use report::{Buckets, GroupResult, TimerResult};
 
-use crate::config::Policy;
-use crate::runtime::Runtime;
-use crate::source::Timer;
-use crate::sys;
+use lfrt::Policy;
+use lfrt::Runtime;
+use lfrt::Timer;
 use report::{GroupInfo, Status, TimerKey};
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::Ordering::*;
@@ -98,7 +97,7 @@ pub struct CyclicReport {
     /// Wall time from the timers' registration to the stop.
     pub elapsed: Duration,
     /// What the runtime's start found (RT applied, memory locked, allocation counting).
-    pub started: crate::runtime::StartReport,
+    pub started: lfrt::StartReport,
 }
 
 /// Runs `lfrt cyclic` with `args`: measures, prints status, histogram and summary to stdout,
@@ -192,7 +191,7 @@ fn policy_name(p: Policy) -> &'static str {
 pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> {
     // Signals are taken synchronously by this thread; every thread spawned from here on
     // inherits the mask.
-    sys::signal::block_termination()?;
+    lfrt::os::block_termination()?;
     let _dma = plan.dma_latency.and_then(|us| {
         let f = hold_dma_latency(us);
         if f.is_some() {
@@ -209,7 +208,7 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
         tids[gi][ti] = tid;
     }
 
-    let first_ns = sys::now_ns() + START_DELAY_NS;
+    let first_ns = lfrt::os::now_ns() + START_DELAY_NS;
     let mut timers = Vec::with_capacity(plan.timers.len());
     for spec in &plan.timers {
         let mut t = Timer::new().map_err(|e| format!("timerfd_create: {e}"))?;
@@ -270,7 +269,7 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
             last_print = Some(now);
         }
         let wait = deadline.map_or(POLL, |d| d.saturating_duration_since(now).min(POLL));
-        if sys::signal::wait_termination(wait)?.is_some() {
+        if lfrt::os::wait_termination(wait)?.is_some() {
             break "signal";
         }
     };

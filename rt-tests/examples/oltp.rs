@@ -204,7 +204,7 @@ impl BackendConn {
             }
         }
         for &(id, body) in &self.batch {
-            lfrt::handlers::busy_work(self.work_us);
+            lfrt::handlers::cpu_work(self.work_us * 1000);
             let req = &self.inbuf[body..body + MSG];
             let value = u64::from_le_bytes(req[8..16].try_into().unwrap());
             self.out.extend_from_slice(&encode_header(id, MSG as u32));

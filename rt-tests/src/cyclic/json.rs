@@ -5,8 +5,8 @@
 
 use super::args::Unit;
 use super::report::{Buckets, GroupResult, TimerResult};
-use crate::runtime::StartReport;
-use crate::telemetry::LatencySummary;
+use lfrt::telemetry::LatencySummary;
+use lfrt::StartReport;
 use serde::{Serialize, Serializer};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -99,7 +99,7 @@ struct Thread {
     p50: f64,
     p99: f64,
     p999: f64,
-    overruns: u64,
+    missed_periods: u64,
     hist_overflow: u64,
     group: String,
     priority: u8,
@@ -124,7 +124,7 @@ impl Thread {
             p50: s.p50,
             p99: s.p99,
             p999: s.p999,
-            overruns: t.overruns,
+            missed_periods: t.missed_periods,
             hist_overflow: t.buckets.overflow,
             group: t.group.clone(),
             priority: t.priority,
@@ -152,7 +152,7 @@ struct Group {
     p50: f64,
     p99: f64,
     p999: f64,
-    overruns: u64,
+    missed_periods: u64,
     hist_overflow: u64,
     histogram: Ordered<u64, u64>,
     wake: Split,
@@ -183,7 +183,7 @@ impl Group {
             p50: s.p50,
             p99: s.p99,
             p999: s.p999,
-            overruns: g.overruns,
+            missed_periods: g.missed_periods,
             hist_overflow: g.buckets.overflow,
             histogram: histogram(&g.buckets),
             wake: Split::of(&g.wake, unit),
@@ -219,7 +219,7 @@ struct Document {
     rt_applied: bool,
     memory_locked: bool,
     counting_allocations: bool,
-    overruns: u64,
+    missed_periods: u64,
     pool_allocations: u64,
     pool_minor_faults: u64,
     samples_dropped: u64,
@@ -269,7 +269,7 @@ pub(crate) fn render(
         rt_applied: info.started.rt_applied,
         memory_locked: info.started.memory_locked,
         counting_allocations: info.started.counting_allocations,
-        overruns: timers.iter().map(|t| t.overruns).sum(),
+        missed_periods: timers.iter().map(|t| t.missed_periods).sum(),
         pool_allocations: groups.iter().map(|g| g.metrics.pool_allocations).sum(),
         pool_minor_faults: groups.iter().map(|g| g.metrics.pool_minor_faults).sum(),
         samples_dropped: groups.iter().map(|g| g.metrics.samples_dropped).sum(),

@@ -1,6 +1,6 @@
 //! Throughput and overhead of one UDP echo service under three architectures, measured side
 //! by side in one run: an lfrt Leader/Followers group, the Half-Sync/Half-Reactive pool
-//! (`lfrt::hsha`), and a tokio multi-thread runtime with the same number of threads. lfrt runs
+//! (`rt_tests::hsha`), and a tokio multi-thread runtime with the same number of threads. lfrt runs
 //! twice: `lfrt` with its built-in `UdpEcho` (one `recvmmsg`/`sendmmsg` per event) and
 //! `lfrt-dg` with one `recvfrom`/`sendto` per datagram like the other two, which separates the
 //! effect of the architecture from that of syscall batching.
@@ -234,7 +234,7 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
                         set_fifo(p);
                     }
                     if pin {
-                        core_affinity::set_for_current(core_affinity::CoreId { id: SERVER_CPU });
+                        let _ = lfrt::os::set_current_affinity(&[SERVER_CPU]);
                     }
                 })
                 .build()
@@ -245,7 +245,7 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
                     let s = tokio::net::UdpSocket::from_std(s).expect("tokio socket");
                     let mut buf = vec![0u8; 2048];
                     while let Ok((n, from)) = s.recv_from(&mut buf).await {
-                        lfrt::handlers::busy_work(work_us);
+                        lfrt::handlers::cpu_work(work_us * 1000);
                         let _ = s.send_to(&buf[..n], from).await;
                     }
                 });
@@ -279,7 +279,7 @@ impl lfrt::EventHandler for PerDatagramEcho {
         for _ in 0..lfrt::DATAGRAM_BATCH {
             match self.socket.recv_from(buf) {
                 Ok((n, from)) => {
-                    lfrt::handlers::busy_work(self.work_us);
+                    lfrt::handlers::cpu_work(self.work_us * 1000);
                     let _ = self.socket.send_to(&buf[..n], from);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -309,18 +309,13 @@ fn steal_ticks() -> u64 {
 const SERVER_CPU: usize = 1;
 
 fn set_fifo(p: u8) {
-    use thread_priority::*;
-    let _ = set_thread_priority_and_policy(
-        thread_native_id(),
-        ThreadPriority::Crossplatform(p.try_into().expect("1..=99")),
-        ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
-    );
+    let _ = lfrt::os::set_current_sched(lfrt::os::Sched::Fifo(p));
 }
 
 /// HS/HA: one I/O thread (allocates each request, queues it) + `threads` workers running the
 /// same echo service. The I/O thread is inherent to the architecture and comes on top.
 fn hsha_server(socks: Vec<UdpSocket>, ports: Vec<u16>, o: &Opts, work_us: u64) -> Server {
-    let cfg = lfrt::hsha::HshaConfig {
+    let cfg = rt_tests::hsha::HshaConfig {
         workers: o.threads,
         priority: o.fifo,
         cpus: o.pin.then(|| vec![SERVER_CPU]),
@@ -328,9 +323,10 @@ fn hsha_server(socks: Vec<UdpSocket>, ports: Vec<u16>, o: &Opts, work_us: u64) -
         max_datagram: 2048,
         ..Default::default()
     };
-    let sources = socks.into_iter().map(lfrt::hsha::Source::Udp).collect();
-    let pool = lfrt::hsha::HshaPool::start(cfg, sources, |_| lfrt::service::Echo { work_us })
-        .expect("hsha pool");
+    let sources = socks.into_iter().map(rt_tests::hsha::Source::Udp).collect();
+    let pool =
+        rt_tests::hsha::HshaPool::start(cfg, sources, |_| rt_tests::service::Echo { work_us })
+            .expect("hsha pool");
     Server {
         ports,
         stop: Box::new(move || {
@@ -416,10 +412,7 @@ fn main() {
     let o = parse_opts();
     if o.pin {
         // The load generator is spawned by this thread and inherits its affinity.
-        assert!(
-            core_affinity::set_for_current(core_affinity::CoreId { id: 0 }),
-            "--pin needs CPUs 0 and 1"
-        );
+        lfrt::os::set_current_affinity(&[0]).expect("--pin needs CPUs 0 and 1");
     }
     println!(
         "# UDP echo: {} server threads, {} ports, closed loop window {} per port, {} s per run, {}, {} ({} CPUs, kernel {})",

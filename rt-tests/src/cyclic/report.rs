@@ -2,9 +2,9 @@
 //! status lines and histogram, and lfrt's summary.
 
 use super::args::{TimerSpec, Unit};
-use crate::metrics::GroupMetrics;
-use crate::telemetry::{new_histogram, Histograms, LatencySummary, Recorded};
 use hdrhistogram::Histogram;
+use lfrt::telemetry::{new_histogram, Histograms, LatencySummary, Recorded};
+use lfrt::GroupMetrics;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
@@ -67,7 +67,7 @@ pub struct TimerResult {
     /// Latency histogram.
     pub buckets: Buckets,
     /// Missed periods (expirations beyond the first per cycle).
-    pub overruns: u64,
+    pub missed_periods: u64,
     /// Cycles the handler counted itself (equals `latency.count` unless samples were dropped).
     pub handled: u64,
     /// Kernel tid of the pool thread that ran the last cycle (0 if none).
@@ -96,7 +96,7 @@ pub struct GroupResult {
     /// Merged histogram.
     pub buckets: Buckets,
     /// Overruns of its timers.
-    pub overruns: u64,
+    pub missed_periods: u64,
 }
 
 /// What `collect` needs to know of each registered timer.
@@ -143,7 +143,7 @@ pub(crate) fn collect(
                 wake: LatencySummary::default(),
                 dispatch: LatencySummary::default(),
                 buckets: Buckets::default(),
-                overruns: 0,
+                missed_periods: 0,
                 handled: k.handled,
                 last_tid: 0,
                 cpu: match g.cpus.as_deref() {
@@ -156,7 +156,7 @@ pub(crate) fn collect(
                 t.wake = LatencySummary::of(&h.wake);
                 t.dispatch = LatencySummary::of(&h.dispatch);
                 t.buckets = Buckets::of(&h.latency, unit, limit);
-                t.overruns = h.overruns;
+                t.missed_periods = h.missed_periods;
                 t.last_tid = g.tids.get(h.last_thread as usize).copied().unwrap_or(0);
             }
             t
@@ -168,7 +168,7 @@ pub(crate) fn collect(
         .map(|(gi, g)| {
             let (mut latency, mut wake, mut dispatch) =
                 (new_histogram(), new_histogram(), new_histogram());
-            let mut overruns = 0;
+            let mut missed_periods = 0;
             let mut members = Vec::new();
             for (i, k) in keys.iter().enumerate().filter(|(_, k)| k.spec.group == gi) {
                 members.push(i);
@@ -177,7 +177,7 @@ pub(crate) fn collect(
                     let _ = latency.add(&h.latency);
                     let _ = wake.add(&h.wake);
                     let _ = dispatch.add(&h.dispatch);
-                    overruns += h.overruns;
+                    missed_periods += h.missed_periods;
                 }
             }
             GroupResult {
@@ -189,7 +189,7 @@ pub(crate) fn collect(
                 wake: LatencySummary::of(&wake),
                 dispatch: LatencySummary::of(&dispatch),
                 buckets: Buckets::of(&latency, unit, limit),
-                overruns,
+                missed_periods,
             }
         })
         .collect();
@@ -381,13 +381,13 @@ pub(crate) fn summary(timers: &[TimerResult], groups: &[GroupResult], unit: Unit
     let _ = writeln!(
         s,
         "# {:>3} {:<12} {:>4} {:>8} {:>9} {:>8} {head}",
-        "T", "group", "prio", "interval", "cycles", "overruns"
+        "T", "group", "prio", "interval", "cycles", "missed_periods"
     );
     for t in timers {
         let _ = write!(
             s,
             "# {:>3} {:<12} {:>4} {:>8} {:>9} {:>8}",
-            t.index, t.group, t.priority, t.spec.interval_us, t.latency.count, t.overruns
+            t.index, t.group, t.priority, t.spec.interval_us, t.latency.count, t.missed_periods
         );
         figure_cells(&mut s, unit, &t.latency, &t.wake, &t.dispatch);
         s.push('\n');
@@ -395,14 +395,14 @@ pub(crate) fn summary(timers: &[TimerResult], groups: &[GroupResult], unit: Unit
     let _ = writeln!(
         s,
         "# {:<16} {:>4} {:>7} {:>6} {:>9} {:>8} {head}",
-        "group", "prio", "policy", "pool", "cycles", "overruns"
+        "group", "prio", "policy", "pool", "cycles", "missed_periods"
     );
     for g in groups {
         let m = &g.metrics;
         let _ = write!(
             s,
             "# {:<16} {:>4} {:>7} {:>6} {:>9} {:>8}",
-            m.name, m.priority, g.policy, m.threads, g.latency.count, g.overruns
+            m.name, m.priority, g.policy, m.threads, g.latency.count, g.missed_periods
         );
         figure_cells(&mut s, unit, &g.latency, &g.wake, &g.dispatch);
         s.push('\n');
@@ -497,7 +497,7 @@ mod tests {
             wake: LatencySummary::default(),
             dispatch: LatencySummary::default(),
             buckets: Buckets::of(&h, Unit::Us, limit),
-            overruns: 0,
+            missed_periods: 0,
             handled: values.len() as u64,
             last_tid: 100 + index as i32,
             cpu: -1,

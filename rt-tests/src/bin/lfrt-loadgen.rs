@@ -4,7 +4,7 @@
 //! [--window W | --rate R] [--size BYTES] [--duration SECS] [--drain-ms MS]
 //! [--timeout-ms MS] [--max-messages N] [--threads T] [--json FILE]`
 
-use lfrt::loadgen;
+use rt_tests::loadgen;
 
 fn main() -> std::process::ExitCode {
     loadgen::cli_main()

@@ -1,7 +1,7 @@
 //! The command line (cyclictest's options) and the plan it maps to: groups and timers.
 
-use crate::config::{GroupConfig, HandlerConfig, Policy, RtMode, RuntimeConfig};
-use crate::follower_queue::MAX_GROUP_THREADS;
+use lfrt::MAX_GROUP_THREADS;
+use lfrt::{GroupConfig, HandlerConfig, Policy, RtMode, RuntimeConfig};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -265,7 +265,7 @@ impl Plan {
     pub fn from_args(a: &CyclicArgs) -> Result<Plan, String> {
         let (config, mut timers) = match &a.config {
             Some(path) => from_file(a, path)?,
-            None => from_flags(a, &crate::sys::sched::available_cpus())?,
+            None => from_flags(a, &lfrt::os::available_cpus())?,
         };
         assign_phases(&mut timers, a.aligned);
         if a.histfile.is_some() && a.histogram.is_none() {
@@ -410,7 +410,7 @@ fn from_file(
     if let Some((_, flag)) = conflicting.iter().find(|(set, _)| *set) {
         return Err(format!("{flag} cannot be combined with --config: groups, priorities and timers come from the file"));
     }
-    let cfg = crate::config::load(path).map_err(|e| e.to_string())?;
+    let cfg = lfrt::load_config(path).map_err(|e| e.to_string())?;
     let (mut cfg, timers) = split_timers(cfg);
     if timers.is_empty() {
         return Err(format!(
@@ -661,7 +661,7 @@ mod tests {
 
     #[test]
     fn config_timers_become_measured_timers() {
-        let cfg = crate::config::parse(
+        let cfg = lfrt::parse_config(
             r#"
             [[group]]
             name = "hi"

@@ -46,9 +46,9 @@ enum Cmd {
         output: PathBuf,
     },
     /// cyclictest-compatible timer latency through the runtime (-h is --histogram).
-    Cyclic(lfrt::cyclic::CyclicArgs),
+    Cyclic(rt_tests::cyclic::CyclicArgs),
     /// Priority-inversion experiments: lfrt lanes vs a single pool vs Half-Sync/Half-Reactive.
-    Inversion(lfrt::inversion::InversionArgs),
+    Inversion(rt_tests::inversion::InversionArgs),
 }
 
 fn init_tracing() {
@@ -71,11 +71,11 @@ fn main() -> ExitCode {
             duration,
             json,
         } => run(&config, duration, json),
-        Cmd::Cyclic(args) => lfrt::cyclic::run(&args),
-        Cmd::Plot { input, output } => lfrt::plot::plot_file(&input, &output)
+        Cmd::Cyclic(args) => rt_tests::cyclic::run(&args),
+        Cmd::Plot { input, output } => rt_tests::plot::plot_file(&input, &output)
             .map(|kind| println!("wrote {} ({kind:?})", output.display()))
             .map_err(Into::into),
-        Cmd::Inversion(args) => lfrt::inversion::run(&args),
+        Cmd::Inversion(args) => rt_tests::inversion::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -193,7 +193,7 @@ fn run(
         "promotions",
         "no_follow",
         "panics",
-        "overruns",
+        "budget_ovr",
         "stale",
         "pool_allocs",
         "pool_faults",
@@ -212,7 +212,7 @@ fn run(
             m.promotions,
             m.promotions_no_follower,
             m.handler_panics,
-            m.overruns,
+            m.budget_overruns,
             m.stale_events,
             m.pool_allocations,
             m.pool_minor_faults,

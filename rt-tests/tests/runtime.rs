@@ -3,6 +3,7 @@
 
 mod util;
 
+use lfrt::os::Sched;
 use lfrt::*;
 use std::net::UdpSocket;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -196,22 +197,13 @@ fn threads_run_at_configured_policy_priority_and_cpus() {
     let rep = rt.start().unwrap();
     assert!(rep.rt_applied);
     for (g, t, tid) in rt.thread_ids() {
-        let (policy, prio) = lfrt::os::read_back(tid).unwrap();
+        let sched = lfrt::os::read_back(tid).unwrap();
         let aff = lfrt::os::affinity(tid).unwrap();
         let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
         match (g, t) {
-            (0, 0) => assert_eq!(
-                (policy, prio, aff.clone()),
-                (libc::SCHED_FIFO, 30, vec![last])
-            ),
-            (0, 1) => assert_eq!(
-                (policy, prio, aff.clone()),
-                (libc::SCHED_FIFO, 25, vec![last])
-            ),
-            (1, 0) => assert_eq!(
-                (policy, prio, aff.clone()),
-                (libc::SCHED_RR, 10, cpus.clone())
-            ),
+            (0, 0) => assert_eq!((sched, aff.clone()), (Sched::Fifo(30), vec![last])),
+            (0, 1) => assert_eq!((sched, aff.clone()), (Sched::Fifo(25), vec![last])),
+            (1, 0) => assert_eq!((sched, aff.clone()), (Sched::Rr(10), cpus.clone())),
             _ => unreachable!(),
         }
         assert_eq!(name.trim(), format!("lf-{}-{t}", ["hi", "lo"][g]));

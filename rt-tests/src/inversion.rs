@@ -60,15 +60,15 @@
 //! [{"mutex", "high_block_max_us", "high_block_p99_us", …}], "pool_allocations"}`. The fields
 //! marked `…` are extra detail; readers may ignore them.
 
-use crate::config::{GroupConfig, RtMode, RuntimeConfig};
-use crate::handler::{Context, Disposition, Event, EventHandler};
-use crate::handlers::busy_work;
 use crate::hsha::{HshaConfig, HshaPool, Source};
-use crate::pi_mutex::PiMutex;
-use crate::runtime::Runtime;
-use crate::service::{cpu_work, Request, RequestKind, Service, ServiceHandler};
-use crate::source::{Notifier, Timer};
-use crate::sys::{self, sched, sched::Sched};
+use crate::service::{Request, RequestKind, Service, ServiceHandler};
+use lfrt::handlers::cpu_work;
+use lfrt::os::{self, Sched};
+use lfrt::PiMutex;
+use lfrt::Runtime;
+use lfrt::{Context, Disposition, Event, EventHandler};
+use lfrt::{GroupConfig, RtMode, RuntimeConfig};
+use lfrt::{Notifier, Timer};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::net::{SocketAddr, UdpSocket};
@@ -270,7 +270,7 @@ impl InversionArgs {
             a.duration_s = a.duration_s.min(2.0);
             a.lock_reps = a.lock_reps.min(5);
         }
-        let cpus = sched::available_cpus();
+        let cpus = os::available_cpus();
         let mut arch = a.arch.clone();
         arch.dedup();
         let check = |ok: bool, msg: String| if ok { Ok(()) } else { Err(msg) };
@@ -347,7 +347,7 @@ impl InversionArgs {
             (1..=10_000).contains(&a.cs_us) && a.cs_us < a.hog_ms * 1000,
             "--cs-us: 1 to 10000 and shorter than the hog".into(),
         )?;
-        let rt = if sched::RtPrivilege::probe().allows(a.high_prio) {
+        let rt = if os::RtPrivilege::probe().allows(a.high_prio) {
             RtMode::Required
         } else {
             RtMode::BestEffort
@@ -644,7 +644,7 @@ struct Probe {
 
 impl Service for Probe {
     fn serve(&mut self, request: &Request<'_>, _reply: &mut dyn FnMut(&[u8])) {
-        let entry = sys::now_ns();
+        let entry = lfrt::os::now_ns();
         match request.kind {
             RequestKind::Timer {
                 expirations,
@@ -726,7 +726,7 @@ fn sleep_until(ns: u64) {
     use nix::sys::time::TimeSpec;
     use nix::time::{clock_nanosleep, ClockId, ClockNanosleepFlags};
     let ts = TimeSpec::new((ns / 1_000_000_000) as _, (ns % 1_000_000_000) as _);
-    while sys::now_ns() < ns {
+    while lfrt::os::now_ns() < ns {
         if clock_nanosleep(
             ClockId::CLOCK_MONOTONIC,
             ClockNanosleepFlags::TIMER_ABSTIME,
@@ -747,15 +747,15 @@ struct Pinned(Vec<usize>);
 
 impl Pinned {
     fn to(cpu: usize) -> std::io::Result<Pinned> {
-        let before = sched::affinity(0)?;
-        sched::set_current_affinity(&[cpu])?;
+        let before = os::affinity(0)?;
+        os::set_current_affinity(&[cpu])?;
         Ok(Pinned(before))
     }
 }
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        let _ = sched::set_current_affinity(&self.0);
+        let _ = os::set_current_affinity(&self.0);
     }
 }
 
@@ -766,7 +766,7 @@ fn client_socket(to: SocketAddr) -> std::io::Result<UdpSocket> {
 }
 
 fn generator_thread_setup(cpu: usize) {
-    let _ = sched::set_current_affinity(&[cpu]);
+    let _ = os::set_current_affinity(&[cpu]);
     // Pace to the microsecond rather than the default 50 µs timer slack.
     let _ = nix::sys::prctl::set_timerslack(1_000);
 }
@@ -787,7 +787,7 @@ fn high_generator(
             break;
         }
         sleep_until(start_ns + seq * period_ns);
-        let sent_ns = sys::now_ns();
+        let sent_ns = lfrt::os::now_ns();
         Header {
             stream: 0,
             seq,
@@ -846,7 +846,7 @@ fn low_generator(
         Header {
             stream: i as u32 + 1,
             seq: seq[i],
-            sent_ns: sys::now_ns(),
+            sent_ns: lfrt::os::now_ns(),
         }
         .write(&mut buf);
         if socks[i].send(&buf).is_ok() {
@@ -934,7 +934,7 @@ fn run_once_counting(
     let low_rate = plan.low_rate_per_stream(n_low);
     let low_cap = (low_rate * plan.duration.as_secs_f64() * 1.5) as u64 + 64;
     let (timer_count, high_count) = (plan.timer_count(), plan.high_count());
-    let start_ns = sys::now_ns() + LEAD.as_nanos() as u64;
+    let start_ns = lfrt::os::now_ns() + LEAD.as_nanos() as u64;
     let end_ns = start_ns + duration_ns;
 
     let streams = Arc::new(Streams {
@@ -1063,7 +1063,8 @@ fn run_once_counting(
                 .zip(&low_sent)
                 .all(|(l, &s)| l.counts().0 >= s)
     };
-    while sys::now_ns() < end_ns + plan.interval_ns || (!all_served() && Instant::now() < drain_end)
+    while lfrt::os::now_ns() < end_ns + plan.interval_ns
+        || (!all_served() && Instant::now() < drain_end)
     {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -1175,10 +1176,10 @@ impl EventHandler for LockUser {
         let s = &*self.state;
         if self.high {
             s.high_waiting.store(true, SeqCst);
-            let asked = sys::now_ns();
+            let asked = lfrt::os::now_ns();
             let got = s.lock.with(|v| {
                 *v += 1;
-                sys::now_ns()
+                lfrt::os::now_ns()
             });
             s.high_block_ns.store(got - asked, SeqCst);
             s.high_done.fetch_add(1, SeqCst);
@@ -1267,20 +1268,20 @@ pub fn lock_experiment(plan: &Plan, pi: bool) -> Result<LockResult, BoxError> {
     let hog = std::thread::Builder::new()
         .name("inv-hog".into())
         .spawn(move || {
-            let r = sched::set_current(Sched::Fifo(mid))
+            let r = os::set_current_sched(Sched::Fifo(mid))
                 .map_err(|e| format!("hog SCHED_FIFO {mid}: {e}"));
             let r = match r {
                 Err(_) if rt_mode == RtMode::BestEffort => Ok(()),
                 r => r,
             };
             let r = r.and_then(|()| {
-                sched::set_current_affinity(&[cpu]).map_err(|e| format!("hog CPU {cpu}: {e}"))
+                os::set_current_affinity(&[cpu]).map_err(|e| format!("hog CPU {cpu}: {e}"))
             });
             let ok = r.is_ok();
             let _ = ready_tx.send(r);
             if ok {
                 while go_rx.recv().is_ok() {
-                    busy_work(hog_us);
+                    cpu_work(hog_us * 1000);
                     let _ = done_tx.send(());
                 }
             }
@@ -1524,7 +1525,7 @@ mod tests {
         let mut a = args(&["--quick"]);
         a.server_cpu = 1;
         a.client_cpu = 0;
-        if sched::available_cpus().len() < 2 {
+        if os::available_cpus().len() < 2 {
             return; // one-CPU machine: the plan is refused, which another test checks
         }
         let p = a.plan().unwrap();
@@ -1568,7 +1569,7 @@ mod tests {
             client_cpu: 1,
             ..Default::default()
         };
-        if sched::available_cpus().len() < 2 {
+        if os::available_cpus().len() < 2 {
             return;
         }
         let p = a.plan().unwrap();

@@ -10,7 +10,7 @@ mod util;
 #[global_allocator]
 static A: lfrt::CountingAlloc = lfrt::CountingAlloc;
 
-use lfrt::inversion::{run_once, Architecture, InversionArgs, Plan, RunResult};
+use rt_tests::inversion::{run_once, Architecture, InversionArgs, Plan, RunResult};
 use std::time::{Duration, Instant};
 
 /// A light, short plan: 3 low streams at 200/s with 20 µs of work, a 500/s high stream and a

@@ -1,0 +1,25 @@
+//! # lfrt's rt-tests: the measuring side of the runtime
+//!
+//! The `lfrt` library is what a service embeds; this crate is what measures it, named after
+//! Debian's rt-tests (cyclictest, hackbench, pi_stress), the field's own set of such programs.
+//! It holds the `lfrt` command's subcommands and everything a comparison needs that a service
+//! must never compile:
+//!
+//! * [`cyclic`]: `lfrt cyclic`, cyclictest's options and output through a Leader/Followers group;
+//! * [`inversion`]: `lfrt inversion`, priority-inversion experiments against the baselines;
+//! * [`hsha`]: the Half-Sync/Half-Reactive pool, the queue-based rival the harnesses compare with;
+//! * [`service`]: application work written once and run by every architecture;
+//! * [`loadgen`]: the UDP load generator behind `lfrt-loadgen`;
+//! * [`plot`]: `lfrt plot`, latency histograms and inversion curves rendered with plotters.
+//!
+//! It uses only `lfrt`'s public API (the runtime types and the [`lfrt::os`] facade).
+
+#![deny(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod cyclic;
+pub mod hsha;
+pub mod inversion;
+pub mod loadgen;
+pub mod plot;
+pub mod service;
