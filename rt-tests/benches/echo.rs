@@ -9,7 +9,7 @@
 //! P ports), so the server process's `getrusage` counts only the servers.
 //!
 //! ```text
-//! cargo bench --bench echo -- [--duration-s 5] [--threads 2] [--ports 4] [--window 8]
+//! cargo bench --bench echo -- [--duration 5s] [--threads 2] [--ports 4] [--window 8]
 //!                             [--work 0,5,50] [--fifo PRIO] [--pin] [--json FILE] [--quick]
 //!                             [--arch lfrt,lfrt-dg,hsha,tokio]
 //! ```
@@ -53,7 +53,7 @@ static ALLOC: Global = Global;
 
 #[derive(Debug, Clone)]
 struct Opts {
-    duration_s: f64,
+    duration: Duration,
     threads: usize,
     ports: usize,
     window: usize,
@@ -88,7 +88,7 @@ impl Arch {
 
 fn parse_opts() -> Opts {
     let mut o = Opts {
-        duration_s: 5.0,
+        duration: Duration::from_secs(5),
         threads: 2,
         ports: 4,
         window: 8,
@@ -107,7 +107,10 @@ fn parse_opts() -> Opts {
     };
     while i < args.len() {
         match args[i].as_str() {
-            "--duration-s" => o.duration_s = val(i).parse().expect("--duration-s SECS"),
+            "-D" | "--duration" => {
+                o.duration = rt_tests::duration::parse(&val(i))
+                    .unwrap_or_else(|e| panic!("--duration: {e}"))
+            }
             "--threads" => o.threads = val(i).parse().expect("--threads N"),
             "--ports" => o.ports = val(i).parse().expect("--ports N"),
             "--window" => o.window = val(i).parse().expect("--window W"),
@@ -137,7 +140,7 @@ fn parse_opts() -> Opts {
                 continue;
             }
             "--quick" => {
-                o.duration_s = 1.0;
+                o.duration = Duration::from_secs(1);
                 i += 1;
                 continue;
             }
@@ -150,8 +153,8 @@ fn parse_opts() -> Opts {
         i += 2;
     }
     assert!(
-        o.duration_s > 0.0 && o.duration_s <= 120.0,
-        "--duration-s must be in (0, 120]"
+        !o.duration.is_zero() && o.duration <= Duration::from_secs(120),
+        "--duration must be in (0, 120 s]"
     );
     o
 }
@@ -363,7 +366,7 @@ fn run_one(arch: Arch, o: &Opts, work_us: u64) -> serde_json::Value {
         ])
         .args([
             "--duration",
-            &o.duration_s.to_string(),
+            &format!("{}ms", o.duration.as_millis()),
             "--size",
             "64",
             "--json",
@@ -419,7 +422,7 @@ fn main() {
         o.threads,
         o.ports,
         o.window,
-        o.duration_s,
+        o.duration.as_secs_f64(),
         o.fifo.map(|p| format!("SCHED_FIFO {p}")).unwrap_or_else(|| "SCHED_OTHER".into()),
         if o.pin { "servers on CPU 1, load generator on CPU 0" } else { "unpinned" },
         lfrt::os::online_cpus().len(),
@@ -464,7 +467,7 @@ fn main() {
     }
     if let Some(p) = &o.json {
         let v = serde_json::json!({"benchmark": "udp-echo", "threads": o.threads, "ports": o.ports, "window": o.window,
-            "duration_s": o.duration_s, "fifo": o.fifo, "pinned": o.pin, "results": rows});
+            "duration_s": o.duration.as_secs_f64(), "fifo": o.fifo, "pinned": o.pin, "results": rows});
         std::fs::write(p, serde_json::to_string_pretty(&v).unwrap()).expect("write --json");
         println!("# wrote {p}");
     }

@@ -6,6 +6,7 @@
 //! must never compile:
 //!
 //! * [`cyclic`]: `lfrt cyclic`, cyclictest's options and output through a Leader/Followers group;
+//! * [`duration`]: the one duration syntax of every command (cyclictest's `30`, `30s`, `10m`, `1h`);
 //! * [`inversion`]: `lfrt inversion`, priority-inversion experiments against the baselines;
 //! * [`hsha`]: the Half-Sync/Half-Reactive pool, the queue-based rival the harnesses compare with;
 //! * [`service`]: application work written once and run by every architecture;
@@ -18,6 +19,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod cyclic;
+pub mod duration;
 pub mod hsha;
 pub mod inversion;
 pub mod loadgen;

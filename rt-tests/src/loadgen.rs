@@ -1079,9 +1079,10 @@ pub struct Cli {
     /// Datagram size in bytes (20..=65000).
     #[arg(long, default_value_t = DEFAULT_SIZE)]
     pub size: usize,
-    /// Seconds to send for.
-    #[arg(long, default_value_t = 5.0)]
-    pub duration: f64,
+    /// How long to send for: `5`, `5s`, `500ms`, `1m` (the duration syntax of every lfrt
+    /// command).
+    #[arg(long, value_name = "TIME", default_value = "5", value_parser = crate::duration::parse)]
+    pub duration: Duration,
     /// Milliseconds to wait for replies after sending stops.
     #[arg(long, default_value_t = 200)]
     pub drain_ms: u64,
@@ -1121,12 +1122,7 @@ impl Cli {
                 }
             }
         };
-        let duration = Duration::try_from_secs_f64(self.duration).map_err(|_| {
-            format!(
-                "--duration {}: not a valid number of seconds",
-                self.duration
-            )
-        })?;
+        let duration = self.duration;
         if self.threads == 0 {
             return Err("--threads must be at least 1".to_string());
         }

@@ -30,9 +30,10 @@ enum Cmd {
     Run {
         /// Configuration file (TOML).
         config: PathBuf,
-        /// Stop after this many seconds (default: run until a signal).
-        #[arg(long)]
-        duration: Option<f64>,
+        /// Stop after TIME: `30` or `30s` seconds, `500ms`, `10m`, `1h`, `1d` (cyclictest's -D
+        /// forms). Default, or 0: run until SIGINT/SIGTERM.
+        #[arg(short = 'D', long, value_name = "TIME", value_parser = rt_tests::duration::parse)]
+        duration: Option<Duration>,
         /// Also write the final metrics as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -146,7 +147,7 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
 
 fn run(
     path: &std::path::Path,
-    duration: Option<f64>,
+    duration: Option<Duration>,
     json: Option<PathBuf>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = lfrt::load_config(path)?;
@@ -156,7 +157,7 @@ fn run(
     let mut rt = lfrt::Runtime::new(cfg)?;
     let report = rt.start()?;
     let started = Instant::now();
-    let limit = duration.map(Duration::from_secs_f64);
+    let limit = duration.filter(|d| !d.is_zero());
     let mut signal = None;
     loop {
         let left = match limit {

@@ -61,7 +61,7 @@ fn bad_config_names_file_line_and_field_and_exits_2() {
 fn run_for_a_duration_exits_0_with_metrics() {
     let _l = util::rt_lock();
     let out = lfrt()
-        .args(["run", "configs/default.toml", "--duration", "0.5"])
+        .args(["run", "configs/default.toml", "--duration", "500ms"])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -74,6 +74,34 @@ fn run_for_a_duration_exits_0_with_metrics() {
         text.contains("control") && text.contains("bulk") && text.contains("pool_allocations="),
         "{text}"
     );
+}
+
+/// Issue "Hardening" item 2: `--duration=nan`, `inf` and `1e300` panicked (exit 101) after the
+/// pool threads had started. Every command takes one duration syntax and refuses anything
+/// else while parsing its arguments: exit 2, the flag and the value named, nothing started.
+#[test]
+fn bad_durations_are_refused_before_anything_starts() {
+    for bad in ["nan", "inf", "1e300", "-1", "0.5", "10x", "366d"] {
+        let flag = "--duration";
+        for argv in [vec!["run", "configs/default.toml"], vec!["cyclic", "-q"]] {
+            let out = lfrt().args(&argv).arg(format!("{flag}={bad}")).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{argv:?} {bad}: {err}");
+            assert!(err.contains(flag) && err.contains(bad), "{argv:?} {bad}: {err}");
+            assert!(!err.contains("panicked"), "{err}");
+            assert!(
+                !String::from_utf8_lossy(&out.stdout).contains("# ran"),
+                "{argv:?} {bad}: started"
+            );
+        }
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lfrt-loadgen"))
+            .args(["--ports", "9", &format!("--duration={bad}")])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "loadgen {bad}: {err}");
+        assert!(err.contains(flag) && err.contains(bad), "{err}");
+    }
 }
 
 #[test]

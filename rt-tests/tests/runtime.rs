@@ -242,7 +242,7 @@ fn required_rt_without_privilege_names_what_is_missing() {
             "--",
         ])
         .arg(exe)
-        .args(["run", "--duration", "0.2"])
+        .args(["run", "--duration", "200ms"])
         .arg(&conf)
         .output()
         .unwrap();

@@ -76,7 +76,7 @@ pub struct CyclicArgs {
 
     /// Length of the run: seconds, or append s, m, h or d (30, 30s, 10m, 1h, 1d)
     /// [default: until the loops are done or SIGINT/SIGTERM].
-    #[arg(short = 'D', long = "duration", value_name = "TIME", value_parser = parse_duration)]
+    #[arg(short = 'D', long = "duration", value_name = "TIME", value_parser = crate::duration::parse)]
     pub duration: Option<Duration>,
 
     /// Lock current and future memory allocations (mlockall).
@@ -130,30 +130,6 @@ fn parse_policy(s: &str) -> Result<Policy, String> {
         "other" | "normal" => Ok(Policy::Other),
         _ => Err(format!("`{s}`: use other, fifo or rr")),
     }
-}
-
-/// Parses cyclictest's `-D` forms: `30` or `30s` seconds, `10m`, `1h`, `1d`. `0` = no limit.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let mult = match c.to_ascii_lowercase() {
-                's' => 1,
-                'm' => 60,
-                'h' => 3600,
-                'd' => 86_400,
-                _ => return Err(format!("`{s}`: the unit must be s, m, h or d")),
-            };
-            (&s[..i], mult)
-        }
-        _ => (s, 1),
-    };
-    let n: u64 = num.parse().map_err(|_| {
-        format!("`{s}`: expected a whole number, optionally followed by s, m, h or d")
-    })?;
-    n.checked_mul(mult)
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("`{s}` is too long"))
 }
 
 /// Parses a CPU list such as `1`, `0-1,3`.
@@ -554,20 +530,6 @@ mod tests {
         assert_eq!(parse("-a").unwrap().affinity.as_deref(), Some(""));
         assert_eq!(parse("-a -t 2").unwrap().affinity.as_deref(), Some(""));
         assert_eq!(parse("-a 0,1").unwrap().affinity.as_deref(), Some("0,1"));
-    }
-
-    #[test]
-    fn durations_in_cyclictest_forms() {
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
-        assert_eq!(parse_duration("2H"), Ok(Duration::from_secs(7200)));
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("10x").is_err());
-        assert!(parse_duration("1.5m").is_err());
-        assert!(parse_duration("m").is_err());
     }
 
     #[test]
