@@ -108,8 +108,8 @@ fn parse_opts() -> Opts {
     while i < args.len() {
         match args[i].as_str() {
             "-D" | "--duration" => {
-                o.duration = rt_tests::duration::parse(&val(i))
-                    .unwrap_or_else(|e| panic!("--duration: {e}"))
+                o.duration =
+                    rt_tests::duration::parse(&val(i)).unwrap_or_else(|e| panic!("--duration: {e}"))
             }
             "--threads" => o.threads = val(i).parse().expect("--threads N"),
             "--ports" => o.ports = val(i).parse().expect("--ports N"),

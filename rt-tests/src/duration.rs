@@ -59,7 +59,18 @@ mod tests {
     #[test]
     fn everything_else_is_refused_with_a_reason() {
         for bad in [
-            "", "10x", "1.5m", "m", "nan", "inf", "-1", "+3", "1e300", "0.5", "1 s", "366d",
+            "",
+            "10x",
+            "1.5m",
+            "m",
+            "nan",
+            "inf",
+            "-1",
+            "+3",
+            "1e300",
+            "0.5",
+            "1 s",
+            "366d",
             "99999999999999999999",
         ] {
             let e = parse(bad).expect_err(bad);

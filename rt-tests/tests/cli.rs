@@ -84,10 +84,17 @@ fn bad_durations_are_refused_before_anything_starts() {
     for bad in ["nan", "inf", "1e300", "-1", "0.5", "10x", "366d"] {
         let flag = "--duration";
         for argv in [vec!["run", "configs/default.toml"], vec!["cyclic", "-q"]] {
-            let out = lfrt().args(&argv).arg(format!("{flag}={bad}")).output().unwrap();
+            let out = lfrt()
+                .args(&argv)
+                .arg(format!("{flag}={bad}"))
+                .output()
+                .unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{argv:?} {bad}: {err}");
-            assert!(err.contains(flag) && err.contains(bad), "{argv:?} {bad}: {err}");
+            assert!(
+                err.contains(flag) && err.contains(bad),
+                "{argv:?} {bad}: {err}"
+            );
             assert!(!err.contains("panicked"), "{err}");
             assert!(
                 !String::from_utf8_lossy(&out.stdout).contains("# ran"),

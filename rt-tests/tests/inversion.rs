@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 /// A light, short plan: 3 low streams at 200/s with 20 µs of work, a 500/s high stream and a
 /// 2 ms timer, 1 s per run.
 fn short_plan() -> Option<Plan> {
-    if lfrt::os::available_cpus().len() < 2 {
-        eprintln!("SKIP: needs 2 CPUs (server and client)");
+    if !util::two_cpus("inversion short_plan") {
         return None;
     }
     let args = InversionArgs {
@@ -128,8 +127,7 @@ fn quick_json_holds_every_architecture() {
     if !util::rt_allowed("quick_json_holds_every_architecture", 80) {
         return;
     }
-    if lfrt::os::available_cpus().len() < 2 {
-        eprintln!("SKIP quick_json_holds_every_architecture: needs 2 CPUs");
+    if !util::two_cpus("quick_json_holds_every_architecture") {
         return;
     }
     let _lock = util::rt_lock();

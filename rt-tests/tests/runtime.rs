@@ -230,7 +230,10 @@ fn required_rt_without_privilege_names_what_is_missing() {
         .output()
         .is_ok();
     if !have_setpriv {
-        eprintln!("SKIP required_rt_without_privilege_names_what_is_missing: setpriv (util-linux) not installed");
+        util::skip(
+            "required_rt_without_privilege_names_what_is_missing",
+            "setpriv (util-linux) not installed",
+        );
         return;
     }
     let out = std::process::Command::new("prlimit")

@@ -59,8 +59,8 @@ mod report;
 mod timer;
 
 pub use args::{
-    parse_cpuset, CyclicArgs, Plan, TimerSpec, Unit, GROUP_NAME, MAX_INTERVAL_US,
-    MAX_TIMERS, MIN_INTERVAL_US,
+    parse_cpuset, CyclicArgs, Plan, TimerSpec, Unit, GROUP_NAME, MAX_INTERVAL_US, MAX_TIMERS,
+    MIN_INTERVAL_US,
 };
 pub use json::FILE_VERSION;
 pub use report::{Buckets, GroupResult, TimerResult};

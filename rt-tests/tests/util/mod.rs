@@ -17,16 +17,51 @@ pub fn rt_lock() -> RtLock {
     RtLock(f)
 }
 
-/// True if this process may use SCHED_FIFO at `priority`; otherwise prints why the caller skips.
+/// Where [`skip`] records every skipped test, one line each, because cargo test hides a passing
+/// test's output: the README's test flow (and `.ci/run`) prints this file after the run.
+pub const SKIP_LOG: &str = "/tmp/lfrt-skipped-tests.log";
+
+/// The one way a test skips: prints `SKIP <test>: <why>`, appends the line to [`SKIP_LOG`] and
+/// returns, so the caller returns too. Under CI (`CI` set
+/// in the environment, as `.ci/run` runs: root, 2 CPUs, util-linux installed) nothing may skip,
+/// so this panics instead and the run fails: a skipped real-time test is not a pass.
+pub fn skip(test: &str, why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{test} would skip under CI ({why}); CI runs as root with everything installed, so this is a failure");
+    }
+    eprintln!("SKIP {test}: {why}");
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(SKIP_LOG)
+    {
+        let _ = writeln!(f, "SKIP {test}: {why}");
+    }
+}
+
+/// True if this process may use SCHED_FIFO at `priority`; otherwise [`skip`]s with the reason.
 pub fn rt_allowed(test: &str, priority: u8) -> bool {
     let p = lfrt::os::RtPrivilege::probe();
     if p.allows(priority) {
         return true;
     }
-    eprintln!(
-        "SKIP {test}: SCHED_FIFO {priority} not permitted (CAP_SYS_NICE missing, RLIMIT_RTPRIO = {}); runs for real in CI as root",
-        p.rlimit_rtprio
+    skip(
+        test,
+        &format!(
+            "SCHED_FIFO {priority} not permitted (CAP_SYS_NICE missing, RLIMIT_RTPRIO = {}); runs for real in CI as root",
+            p.rlimit_rtprio
+        ),
     );
+    false
+}
+
+/// True if this machine has the 2 CPUs a client/server test needs; otherwise [`skip`]s.
+pub fn two_cpus(test: &str) -> bool {
+    if lfrt::os::available_cpus().len() >= 2 {
+        return true;
+    }
+    skip(test, "needs 2 CPUs (server and client)");
     false
 }
 
