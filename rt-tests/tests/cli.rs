@@ -161,3 +161,63 @@ fn plot_draws_a_png_and_rejects_bad_input() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bad.json"));
 }
+
+/// configs/lfrt.service runs lfrt as an unprivileged user holding only CAP_SYS_NICE and
+/// CAP_IPC_LOCK. Reproduce those rights with setpriv (no systemd needed) and check they are
+/// enough for rt = "required" with lock_memory, and that each capability is needed: without
+/// CAP_IPC_LOCK (and a small RLIMIT_MEMLOCK) the same run is refused, naming mlockall.
+#[test]
+fn the_service_units_rights_are_exactly_enough() {
+    let test = "the_service_units_rights_are_exactly_enough";
+    if !util::rt_allowed(test, 80) {
+        return;
+    }
+    if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        util::skip(test, "setpriv (util-linux) not installed");
+        return;
+    }
+    let _l = util::rt_lock();
+    let conf = tmp(
+        "service-rights.toml",
+        "[runtime]\nrt = \"required\"\nlock_memory = true\n\n[[group]]\nname = \"control\"\n\
+         priority = 80\nthreads = 2\n\n[[group.handler]]\nkind = \"timer\"\ninterval_us = 1000\n",
+    );
+    // World-readable for the unprivileged user.
+    let _ = std::fs::set_permissions(&conf, std::os::unix::fs::PermissionsExt::from_mode(0o644));
+    let run_as_service = |caps: &str| {
+        std::process::Command::new("prlimit")
+            .args(["--memlock=65536", "--rtprio=0", "setpriv"])
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(format!("--inh-caps=-all,{caps}"))
+            .arg(format!("--ambient-caps=-all,{caps}"))
+            .arg(format!("--bounding-set=-all,{caps}"))
+            .arg(env!("CARGO_BIN_EXE_lfrt"))
+            .args(["run", "--duration", "300ms"])
+            .arg(&conf)
+            .current_dir("/")
+            .output()
+            .unwrap()
+    };
+    let out = run_as_service("+sys_nice,+ipc_lock");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("rt_applied=true") && text.contains("memory_locked=true"),
+        "{text}"
+    );
+    let out = run_as_service("+sys_nice");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("mlockall") && err.contains("CAP_IPC_LOCK"),
+        "{err}"
+    );
+}
