@@ -18,8 +18,10 @@ use heapless::binary_heap::{BinaryHeap, Max};
 /// The most threads one group may have (the follower heap's fixed capacity).
 pub const MAX_GROUP_THREADS: usize = 64;
 
-/// Which follower a leader promotes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which follower a leader promotes (`promotion = "priority" | "lifo" | "fifo"` in a
+/// configuration file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Promotion {
     /// Highest thread priority first; among equal priorities the last to arrive (LIFO).
     #[default]

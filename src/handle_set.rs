@@ -100,6 +100,12 @@ impl fmt::Debug for HandleSet {
 }
 
 impl HandleSet {
+    /// Bytes [`new`](Self::new) allocates for the table: the slots and the free list.
+    pub(crate) fn table_bytes(max_handles: usize) -> u64 {
+        let per_slot = std::mem::size_of::<Slot>() + std::mem::size_of::<u32>();
+        (max_handles as u64).saturating_mul(per_slot as u64)
+    }
+
     pub(crate) fn new(max_handles: usize) -> io::Result<HandleSet> {
         let epoll = epoll::Epoll::new()?;
         let shutdown = EventFd::new()?;

@@ -155,6 +155,14 @@ impl Context {
         }
     }
 
+    /// Bytes [`new`](Self::new) allocates for `buffer_bytes`-sized buffers: the buffer, the
+    /// scratch buffer and the datagram batch. Kept next to `new` so the two stay in step.
+    pub(crate) fn allocated_bytes(buffer_bytes: usize) -> u64 {
+        (buffer_bytes as u64)
+            .saturating_mul(2)
+            .saturating_add(DatagramBatch::allocated_bytes(DATAGRAM_BATCH, buffer_bytes))
+    }
+
     /// The thread's receive buffer (`buffer_bytes` long).
     pub fn buffer(&mut self) -> &mut [u8] {
         &mut self.buffer

@@ -82,7 +82,10 @@ mod watchdog;
 pub use alloc_count::{is_active as counting_alloc_active, thread_allocations, CountingAlloc};
 #[cfg(feature = "toml")]
 pub use config::{load as load_config, parse as parse_config};
-pub use config::{GroupConfig, HandlerConfig, Invalid, OnOverrun, Policy, RtMode, RuntimeConfig};
+pub use config::{
+    Bytes, GroupConfig, GroupMemory, HandlerConfig, Invalid, OnOverrun, Policy, RtMode,
+    RuntimeConfig, Section,
+};
 pub use error::Error;
 pub use follower_queue::{Promotion, MAX_GROUP_THREADS};
 pub use group::WARMUP_DISPATCHES;
@@ -95,11 +98,14 @@ pub use source::{Notifier, Timer};
 pub use sys::net::{Datagram, DatagramBatch};
 
 /// The few Linux facilities the tools and tests share with the runtime: scheduling and its
-/// read-back, affinity, termination signals, the monotonic and thread CPU clocks, and resource
-/// usage. They are the same functions the runtime itself uses, so a harness sets a thread's
-/// policy and reads it back exactly as a pool thread does.
+/// read-back, affinity, termination signals, the monotonic and thread CPU clocks, resource
+/// usage, and the memory limits a configuration is checked against. They are the same functions
+/// the runtime itself uses, so a harness sets a thread's policy and reads it back exactly as a
+/// pool thread does.
 pub mod os {
-    pub use crate::sys::mem::{children_cpu_ns, process_usage, thread_cpu_ns, thread_minor_faults};
+    pub use crate::sys::mem::{
+        children_cpu_ns, mem_total, process_usage, thread_cpu_ns, thread_minor_faults, MemLock,
+    };
     pub use crate::sys::sched::{
         affinity, available_cpus, current_cpu, effective_rt_priority, minor_faults, online_cpus,
         read_back, set_current as set_current_sched, set_current_affinity, RtPrivilege, Sched,

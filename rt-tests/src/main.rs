@@ -21,12 +21,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Validate a configuration and print the plan (groups, priorities, threads, CPUs, handlers).
+    /// Validate a configuration and print the plan (groups, priorities, threads, CPUs, handlers,
+    /// preallocated memory, rate warnings).
     Check {
         /// Configuration file (TOML).
         config: PathBuf,
     },
-    /// Run a configuration until --duration ends or SIGINT/SIGTERM arrives; print metrics.
+    /// Print the plan, run the configuration until --duration ends or SIGINT/SIGTERM arrives,
+    /// and print metrics.
     Run {
         /// Configuration file (TOML).
         config: PathBuf,
@@ -88,11 +90,25 @@ fn main() -> ExitCode {
 }
 
 fn check(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    // Validation (in `load_config`) refuses what `run` would fail on: ranges, colliding
+    // addresses, a plan larger than memory (or RLIMIT_MEMLOCK with lock_memory), and ports
+    // that cannot be bound now.
     let cfg = lfrt::load_config(path)?;
     print!("{}", plan(&cfg));
     Ok(())
 }
 
+/// Timer events per second one pool thread is taken to serve at most, for the plan's warning.
+///
+/// BENCHMARKS.md §3 measures 3.7–5.0 µs of CPU per event for lfrt with 0 µs of handler work
+/// (`cpu_us/m`), i.e. 200–270 k events/s for a thread that does nothing else. A timer event
+/// also reads and re-arms its timerfd, and a thread at that load has no slack left for
+/// latency, so the plan warns at about half of it.
+const MAX_EVENTS_PER_THREAD: f64 = 100_000.0;
+
+/// What `check` prints and `run` prints before it starts: every group's settings, handlers and
+/// preallocated memory, the total against the machine, and warnings for timer rates a group's
+/// threads cannot serve.
 fn plan(cfg: &lfrt::RuntimeConfig) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -110,6 +126,7 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
     order.sort_by_key(|g| std::cmp::Reverse(g.priority));
     for g in order {
         let prios: Vec<u8> = (0..g.threads).map(|i| g.thread_priority(i)).collect();
+        let group_cpus = g.cpus.clone().unwrap_or_else(|| cpus.clone());
         let _ = writeln!(
             s,
             "group {:<12} policy={:?} priority={:<3} threads={} thread_priorities={:?} cpus={:?} promotion={:?} buffer_bytes={} max_handles={} budget_us={}",
@@ -118,12 +135,13 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
             g.priority,
             g.threads,
             prios,
-            g.cpus.clone().unwrap_or_else(|| cpus.clone()),
+            group_cpus,
             g.promotion,
             g.buffer_bytes,
             g.max_handles,
             g.budget_us.map(|b| b.to_string()).unwrap_or_else(|| "-".into()),
         );
+        let _ = writeln!(s, "  memory {}", g.memory());
         for h in &g.handlers {
             let _ = match h {
                 lfrt::HandlerConfig::UdpEcho { bind, work_us } => {
@@ -141,7 +159,33 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
                 }
             };
         }
+        // Threads beyond the group's CPUs cannot serve events at the same time.
+        let parallel = g.threads.min(group_cpus.len()).max(1);
+        let rate = g.timer_events_per_sec();
+        if rate / parallel as f64 > MAX_EVENTS_PER_THREAD {
+            let _ = writeln!(
+                s,
+                "  warning: the timers deliver {rate:.0} events/s, {:.0}/s for each of the {parallel} thread(s) that can run at once: more than the {MAX_EVENTS_PER_THREAD:.0}/s a pool thread can serve; lengthen interval_us, or spread the timers over more threads, CPUs or groups",
+                rate / parallel as f64
+            );
+        }
     }
+    let total = cfg.preallocated_bytes();
+    let memlock = lfrt::os::MemLock::probe();
+    let _ = writeln!(
+        s,
+        "memory: {} preallocated in total ({total} bytes); MemTotal {}; RLIMIT_MEMLOCK {}{}",
+        lfrt::Bytes(total),
+        lfrt::os::mem_total().map_or("unknown".into(), |m| lfrt::Bytes(m).to_string()),
+        memlock
+            .rlimit
+            .map_or("unlimited".into(), |m| lfrt::Bytes(m).to_string()),
+        if memlock.cap_ipc_lock {
+            " (CAP_IPC_LOCK: not enforced)"
+        } else {
+            ""
+        }
+    );
     s
 }
 
@@ -151,6 +195,7 @@ fn run(
     json: Option<PathBuf>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = lfrt::load_config(path)?;
+    print!("{}", plan(&cfg));
     // Block SIGINT/SIGTERM before any thread exists: every thread inherits the mask and the
     // main thread takes the signal synchronously below.
     lfrt::os::block_termination()?;

@@ -57,6 +57,206 @@ fn bad_config_names_file_line_and_field_and_exits_2() {
     assert!(err.contains(":4:") && err.contains("wokers"), "{err}");
 }
 
+/// `lfrt check FILE`: (exit code, stdout, stderr).
+fn check(file: &std::path::Path) -> (Option<i32>, String, String) {
+    let out = lfrt().arg("check").arg(file).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn wrong_type_names_file_line_and_field() {
+    let p = tmp(
+        "type.toml",
+        "[[group]]\nname = \"a\"\npriority = 50\n\nthreads = \"two\"\n",
+    );
+    let (code, _, err) = check(&p);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("{}:5: invalid `group[0].threads`: ", p.display())),
+        "{err}"
+    );
+}
+
+/// Hardening item 3: a wildcard and a specific address on one port (same protocol) passed
+/// `check`, then `run` failed with a bare "Address already in use".
+#[test]
+fn check_refuses_a_wildcard_and_a_specific_address_on_one_port() {
+    let port = free_port();
+    let p = tmp(
+        "wildcard.toml",
+        &format!(
+            "[[group]]\nname = \"a\"\npriority = 50\n[[group.handler]]\nkind = \"udp-echo\"\nbind = \"0.0.0.0:{port}\"\n\n\
+             [[group]]\nname = \"b\"\npriority = 40\n[[group.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:{port}\"\n"
+        ),
+    );
+    let (code, _, err) = check(&p);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}:13: invalid `group[1].handler[0].bind`: ",
+            p.display()
+        )),
+        "{err}"
+    );
+}
+
+/// Hardening item 4: two handlers on port 0 (ephemeral) were refused as "bound by another
+/// handler".
+#[test]
+fn check_accepts_several_ephemeral_ports() {
+    let p = tmp(
+        "ephemeral.toml",
+        "[[group]]\nname = \"a\"\npriority = 50\n\
+         [[group.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:0\"\n\
+         [[group.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:0\"\n",
+    );
+    let (code, out, err) = check(&p);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.matches("handler udp-echo").count(), 2, "{out}");
+}
+
+/// Hardening item 5: the plan shows what each group preallocates and the total.
+#[test]
+fn plan_shows_preallocated_memory() {
+    let (code, out, err) = check(std::path::Path::new("configs/default.toml"));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out.matches("  memory ").count(),
+        2,
+        "one line per group: {out}"
+    );
+    assert!(out.contains("preallocated in total"), "{out}");
+    assert!(out.contains("MemTotal"), "{out}");
+}
+
+/// Hardening item 5: a plan larger than the machine's memory passed `check`.
+#[test]
+fn check_refuses_a_plan_larger_than_memory() {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    // Each group: 64 threads × 18 buffers of 64 MiB ≈ 72 GiB.
+    let per_group = 64 * 18 * (64u64 << 20);
+    let groups = (kib * 1024 / per_group + 1) as usize;
+    assert!(
+        groups < 99,
+        "a machine with {kib} kB: the test cannot outgrow it"
+    );
+    let mut body = String::from("[runtime]\nrt = \"best-effort\"\n");
+    for g in 0..groups {
+        body += &format!(
+            "\n[[group]]\nname = \"g{g}\"\npriority = {}\nthreads = 64\nbuffer_bytes = 67108864\n",
+            99 - g
+        );
+    }
+    let p = tmp("huge.toml", &body);
+    let (code, _, err) = check(&p);
+    assert_eq!(code, Some(2), "{err}");
+    // The first group is the largest (all are equal); its buffers are its largest share.
+    assert!(
+        err.contains(&format!(
+            "{}:8: invalid `group[0].buffer_bytes`: ",
+            p.display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("MemTotal"), "{err}");
+}
+
+/// Hardening item 5: with `lock_memory = true`, a plan larger than RLIMIT_MEMLOCK passed
+/// `check`. The child runs with a 1 MiB limit and without CAP_IPC_LOCK (which lifts it).
+#[test]
+fn check_refuses_lock_memory_beyond_rlimit_memlock() {
+    let p = tmp(
+        "memlock.toml",
+        "[runtime]\nlock_memory = true\n[[group]]\nname = \"a\"\npriority = 50\nthreads = 1\n",
+    );
+    let tools = ["prlimit", "setpriv"].iter().all(|t| {
+        Command::new(t)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if !tools {
+        eprintln!("SKIP check_refuses_lock_memory_beyond_rlimit_memlock: prlimit/setpriv (util-linux) not installed");
+        return;
+    }
+    let limited = |conf: &std::path::Path| {
+        Command::new("prlimit")
+            .args([
+                "--memlock=1048576:1048576",
+                "setpriv",
+                "--inh-caps=-ipc_lock",
+                "--bounding-set=-ipc_lock",
+                "--",
+            ])
+            .arg(env!("CARGO_BIN_EXE_lfrt"))
+            .arg("check")
+            .arg(conf)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .output()
+            .unwrap()
+    };
+    let out = limited(&p);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}:3: invalid `group[0].buffer_bytes`: ",
+            p.display()
+        )) && err.contains("RLIMIT_MEMLOCK"),
+        "{err}"
+    );
+    // Without lock_memory the limit does not matter.
+    let p = tmp(
+        "no-memlock.toml",
+        "[runtime]\nlock_memory = false\n[[group]]\nname = \"a\"\npriority = 50\nthreads = 1\n",
+    );
+    let out = limited(&p);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("RLIMIT_MEMLOCK 1.0 MiB"));
+}
+
+/// Hardening item 5: 256 timers at 50 µs on one thread (5.12 M events/s) passed `check`
+/// without a word.
+#[test]
+fn plan_warns_about_timer_rates_a_thread_cannot_serve() {
+    let p = tmp(
+        "rate.toml",
+        "[[group]]\nname = \"a\"\npriority = 50\nthreads = 1\n\
+         [[group.handler]]\nkind = \"timer\"\ninterval_us = 50\ncount = 256\n",
+    );
+    let (code, out, err) = check(&p);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("warning: the timers deliver 5120000 events/s"),
+        "{out}"
+    );
+    let (_, out, _) = check(std::path::Path::new("configs/default.toml"));
+    assert!(!out.contains("warning"), "{out}");
+}
+
 #[test]
 fn run_for_a_duration_exits_0_with_metrics() {
     let _l = util::rt_lock();

@@ -1,19 +1,34 @@
 //! Runtime configuration: the types a TOML file or code fills in, and their validation.
 //!
-//! [`RuntimeConfig::validate`] is the single place where configurations are checked; the TOML
-//! loader ([`load`]) only adds the file name and line to the errors it finds.
+//! The types are `serde::Deserialize` under the names a configuration file uses (unknown keys
+//! are refused), so any serde format can fill them; with the `toml` feature, [`load`] reads a
+//! TOML file. [`RuntimeConfig::validate`] is the single place where configurations are checked:
+//! the loader calls it and only adds the file name and line to the errors.
+//!
+//! The memory a configuration preallocates is counted here too ([`GroupConfig::memory`]), from
+//! the same sizes the runtime allocates, so `lfrt check` shows what `lfrt run` will take and
+//! validation can refuse what the machine cannot hold.
 
+#[cfg(feature = "toml")]
 mod file;
 
+#[cfg(feature = "toml")]
 pub use file::{load, parse};
 
-use crate::error::Error;
 use crate::follower_queue::{Promotion, MAX_GROUP_THREADS};
+use crate::handle_set::HandleSet;
+use crate::handler::Context;
+use crate::sys::{mem, sched};
+use crate::telemetry;
+use crate::Error;
+use serde::Deserialize;
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 
-/// What to do when real-time scheduling cannot be had.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What to do when real-time scheduling cannot be had (`rt = "best-effort" | "required"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum RtMode {
     /// Warn and run at normal priority.
     #[default]
@@ -22,8 +37,9 @@ pub enum RtMode {
     Required,
 }
 
-/// Scheduling policy of a group's threads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Scheduling policy of a group's threads (`policy = "fifo" | "rr" | "other"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Policy {
     /// `SCHED_FIFO`: run until blocking or preempted by a higher priority.
     #[default]
@@ -34,8 +50,10 @@ pub enum Policy {
     Other,
 }
 
-/// What the overrun watchdog does when a handler exceeds its group's `budget_us`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What the overrun watchdog does when a handler exceeds its group's `budget_us`
+/// (`on_overrun = "report" | "demote"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OnOverrun {
     /// Report it (tracing warning and the `budget_overruns` metric).
     #[default]
@@ -44,65 +62,138 @@ pub enum OnOverrun {
     Demote,
 }
 
-/// A built-in handler, so that a configuration file alone runs a service.
-#[derive(Debug, Clone, PartialEq)]
+/// A built-in handler, so that a configuration file alone runs a service
+/// (`[[group.handler]]` with `kind = "udp-echo" | "tcp-echo" | "timer"`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum HandlerConfig {
     /// Echo each datagram verbatim to its sender.
     UdpEcho {
         /// Address to bind.
+        #[serde(deserialize_with = "named::bind")]
         bind: SocketAddr,
         /// Thread CPU time burnt per datagram, standing in for handler cost (µs).
+        #[serde(default, deserialize_with = "named::work_us")]
         work_us: u64,
     },
     /// Accept TCP connections and echo each stream's bytes back.
     TcpEcho {
         /// Address to listen on.
+        #[serde(deserialize_with = "named::bind")]
         bind: SocketAddr,
         /// Thread CPU time burnt per read, standing in for handler cost (µs).
+        #[serde(default, deserialize_with = "named::work_us")]
         work_us: u64,
     },
     /// Periodic timers (absolute timerfd) that record their wake-up latency.
     Timer {
         /// Period (µs).
+        #[serde(deserialize_with = "named::interval_us")]
         interval_us: u64,
         /// How many timers.
+        #[serde(default = "named::one", deserialize_with = "named::count")]
         count: usize,
         /// Each further timer's period is this much longer (µs), as cyclictest's `-d`.
+        #[serde(default, deserialize_with = "named::distance_us")]
         distance_us: u64,
     },
 }
 
-/// One Leader/Followers group: a pool of threads at one priority sharing one handle set.
-#[derive(Debug, Clone, PartialEq)]
+/// Readers for the fields of [`HandlerConfig`].
+///
+/// serde reads an internally tagged enum (`kind = "timer"`) through a buffer that forgets where
+/// each value was written, so an error in one of its values would neither carry a position nor
+/// say which field holds it (`invalid type: string "x", expected u64`). Each handler field is
+/// read through one of these, which put the field's name in front of the message
+/// (`` `interval_us`: invalid type: … ``); [`split_named`] takes it apart again.
+mod named {
+    use serde::de::{Deserialize, Deserializer, Error};
+    use std::net::SocketAddr;
+
+    macro_rules! fields {
+        ($($name:ident: $ty:ty),* $(,)?) => {$(
+            pub(super) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
+                <$ty>::deserialize(d)
+                    .map_err(|e| D::Error::custom(format_args!("`{}`: {e}", stringify!($name))))
+            }
+        )*};
+    }
+    fields!(work_us: u64, interval_us: u64, count: usize, distance_us: u64);
+
+    /// An address written as text, `"127.0.0.1:7000"` or `"[::1]:7000"`.
+    pub(super) fn bind<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+        let text =
+            String::deserialize(d).map_err(|e| D::Error::custom(format_args!("`bind`: {e}")))?;
+        text.parse().map_err(|_| {
+            D::Error::custom(format_args!(
+                "`bind`: `{text}` is not an address like \"127.0.0.1:7000\""
+            ))
+        })
+    }
+
+    pub(super) fn one() -> usize {
+        1
+    }
+}
+
+/// Splits a message that [`named`] prefixed into the field and the rest:
+/// `` `bind`: `x` is not an address `` → `("bind", "`x` is not an address")`.
+#[cfg_attr(not(feature = "toml"), allow(dead_code))]
+fn split_named(message: &str) -> Option<(&str, &str)> {
+    let (field, rest) = message.strip_prefix('`')?.split_once("`: ")?;
+    field
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b == b'_')
+        .then_some((field, rest))
+}
+
+/// One Leader/Followers group: a pool of threads at one priority sharing one handle set
+/// (a `[[group]]` table; every key but `name` may be left out).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GroupConfig {
     /// Name, used in thread names (`lf-<name>-<n>`) and reports.
     pub name: String,
     /// Real-time priority 1..=99 (distinct across RT groups); 0 with `Policy::Other`.
+    #[serde(default)]
     pub priority: u8,
     /// Scheduling policy.
+    #[serde(default)]
     pub policy: Policy,
     /// Number of pool threads (1..=64).
+    #[serde(default = "GroupConfig::default_threads")]
     pub threads: usize,
     /// CPUs the threads may run on; `None` = all CPUs of the process.
+    #[serde(default)]
     pub cpus: Option<Vec<usize>>,
     /// Follower promotion order.
+    #[serde(default)]
     pub promotion: Promotion,
     /// Per-thread priorities (one per thread, each ≤ `priority` and above every lower group's).
+    #[serde(default)]
     pub thread_priorities: Option<Vec<u8>>,
-    /// Size of each thread's preallocated receive buffer and scratch buffer.
+    /// Size of each thread's preallocated receive buffer, scratch buffer and datagram slots.
+    #[serde(default = "GroupConfig::default_buffer_bytes")]
     pub buffer_bytes: usize,
     /// Capacity of the group's handle table.
+    #[serde(default = "GroupConfig::default_max_handles")]
     pub max_handles: usize,
     /// Stack size of each pool thread; all of it is pre-faulted.
+    #[serde(default = "GroupConfig::default_stack_bytes")]
     pub stack_bytes: usize,
     /// Handler time budget (µs) for the overrun watchdog; `None` = no watchdog.
+    #[serde(default)]
     pub budget_us: Option<u64>,
     /// What the watchdog does on an overrun.
+    #[serde(default)]
     pub on_overrun: OnOverrun,
-    /// Built-in handlers registered at start.
+    /// Built-in handlers registered at start (`[[group.handler]]`).
+    #[serde(default, rename = "handler")]
     pub handlers: Vec<HandlerConfig>,
 }
 
+/// Default number of pool threads per group.
+const DEFAULT_THREADS: usize = 2;
 /// Default per-thread buffer size.
 pub const DEFAULT_BUFFER_BYTES: usize = 64 * 1024;
 /// Default handle table size.
@@ -118,7 +209,7 @@ impl GroupConfig {
             name: name.into(),
             priority,
             policy: Policy::Fifo,
-            threads: 2,
+            threads: DEFAULT_THREADS,
             cpus: None,
             promotion: Promotion::Priority,
             thread_priorities: None,
@@ -129,6 +220,20 @@ impl GroupConfig {
             on_overrun: OnOverrun::Report,
             handlers: Vec::new(),
         }
+    }
+
+    // serde's `default = "…"` takes a function, not a constant.
+    fn default_threads() -> usize {
+        DEFAULT_THREADS
+    }
+    fn default_buffer_bytes() -> usize {
+        DEFAULT_BUFFER_BYTES
+    }
+    fn default_max_handles() -> usize {
+        DEFAULT_MAX_HANDLES
+    }
+    fn default_stack_bytes() -> usize {
+        DEFAULT_STACK_BYTES
     }
 
     /// Priority of thread `i` of the group.
@@ -143,10 +248,132 @@ impl GroupConfig {
     pub fn is_rt(&self) -> bool {
         self.policy != Policy::Other
     }
+
+    /// The memory the group allocates and pre-faults before its threads serve the first event.
+    pub fn memory(&self) -> GroupMemory {
+        GroupMemory {
+            threads: self.threads as u64,
+            stack: self.stack_bytes as u64,
+            buffers: Context::allocated_bytes(self.buffer_bytes),
+            telemetry: (telemetry::RING_CAPACITY * std::mem::size_of::<telemetry::Sample>()) as u64,
+            handle_table: HandleSet::table_bytes(self.max_handles),
+        }
+    }
+
+    /// Timer expiries per second that the group's built-in timers deliver, all together.
+    pub fn timer_events_per_sec(&self) -> f64 {
+        self.handlers
+            .iter()
+            .map(|h| match *h {
+                HandlerConfig::Timer {
+                    interval_us,
+                    count,
+                    distance_us,
+                } => (0..count as u64)
+                    .map(|k| {
+                        let period = interval_us.saturating_add(k.saturating_mul(distance_us));
+                        1e6 / period.max(1) as f64
+                    })
+                    .sum(),
+                _ => 0.0,
+            })
+            .sum()
+    }
+}
+
+/// What one group preallocates, in bytes: each pool thread's stack, buffers and telemetry ring,
+/// and the group's handle table. Counted from the sizes the runtime allocates
+/// ([`GroupConfig::memory`]); not counted are the process itself (code, heap, the telemetry
+/// collector's histograms) and what handlers allocate, so this is a lower bound of what a
+/// running group holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupMemory {
+    /// Pool threads (`threads`).
+    pub threads: u64,
+    /// Each thread's stack (`stack_bytes`), pre-faulted at start-up.
+    pub stack: u64,
+    /// Each thread's [`Context`] storage: its buffer, scratch buffer and
+    /// [`DATAGRAM_BATCH`](crate::DATAGRAM_BATCH) datagram slots of `buffer_bytes` each, plus
+    /// the slots' message headers and addresses.
+    pub buffers: u64,
+    /// Each thread's telemetry ring.
+    pub telemetry: u64,
+    /// The group's handle table (`max_handles` slots), once per group.
+    pub handle_table: u64,
+}
+
+impl GroupMemory {
+    /// Bytes one pool thread preallocates.
+    pub fn per_thread(&self) -> u64 {
+        self.stack
+            .saturating_add(self.buffers)
+            .saturating_add(self.telemetry)
+    }
+
+    /// Bytes the whole group preallocates.
+    pub fn total(&self) -> u64 {
+        self.threads
+            .saturating_mul(self.per_thread())
+            .saturating_add(self.handle_table)
+    }
+
+    /// The setting behind the largest share: the one to lower when the total is too large.
+    fn largest_field(&self) -> &'static str {
+        let t = self.threads;
+        [
+            (t.saturating_mul(self.buffers), "buffer_bytes"),
+            (t.saturating_mul(self.stack), "stack_bytes"),
+            // The ring's size is fixed; only fewer threads make it smaller.
+            (t.saturating_mul(self.telemetry), "threads"),
+            (self.handle_table, "max_handles"),
+        ]
+        .into_iter()
+        .fold((0, "buffer_bytes"), |a, b| if b.0 > a.0 { b } else { a })
+        .1
+    }
+}
+
+/// A byte count written for people: `512 B`, `256.0 KiB`, `1.1 MiB`, `23.5 GiB`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bytes(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0 as f64;
+        match self.0 {
+            n if n < 1 << 10 => write!(f, "{n} B"),
+            n if n < 1 << 20 => write!(f, "{:.1} KiB", b / (1u64 << 10) as f64),
+            n if n < 1 << 30 => write!(f, "{:.1} MiB", b / (1u64 << 20) as f64),
+            _ => write!(f, "{:.1} GiB", b / (1u64 << 30) as f64),
+        }
+    }
+}
+
+impl fmt::Display for GroupMemory {
+    /// `2.1 MiB = 2 threads × 1.1 MiB (stack 256.0 KiB, buffers 72.9 KiB, telemetry ring
+    /// 768.0 KiB) + handle table 1.1 KiB`, then the exact byte count.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} = {} threads × {} (stack {}, buffers {}, telemetry ring {}) + handle table {} ({} bytes)",
+            Bytes(self.total()),
+            self.threads,
+            Bytes(self.per_thread()),
+            Bytes(self.stack),
+            Bytes(self.buffers),
+            Bytes(self.telemetry),
+            Bytes(self.handle_table),
+            self.total()
+        )
+    }
 }
 
 /// The whole runtime: global settings and its groups.
-#[derive(Debug, Clone, PartialEq, Default)]
+///
+/// In a file the global settings sit in a `[runtime]` table and the groups in `[[group]]`
+/// tables; both may be left out (and then validation asks for a group).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(from = "Document")]
 pub struct RuntimeConfig {
     /// Real-time mode.
     pub rt: RtMode,
@@ -156,13 +383,78 @@ pub struct RuntimeConfig {
     pub groups: Vec<GroupConfig>,
 }
 
-/// A validation failure: which field of which group (or handler), and why.
+/// The layout of a configuration file, which nests [`RuntimeConfig`]'s global settings in a
+/// `[runtime]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Document {
+    #[serde(default)]
+    runtime: Settings,
+    #[serde(default)]
+    group: Vec<GroupConfig>,
+}
+
+/// The `[runtime]` table.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    #[serde(default)]
+    rt: RtMode,
+    #[serde(default)]
+    lock_memory: bool,
+}
+
+impl From<Document> for RuntimeConfig {
+    fn from(d: Document) -> RuntimeConfig {
+        RuntimeConfig {
+            rt: d.runtime.rt,
+            lock_memory: d.runtime.lock_memory,
+            groups: d.group,
+        }
+    }
+}
+
+/// Where a setting is written in a configuration file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    /// The top level of the file (where the `group` array is).
+    Root,
+    /// The `[runtime]` table.
+    Runtime,
+    /// The `[[group]]` table with this index (0-based, in file order).
+    Group(usize),
+    /// A `[[group.handler]]` table.
+    Handler {
+        /// Index of its group.
+        group: usize,
+        /// Index of the handler within the group.
+        handler: usize,
+    },
+}
+
+impl Section {
+    /// The path of `field` in this section as errors name it: `runtime.rt`,
+    /// `group[1].priority`, `group[0].handler[2].bind`; an empty `field` names the table itself.
+    pub fn path(self, field: &str) -> String {
+        let table = match self {
+            Section::Root => return field.to_string(),
+            Section::Runtime => "runtime".to_string(),
+            Section::Group(g) => format!("group[{g}]"),
+            Section::Handler { group, handler } => format!("group[{group}].handler[{handler}]"),
+        };
+        if field.is_empty() {
+            table
+        } else {
+            format!("{table}.{field}")
+        }
+    }
+}
+
+/// A validation failure: which field, where, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Invalid {
-    /// Group index, if the field belongs to a group.
-    pub group: Option<usize>,
-    /// Handler index within the group, if the field belongs to a handler.
-    pub handler: Option<usize>,
+    /// The table the field belongs to.
+    pub section: Section,
     /// Field name as written in TOML.
     pub field: &'static str,
     /// What is wrong.
@@ -172,11 +464,7 @@ pub struct Invalid {
 impl Invalid {
     /// The field as a path: `group[1].priority`.
     pub fn path(&self) -> String {
-        match (self.group, self.handler) {
-            (Some(g), Some(h)) => format!("group[{g}].handler[{h}].{}", self.field),
-            (Some(g), None) => format!("group[{g}].{}", self.field),
-            _ => format!("runtime.{}", self.field),
-        }
+        self.section.path(self.field)
     }
 }
 
@@ -186,32 +474,98 @@ impl From<Invalid> for Error {
     }
 }
 
+/// What validation checks a configuration against: this machine, as read at that moment.
+#[derive(Debug, Clone)]
+struct Machine {
+    /// CPUs a group may name.
+    cpus: Vec<usize>,
+    /// Physical memory (bytes), if known.
+    mem_total: Option<u64>,
+    /// The most bytes `mlockall` may lock (`None`: no limit).
+    memlock_limit: Option<u64>,
+}
+
+impl Machine {
+    fn probe(cpus: Vec<usize>) -> Machine {
+        Machine {
+            cpus,
+            mem_total: mem::mem_total(),
+            memlock_limit: mem::MemLock::probe().limit(),
+        }
+    }
+}
+
+/// Whether two sockets of one protocol, bound to `a` and `b` without `SO_REUSEPORT`, would
+/// collide (`EADDRINUSE`), whichever is bound first.
+///
+/// The rule, as Linux applies it: port 0 asks for an ephemeral port and never collides; on one
+/// port, equal addresses collide, and a wildcard (`0.0.0.0`, `[::]`) takes the port on every
+/// address of its family. `[::]` also takes it on every IPv4 address: std does not set
+/// `IPV6_V6ONLY`, so the socket is dual-stack under Linux's default `net.ipv6.bindv6only = 0`
+/// (lfrt assumes that default; with `bindv6only = 1` this refuses a pair the kernel would
+/// accept). An IPv4-mapped IPv6 address (`[::ffff:127.0.0.1]`) is its IPv4 address.
+fn addresses_collide(a: SocketAddr, b: SocketAddr) -> bool {
+    if a.port() == 0 || a.port() != b.port() {
+        return false;
+    }
+    let ip = |a: SocketAddr| a.ip().to_canonical();
+    match (ip(a), ip(b)) {
+        (x, y) if x == y => true,
+        (IpAddr::V4(x), IpAddr::V4(y)) => x.is_unspecified() || y.is_unspecified(),
+        (IpAddr::V6(x), IpAddr::V6(y)) => x.is_unspecified() || y.is_unspecified(),
+        (IpAddr::V6(v6), IpAddr::V4(_)) | (IpAddr::V4(_), IpAddr::V6(v6)) => v6.is_unspecified(),
+    }
+}
+
 impl RuntimeConfig {
+    /// Bytes every group preallocates together ([`GroupConfig::memory`]).
+    pub fn preallocated_bytes(&self) -> u64 {
+        self.groups
+            .iter()
+            .fold(0u64, |sum, g| sum.saturating_add(g.memory().total()))
+    }
+
     /// Checks everything that can be checked without starting anything: ranges, distinct
-    /// priorities, existing CPUs, and that every address binds (ports are free).
+    /// priorities, existing CPUs, addresses that do not collide with each other, memory that
+    /// fits the machine (and `RLIMIT_MEMLOCK` with `lock_memory`), and that every address binds
+    /// now.
+    ///
+    /// The last two are point-in-time checks: another process may take a port or memory between
+    /// this call and [`Runtime::new`](crate::Runtime::new), which then fails with
+    /// [`Error::Bind`](crate::Error::Bind) (or cannot lock its memory).
     pub fn validate(&self) -> Result<(), Invalid> {
-        self.validate_with_cpus(&crate::sys::sched::online_cpus())
+        self.validate_with_cpus(&sched::online_cpus())
     }
 
     /// [`validate`](Self::validate) against a given set of usable CPUs.
     pub fn validate_with_cpus(&self, cpus: &[usize]) -> Result<(), Invalid> {
+        self.validate_on(&Machine::probe(cpus.to_vec()))
+    }
+
+    fn validate_on(&self, machine: &Machine) -> Result<(), Invalid> {
+        self.check_settings(&machine.cpus)?;
+        self.check_memory(machine)?;
+        self.check_binds()
+    }
+
+    /// Ranges, names, priorities, lanes, CPUs and address collisions.
+    fn check_settings(&self, cpus: &[usize]) -> Result<(), Invalid> {
         let bad = |g: usize, field: &'static str, message: String| Invalid {
-            group: Some(g),
-            handler: None,
+            section: Section::Group(g),
             field,
             message,
         };
         if self.groups.is_empty() {
             return Err(Invalid {
-                group: None,
-                handler: None,
+                section: Section::Root,
                 field: "group",
                 message: "at least one [[group]] is required".into(),
             });
         }
         let mut names = HashSet::new();
         let mut prios: Vec<(u8, usize)> = Vec::new();
-        let mut addrs = HashSet::new();
+        // (tcp, address, where) of every handler seen so far.
+        let mut addrs: Vec<(bool, SocketAddr, Section)> = Vec::new();
         for (gi, g) in self.groups.iter().enumerate() {
             if g.name.is_empty()
                 || !g
@@ -243,7 +597,14 @@ impl RuntimeConfig {
                         ),
                     ));
                 }
-                Policy::Fifo | Policy::Rr if !(1..=99).contains(&g.priority) => {
+                Policy::Fifo | Policy::Rr if g.priority == 0 => {
+                    return Err(bad(
+                        gi,
+                        "priority",
+                        "missing or 0: SCHED_FIFO/RR groups need a priority 1..=99".into(),
+                    ));
+                }
+                Policy::Fifo | Policy::Rr if g.priority > 99 => {
                     return Err(bad(
                         gi,
                         "priority",
@@ -348,9 +709,12 @@ impl RuntimeConfig {
                 ));
             }
             for (hi, h) in g.handlers.iter().enumerate() {
+                let here = Section::Handler {
+                    group: gi,
+                    handler: hi,
+                };
                 let hbad = |field: &'static str, message: String| Invalid {
-                    group: Some(gi),
-                    handler: Some(hi),
+                    section: here,
                     field,
                     message,
                 };
@@ -364,20 +728,21 @@ impl RuntimeConfig {
                             ));
                         }
                         let tcp = matches!(h, HandlerConfig::TcpEcho { .. });
-                        if !addrs.insert((tcp, *bind)) {
+                        if let Some((_, other, at)) = addrs
+                            .iter()
+                            .find(|(t, a, _)| *t == tcp && addresses_collide(*a, *bind))
+                        {
                             return Err(hbad(
                                 "bind",
-                                format!("{bind} is bound by another handler"),
+                                format!(
+                                    "{bind} collides with {other} of `{}`: on one port a wildcard \
+                                     address (0.0.0.0, [::]) takes every address of its family, \
+                                     and [::] every IPv4 address too",
+                                    at.path("bind")
+                                ),
                             ));
                         }
-                        let probe = if tcp {
-                            std::net::TcpListener::bind(bind).map(drop)
-                        } else {
-                            std::net::UdpSocket::bind(bind).map(drop)
-                        };
-                        if let Err(e) = probe {
-                            return Err(hbad("bind", format!("cannot bind {bind}: {e}")));
-                        }
+                        addrs.push((tcp, *bind, here));
                     }
                     HandlerConfig::Timer {
                         interval_us,
@@ -439,6 +804,75 @@ impl RuntimeConfig {
         }
         Ok(())
     }
+
+    /// The preallocated total against the machine's memory and, with `lock_memory`, against
+    /// what `mlockall` may lock. The error names the largest group's largest share.
+    fn check_memory(&self, machine: &Machine) -> Result<(), Invalid> {
+        let total = self.preallocated_bytes();
+        let memlock = machine.memlock_limit.filter(|_| self.lock_memory);
+        let over = [
+            (machine.mem_total, "this machine's memory (MemTotal)", ""),
+            (
+                memlock,
+                "RLIMIT_MEMLOCK",
+                "; `lock_memory = true` must stay within it: raise it, grant CAP_IPC_LOCK, or set \
+                 lock_memory = false",
+            ),
+        ]
+        .into_iter()
+        .find_map(|(limit, what, advice)| limit.filter(|&l| total > l).map(|l| (l, what, advice)));
+        let Some((limit, what, advice)) = over else {
+            return Ok(());
+        };
+        let (gi, largest) = self
+            .groups
+            .iter()
+            .map(GroupConfig::memory)
+            .enumerate()
+            .fold(None::<(usize, GroupMemory)>, |a, (i, m)| match a {
+                Some((_, b)) if b.total() >= m.total() => a,
+                _ => Some((i, m)),
+            })
+            .expect("validated: at least one group");
+        Err(Invalid {
+            section: Section::Group(gi),
+            field: largest.largest_field(),
+            message: format!(
+                "the plan preallocates {} ({total} bytes), more than {what}: {} ({limit} \
+                 bytes){advice}; this group takes {largest}",
+                Bytes(total),
+                Bytes(limit)
+            ),
+        })
+    }
+
+    /// Binds every handler's address and drops the socket at once: the port is free *now*.
+    fn check_binds(&self) -> Result<(), Invalid> {
+        for (gi, g) in self.groups.iter().enumerate() {
+            for (hi, h) in g.handlers.iter().enumerate() {
+                let probe = match *h {
+                    HandlerConfig::UdpEcho { bind, .. } => std::net::UdpSocket::bind(bind)
+                        .map(drop)
+                        .map_err(|e| (bind, e)),
+                    HandlerConfig::TcpEcho { bind, .. } => std::net::TcpListener::bind(bind)
+                        .map(drop)
+                        .map_err(|e| (bind, e)),
+                    HandlerConfig::Timer { .. } => Ok(()),
+                };
+                if let Err((bind, e)) = probe {
+                    return Err(Invalid {
+                        section: Section::Handler {
+                            group: gi,
+                            handler: hi,
+                        },
+                        field: "bind",
+                        message: format!("cannot bind {bind}: {e}"),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -455,6 +889,22 @@ mod tests {
 
     fn field_of(c: &RuntimeConfig) -> String {
         c.validate_with_cpus(&[0, 1]).unwrap_err().path()
+    }
+
+    fn udp(bind: &str) -> HandlerConfig {
+        HandlerConfig::UdpEcho {
+            bind: bind.parse().unwrap(),
+            work_us: 0,
+        }
+    }
+
+    /// A machine with plenty of memory and no lock limit, unless a test says otherwise.
+    fn machine() -> Machine {
+        Machine {
+            cpus: vec![0, 1],
+            mem_total: Some(1 << 40),
+            memlock_limit: None,
+        }
     }
 
     #[test]
@@ -479,6 +929,7 @@ mod tests {
         let mut c = ok.clone();
         c.groups[0].on_overrun = OnOverrun::Demote;
         assert_eq!(field_of(&c), "group[0].on_overrun");
+        assert_eq!(field_of(&cfg(vec![])), "group");
     }
 
     #[test]
@@ -492,5 +943,184 @@ mod tests {
         let e = cfg(vec![g]).validate_with_cpus(&[0]).unwrap_err();
         assert_eq!(e.path(), "group[0].handler[0].bind");
         assert!(e.message.contains("in use"), "{}", e.message);
+    }
+
+    #[test]
+    fn colliding_addresses_follow_the_kernel_rule() {
+        let c = |a: &str, b: &str| {
+            let (a, b) = (a.parse().unwrap(), b.parse().unwrap());
+            let ab = addresses_collide(a, b);
+            assert_eq!(ab, addresses_collide(b, a), "{a} {b}: symmetric");
+            ab
+        };
+        assert!(c("127.0.0.1:7000", "127.0.0.1:7000"));
+        assert!(c("0.0.0.0:7000", "127.0.0.1:7000"));
+        assert!(c("0.0.0.0:7000", "0.0.0.0:7000"));
+        assert!(c("[::]:7000", "[::1]:7000"));
+        assert!(
+            c("[::]:7000", "127.0.0.1:7000"),
+            "dual-stack [::] takes IPv4"
+        );
+        assert!(c("[::]:7000", "0.0.0.0:7000"));
+        assert!(c("[::ffff:127.0.0.1]:7000", "127.0.0.1:7000"), "v4-mapped");
+        assert!(!c("0.0.0.0:7000", "[::1]:7000"), "0.0.0.0 is IPv4 only");
+        assert!(!c("127.0.0.1:7000", "127.0.0.2:7000"));
+        assert!(!c("127.0.0.1:7000", "127.0.0.1:7001"));
+        assert!(
+            !c("127.0.0.1:0", "127.0.0.1:0"),
+            "ephemeral ports never collide"
+        );
+        assert!(!c("0.0.0.0:0", "127.0.0.1:0"));
+    }
+
+    /// Hardening item 3: `0.0.0.0:P` and `127.0.0.1:P` in two groups passed validation, then the
+    /// second bind failed at run time with a bare "Address already in use".
+    #[test]
+    fn wildcard_and_specific_address_on_one_port_are_refused() {
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut a = GroupConfig::new("a", 80);
+        a.handlers.push(udp(&format!("0.0.0.0:{port}")));
+        let mut b = GroupConfig::new("b", 40);
+        b.handlers.push(udp(&format!("127.0.0.1:{port}")));
+        let e = cfg(vec![a.clone(), b]).validate_on(&machine()).unwrap_err();
+        assert_eq!(e.path(), "group[1].handler[0].bind");
+        assert!(
+            e.message.contains("group[0].handler[0].bind"),
+            "{}",
+            e.message
+        );
+        // The same port over TCP is another socket space: no collision.
+        let mut b = GroupConfig::new("b", 40);
+        b.handlers.push(HandlerConfig::TcpEcho {
+            bind: format!("127.0.0.1:{port}").parse().unwrap(),
+            work_us: 0,
+        });
+        cfg(vec![a, b]).check_settings(&[0, 1]).unwrap();
+    }
+
+    /// Hardening item 4: two handlers on port 0 were refused as "bound by another handler".
+    #[test]
+    fn ephemeral_ports_never_conflict() {
+        let mut a = GroupConfig::new("a", 80);
+        a.handlers.push(udp("127.0.0.1:0"));
+        a.handlers.push(udp("127.0.0.1:0"));
+        let mut b = GroupConfig::new("b", 40);
+        b.handlers.push(HandlerConfig::TcpEcho {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            work_us: 0,
+        });
+        b.handlers.push(HandlerConfig::TcpEcho {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            work_us: 0,
+        });
+        cfg(vec![a, b]).validate_on(&machine()).unwrap();
+    }
+
+    #[test]
+    fn memory_is_counted_from_what_the_runtime_allocates() {
+        let mut g = GroupConfig::new("a", 80);
+        g.threads = 3;
+        g.buffer_bytes = 4096;
+        let m = g.memory();
+        assert_eq!(m.threads, 3);
+        assert_eq!(m.stack, DEFAULT_STACK_BYTES as u64);
+        // Buffer, scratch and 16 datagram slots of buffer_bytes, plus per-slot headers whose
+        // size does not depend on buffer_bytes.
+        let overhead = m.buffers - 18 * 4096;
+        g.buffer_bytes = 65536;
+        assert_eq!(g.memory().buffers - 18 * 65536, overhead);
+        assert!(overhead > 0 && overhead < 16 * 512, "{overhead}");
+        assert_eq!(
+            m.telemetry,
+            (telemetry::RING_CAPACITY * std::mem::size_of::<telemetry::Sample>()) as u64
+        );
+        assert!(m.handle_table >= DEFAULT_MAX_HANDLES as u64 * 4);
+        assert_eq!(
+            m.total(),
+            3 * (m.stack + m.buffers + m.telemetry) + m.handle_table
+        );
+        let two = cfg(vec![g.clone(), GroupConfig::new("b", 40)]);
+        assert_eq!(
+            two.preallocated_bytes(),
+            g.memory().total() + GroupConfig::new("b", 40).memory().total()
+        );
+    }
+
+    #[test]
+    fn a_plan_larger_than_memory_names_the_largest_share() {
+        let mut small = GroupConfig::new("small", 80);
+        small.buffer_bytes = 4096;
+        let big = GroupConfig::new("big", 40); // 64 KiB buffers: buffers are its largest share
+        let c = cfg(vec![small, big]);
+        let need = c.preallocated_bytes();
+        let m = Machine {
+            mem_total: Some(need - 1),
+            ..machine()
+        };
+        let e = c.validate_on(&m).unwrap_err();
+        assert_eq!(e.path(), "group[1].buffer_bytes");
+        assert!(e.message.contains("MemTotal"), "{}", e.message);
+        let mut c2 = c.clone();
+        c2.groups[1].stack_bytes = 8 << 20;
+        let e = c2.validate_on(&m).unwrap_err();
+        assert_eq!(e.path(), "group[1].stack_bytes");
+        // Exactly enough memory passes.
+        let m = Machine {
+            mem_total: Some(need),
+            ..machine()
+        };
+        c.validate_on(&m).unwrap();
+    }
+
+    #[test]
+    fn lock_memory_must_fit_rlimit_memlock() {
+        let mut c = cfg(vec![GroupConfig::new("a", 80)]);
+        let m = Machine {
+            memlock_limit: Some(1 << 20),
+            ..machine()
+        };
+        c.validate_on(&m).unwrap();
+        c.lock_memory = true;
+        let e = c.validate_on(&m).unwrap_err();
+        assert_eq!(e.path(), "group[0].buffer_bytes");
+        assert!(e.message.contains("RLIMIT_MEMLOCK"), "{}", e.message);
+        let unlimited = Machine {
+            memlock_limit: None,
+            ..machine()
+        };
+        c.validate_on(&unlimited).unwrap();
+    }
+
+    #[test]
+    fn timer_rate_adds_every_timer() {
+        let mut g = GroupConfig::new("a", 80);
+        assert_eq!(g.timer_events_per_sec(), 0.0);
+        g.handlers.push(HandlerConfig::Timer {
+            interval_us: 1000,
+            count: 2,
+            distance_us: 1000,
+        });
+        g.handlers.push(udp("127.0.0.1:0"));
+        assert_eq!(g.timer_events_per_sec(), 1500.0);
+        g.handlers[0] = HandlerConfig::Timer {
+            interval_us: 50,
+            count: 256,
+            distance_us: 0,
+        };
+        assert_eq!(g.timer_events_per_sec(), 256.0 * 20_000.0);
+    }
+
+    #[test]
+    fn named_handler_errors_split_back() {
+        assert_eq!(
+            split_named("`interval_us`: invalid type: string \"x\", expected u64"),
+            Some(("interval_us", "invalid type: string \"x\", expected u64"))
+        );
+        assert_eq!(split_named("unknown field `bind`"), None);
+        assert_eq!(split_named("`a b`: x"), None);
     }
 }

@@ -87,3 +87,75 @@ pub fn thread_cpu_ns() -> u64 {
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0)
 }
+
+/// The machine's physical memory in bytes (`MemTotal` in `/proc/meminfo`), or `None` if it
+/// cannot be read.
+pub fn mem_total() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_total(&info)
+}
+
+/// `MemTotal:       16303448 kB` → bytes.
+fn parse_mem_total(info: &str) -> Option<u64> {
+    let kib = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
+/// How much memory `mlockall` may lock: the soft `RLIMIT_MEMLOCK`, which `CAP_IPC_LOCK` lifts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemLock {
+    /// Soft `RLIMIT_MEMLOCK` in bytes; `None` = unlimited (`RLIM_INFINITY`).
+    pub rlimit: Option<u64>,
+    /// `CAP_IPC_LOCK` is in the effective capability set: no limit applies.
+    pub cap_ipc_lock: bool,
+}
+
+impl MemLock {
+    /// Reads the calling process's rlimit and capability set. An rlimit that cannot be read
+    /// counts as 0 bytes (nothing may be locked), so a check never passes by mistake.
+    pub fn probe() -> MemLock {
+        let mut rl = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let rlimit = match syscall!(getrlimit(libc::RLIMIT_MEMLOCK, &mut rl)) {
+            Ok(_) if rl.rlim_cur == libc::RLIM_INFINITY => None,
+            Ok(_) => Some(rl.rlim_cur),
+            Err(_) => Some(0),
+        };
+        MemLock {
+            rlimit,
+            cap_ipc_lock: super::has_capability(super::CAP_IPC_LOCK),
+        }
+    }
+
+    /// The most bytes this process may lock; `None` = no limit.
+    pub fn limit(&self) -> Option<u64> {
+        if self.cap_ipc_lock {
+            None
+        } else {
+            self.rlimit
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_total_is_read_in_bytes() {
+        let info = "MemTotal:       16303448 kB\nMemFree:         1000 kB\n";
+        assert_eq!(parse_mem_total(info), Some(16_303_448 * 1024));
+        assert_eq!(parse_mem_total("MemFree: 1 kB\n"), None);
+        // This machine's own figure is there and plausible (more than 16 MiB).
+        assert!(mem_total().unwrap() > 16 << 20);
+    }
+}

@@ -36,6 +36,24 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// `CAP_IPC_LOCK` (linux/capability.h; the libc crate does not define capability numbers).
+pub(crate) const CAP_IPC_LOCK: u32 = 14;
+/// `CAP_SYS_NICE` (linux/capability.h).
+pub(crate) const CAP_SYS_NICE: u32 = 23;
+
+/// Whether capability `cap` (e.g. [`CAP_SYS_NICE`]) is in the process's effective set, as
+/// `/proc/self/status` (`CapEff`) shows it; `false` if that cannot be read.
+pub(crate) fn has_capability(cap: u32) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| cap < 64 && caps & (1 << cap) != 0)
+}
+
 /// The kernel thread id of the calling thread (what `/proc`, `chrt` and `sched_*` take).
 pub fn gettid() -> i32 {
     nix::unistd::gettid().as_raw()

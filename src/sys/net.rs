@@ -125,6 +125,18 @@ impl DatagramBatch {
         }
     }
 
+    /// Bytes [`new`](Self::new)`(capacity, slot_bytes)` allocates: the slots and, per slot, its
+    /// message header, iovec, source address and reply length. Kept next to `new` so the two
+    /// stay in step (a test compares them).
+    pub(crate) fn allocated_bytes(capacity: usize, slot_bytes: usize) -> u64 {
+        let capacity = capacity.max(1) as u64;
+        let per_slot = std::mem::size_of::<libc::mmsghdr>()
+            + std::mem::size_of::<libc::iovec>()
+            + std::mem::size_of::<libc::sockaddr_storage>()
+            + std::mem::size_of::<Option<u32>>();
+        capacity.saturating_mul((slot_bytes.max(1) as u64).saturating_add(per_slot as u64))
+    }
+
     /// Most datagrams one [`recv`](Self::recv) takes.
     pub fn capacity(&self) -> usize {
         self.hdrs.len()
@@ -350,6 +362,23 @@ mod tests {
     fn wait_queued(s: &UdpSocket) {
         let mut buf = [0u8; 1];
         s.peek_from(&mut buf).expect("nothing arrived within 2 s");
+    }
+
+    #[test]
+    fn allocated_bytes_counts_every_array_of_a_batch() {
+        for (capacity, slot) in [(16, 4096), (1, 1), (3, 65536), (0, 0)] {
+            let b = DatagramBatch::new(capacity, slot);
+            let real = std::mem::size_of_val(&*b.hdrs)
+                + std::mem::size_of_val(&*b.iovs)
+                + std::mem::size_of_val(&*b.addrs)
+                + std::mem::size_of_val(&*b.data)
+                + std::mem::size_of_val(&*b.reply);
+            assert_eq!(
+                DatagramBatch::allocated_bytes(capacity, slot),
+                real as u64,
+                "{capacity} x {slot}"
+            );
+        }
     }
 
     #[test]

@@ -155,15 +155,7 @@ pub struct RtPrivilege {
 impl RtPrivilege {
     /// Reads the calling process's capability set and rlimit.
     pub fn probe() -> RtPrivilege {
-        let cap_sys_nice = std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("CapEff:"))
-                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            })
-            .map(|caps| caps & (1 << 23) != 0) // CAP_SYS_NICE = 23
-            .unwrap_or(false);
+        let cap_sys_nice = super::has_capability(super::CAP_SYS_NICE);
         let mut rl = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
