@@ -6,6 +6,8 @@
 //! must never compile:
 //!
 //! * [`cyclic`]: `lfrt cyclic`, cyclictest's options and output through a Leader/Followers group;
+//! * [`doctor`]: `lfrt doctor`, what this machine and process can do for real time, and whether a
+//!   configuration can run here as intended;
 //! * [`duration`]: the one duration syntax of every command (cyclictest's `30`, `30s`, `10m`, `1h`);
 //! * [`inversion`]: `lfrt inversion`, priority-inversion experiments against the baselines;
 //! * [`hsha`]: the Half-Sync/Half-Reactive pool, the queue-based rival the harnesses compare with;
@@ -19,6 +21,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod cyclic;
+pub mod doctor;
 pub mod duration;
 pub mod hsha;
 pub mod inversion;

@@ -52,6 +52,21 @@ enum Cmd {
     Cyclic(rt_tests::cyclic::CyclicArgs),
     /// Priority-inversion experiments: lfrt lanes vs a single pool vs Half-Sync/Half-Reactive.
     Inversion(rt_tests::inversion::InversionArgs),
+    /// Is this machine ready? What it and this process can do for real time, and for CONFIG.
+    ///
+    /// Kernel preemption, RT privileges and limits, the RT throttle, CPUs and power settings:
+    /// one line per finding, ok/warn/fail, and under each that is not ok the fix.
+    #[command(
+        after_help = "With CONFIG, its needs are checked too: each group's policy and \
+        priority against the RT privilege, its CPUs, and with lock_memory the memory to lock.\n\n\
+        Exit status: 0 when CONFIG (without one: SCHED_FIFO at some priority) can run as \
+        intended; 1 when it cannot (a `fail` finding); 2 for bad arguments or a configuration \
+        the loader rejects (file:line: field)."
+    )]
+    Doctor {
+        /// Configuration file (TOML) to check against this machine.
+        config: Option<PathBuf>,
+    },
 }
 
 fn init_tracing() {
@@ -79,6 +94,13 @@ fn main() -> ExitCode {
             .map(|kind| println!("wrote {} ({kind:?})", output.display()))
             .map_err(Into::into),
         Cmd::Inversion(args) => rt_tests::inversion::run(&args),
+        Cmd::Doctor { config } => match rt_tests::doctor::run(config.as_deref()) {
+            Ok(report) => {
+                print!("{report}");
+                return ExitCode::from(if report.ready() { 0 } else { 1 });
+            }
+            Err(e) => Err(e.into()),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
