@@ -221,6 +221,15 @@ fn run(
         );
         out.push(serde_json::json!({"metrics": m, "latency_ns": lat}));
     }
+    // Work the handlers dropped or deferred: printed only for a group where something was.
+    for m in &metrics {
+        if m.accept_exhausted + m.connections_refused + m.datagrams_truncated > 0 {
+            println!(
+                "{:<12} accept_exhausted={} connections_refused={} datagrams_truncated={}",
+                m.name, m.accept_exhausted, m.connections_refused, m.datagrams_truncated
+            );
+        }
+    }
     let pool_allocations: u64 = metrics.iter().map(|m| m.pool_allocations).sum();
     let pool_minor_faults: u64 = metrics.iter().map(|m| m.pool_minor_faults).sum();
     println!("pool_allocations={pool_allocations} pool_minor_faults={pool_minor_faults}");
