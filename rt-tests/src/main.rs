@@ -89,7 +89,37 @@ fn main() -> ExitCode {
 fn check(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = lfrt::load_config(path)?;
     print!("{}", plan(&cfg));
+    warn_exposed(&cfg);
     Ok(())
+}
+
+/// Warns on stderr about every built-in echo handler bound to a non-loopback address: an echo
+/// answers anyone who can reach it, and a UDP echo reflects (and can amplify, with
+/// `udp-echo`'s batches) traffic sent with a forged source address at a third party.
+/// A warning, not an error: a benchmark across machines needs it.
+fn warn_exposed(cfg: &lfrt::RuntimeConfig) {
+    for (gi, g) in cfg.groups.iter().enumerate() {
+        for (hi, h) in g.handlers.iter().enumerate() {
+            let (kind, bind) = match h {
+                lfrt::HandlerConfig::UdpEcho { bind, .. } => ("udp-echo", bind),
+                lfrt::HandlerConfig::TcpEcho { bind, .. } => ("tcp-echo", bind),
+                _ => continue,
+            };
+            if !bind.ip().is_loopback() {
+                eprintln!(
+                    "lfrt: warning: group[{gi}].handler[{hi}] ({kind}, group `{}`) binds {bind}, \
+                     not a loopback address: it echoes to anyone who can reach it{}. \
+                     Bind 127.0.0.1 unless this is intended.",
+                    g.name,
+                    if kind == "udp-echo" {
+                        ", and reflects datagrams with forged sources at third parties"
+                    } else {
+                        ""
+                    }
+                );
+            }
+        }
+    }
 }
 
 fn plan(cfg: &lfrt::RuntimeConfig) -> String {
@@ -150,6 +180,7 @@ fn run(
     json: Option<PathBuf>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = lfrt::load_config(path)?;
+    warn_exposed(&cfg);
     // Block SIGINT/SIGTERM before any thread exists: every thread inherits the mask and the
     // main thread takes the signal synchronously below.
     lfrt::os::block_termination()?;

@@ -14,6 +14,13 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::Duration;
 
+/// The `lfrt` command, run from the repository root.
+fn lfrt() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lfrt"));
+    c.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    c
+}
+
 fn tmp(name: &str, body: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("lfrt-failure-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -286,4 +293,33 @@ fn a_connection_beyond_the_handle_table_is_closed_and_counted() {
     );
     let m = only_group(rt.shutdown().unwrap());
     assert_eq!(m.connections_refused, 1, "{m:?}");
+}
+
+#[test]
+fn check_warns_about_an_echo_bound_beyond_loopback_and_still_exits_0() {
+    let body = |ip: &str| {
+        format!(
+            "[[group]]\nname = \"g\"\npriority = 10\nthreads = 1\n\
+             [[group.handler]]\nkind = \"udp-echo\"\nbind = \"{ip}:0\"\n\
+             [[group.handler]]\nkind = \"tcp-echo\"\nbind = \"{ip}:0\"\n"
+        )
+    };
+    let open = tmp("open.toml", &body("0.0.0.0"));
+    let out = lfrt().arg("check").arg(&open).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    for (h, kind) in [(0, "udp-echo"), (1, "tcp-echo")] {
+        assert!(
+            err.lines().any(|l| l.contains("warning")
+                && l.contains(&format!("group[0].handler[{h}] ({kind}"))
+                && l.contains("0.0.0.0:0")),
+            "no warning for handler {h} on stderr: {err}"
+        );
+    }
+    assert!(err.contains("reflects datagrams"), "{err}");
+    let closed = tmp("loopback.toml", &body("127.0.0.1"));
+    let out = lfrt().arg("check").arg(&closed).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("warning"), "loopback warned about: {err}");
 }
