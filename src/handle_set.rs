@@ -18,6 +18,7 @@
 
 use crate::error::Error;
 use crate::handler::{Context, Disposition, Event, EventHandler};
+use crate::metrics::IncidentCounters;
 use crate::pi_mutex::PiMutex;
 use crate::sys::{epoll, fd::EventFd};
 use std::fmt;
@@ -91,6 +92,8 @@ pub(crate) struct HandleSet {
     shutdown: EventFd,
     pub(crate) stale: AtomicU64,
     pub(crate) closed: AtomicU64,
+    /// What this set's handlers counted through `Context::count`.
+    pub(crate) incidents: IncidentCounters,
 }
 
 impl fmt::Debug for HandleSet {
@@ -125,6 +128,7 @@ impl HandleSet {
             shutdown,
             stale: AtomicU64::new(0),
             closed: AtomicU64::new(0),
+            incidents: IncidentCounters::default(),
         })
     }
 

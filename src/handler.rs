@@ -98,6 +98,24 @@ pub trait EventHandler: Send + 'static {
     }
 }
 
+/// A failure that a handler counts in its group's metrics with [`Context::count`]: work
+/// dropped or deferred that would otherwise go unseen. Each variant names the
+/// [`GroupMetrics`] field that counts it.
+///
+/// [`GroupMetrics`]: crate::GroupMetrics
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Incident {
+    /// A listener could not accept for lack of file descriptors or memory and paused: count
+    /// one per episode (`accept_exhausted`).
+    AcceptExhausted,
+    /// An accepted connection was closed unserved, e.g. because the handle table was full
+    /// (`connections_refused`).
+    ConnectionRefused,
+    /// A datagram longer than its slot was dropped (`datagrams_truncated`).
+    DatagramTruncated,
+}
+
 /// Slots in each pool thread's [`DatagramBatch`]: the most datagrams one event handles.
 ///
 /// Every slot is `buffer_bytes` long, so a thread's storage is `buffer_bytes ×
@@ -205,6 +223,16 @@ impl Context {
     /// wake-up.
     pub fn set_origin_ns(&mut self, ns: u64) {
         self.origin_ns = ns;
+    }
+    /// Adds `n` to the counter of `what` in the metrics of the group whose handle set this
+    /// thread serves, and returns the counter's new total. (A handler registered with a
+    /// [bound pool](crate::bound) counts into the pool's handle set, which does not report
+    /// these counters.)
+    ///
+    /// # Real-time safety
+    /// One relaxed atomic add: no allocation, no lock, no system call.
+    pub fn count(&self, what: Incident, n: u64) -> u64 {
+        self.registry.set.incidents.add(what, n)
     }
     /// Records `n` missed periods of a timer for this event.
     pub fn add_missed_periods(&mut self, n: u64) {

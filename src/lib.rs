@@ -90,7 +90,7 @@ pub use error::Error;
 pub use follower_queue::{Promotion, MAX_GROUP_THREADS};
 pub use group::WARMUP_DISPATCHES;
 pub use handle_set::{Registry, Token};
-pub use handler::{Context, Disposition, Event, EventHandler, Interest, DATAGRAM_BATCH};
+pub use handler::{Context, Disposition, Event, EventHandler, Incident, Interest, DATAGRAM_BATCH};
 pub use metrics::GroupMetrics;
 pub use pi_mutex::{PiMutex, PiMutexGuard};
 pub use runtime::{Runtime, StartReport, Stopper, SHUTDOWN_TIMEOUT};

@@ -1,5 +1,6 @@
 //! Per-group counters (updated on the dispatch path with relaxed atomics) and their snapshot.
 
+use crate::handler::Incident;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -74,4 +75,39 @@ pub struct GroupMetrics {
     pub samples: u64,
     /// Telemetry samples dropped because a ring was full.
     pub samples_dropped: u64,
+
+    // Failure paths that handlers report through [`Context::count`](crate::Context::count).
+    /// Episodes in which a TCP listener could not accept because the process or the system ran
+    /// out of file descriptors or memory (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`). The built-in
+    /// listener then pauses and retries every 10 ms; connections wait in the kernel's backlog.
+    /// An episode lasts from the first failed `accept` until the listener has drained its
+    /// backlog.
+    pub accept_exhausted: u64,
+    /// Accepted connections closed at once, unserved, because they could not be registered:
+    /// the group's handle table was full (raise `max_handles`) or epoll refused the fd.
+    pub connections_refused: u64,
+    /// Datagrams dropped because they were longer than a slot (`buffer_bytes`).
+    pub datagrams_truncated: u64,
+}
+
+/// The counters behind [`Incident`]: kept in each handle set (a group's, or a bound pool's),
+/// where every handler's [`Context`](crate::Context) reaches them through its registry.
+#[derive(Debug, Default)]
+pub(crate) struct IncidentCounters {
+    pub(crate) accept_exhausted: AtomicU64,
+    pub(crate) connections_refused: AtomicU64,
+    pub(crate) datagrams_truncated: AtomicU64,
+}
+
+impl IncidentCounters {
+    /// Adds `n` to the counter of `what`; returns the new total.
+    #[inline]
+    pub(crate) fn add(&self, what: Incident, n: u64) -> u64 {
+        let c = match what {
+            Incident::AcceptExhausted => &self.accept_exhausted,
+            Incident::ConnectionRefused => &self.connections_refused,
+            Incident::DatagramTruncated => &self.datagrams_truncated,
+        };
+        c.fetch_add(n, Relaxed).wrapping_add(n)
+    }
 }

@@ -353,6 +353,9 @@ impl Runtime {
                         .iter()
                         .map(|t| t.samples_dropped.load(Relaxed))
                         .sum(),
+                    accept_exhausted: g.handles.incidents.accept_exhausted.load(Relaxed),
+                    connections_refused: g.handles.incidents.connections_refused.load(Relaxed),
+                    datagrams_truncated: g.handles.incidents.datagrams_truncated.load(Relaxed),
                 }
             })
             .collect()

@@ -117,7 +117,37 @@ fn check(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     // that cannot be bound now.
     let cfg = lfrt::load_config(path)?;
     print!("{}", plan(&cfg));
+    warn_exposed(&cfg);
     Ok(())
+}
+
+/// Warns on stderr about every built-in echo handler bound to a non-loopback address: an echo
+/// answers anyone who can reach it, and a UDP echo reflects (and can amplify, with
+/// `udp-echo`'s batches) traffic sent with a forged source address at a third party.
+/// A warning, not an error: a benchmark across machines needs it.
+fn warn_exposed(cfg: &lfrt::RuntimeConfig) {
+    for (gi, g) in cfg.groups.iter().enumerate() {
+        for (hi, h) in g.handlers.iter().enumerate() {
+            let (kind, bind) = match h {
+                lfrt::HandlerConfig::UdpEcho { bind, .. } => ("udp-echo", bind),
+                lfrt::HandlerConfig::TcpEcho { bind, .. } => ("tcp-echo", bind),
+                _ => continue,
+            };
+            if !bind.ip().is_loopback() {
+                eprintln!(
+                    "lfrt: warning: group[{gi}].handler[{hi}] ({kind}, group `{}`) binds {bind}, \
+                     not a loopback address: it echoes to anyone who can reach it{}. \
+                     Bind 127.0.0.1 unless this is intended.",
+                    g.name,
+                    if kind == "udp-echo" {
+                        ", and reflects datagrams with forged sources at third parties"
+                    } else {
+                        ""
+                    }
+                );
+            }
+        }
+    }
 }
 
 /// Timer events per second one pool thread is taken to serve at most, for the plan's warning.
@@ -218,6 +248,7 @@ fn run(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = lfrt::load_config(path)?;
     print!("{}", plan(&cfg));
+    warn_exposed(&cfg);
     // Block SIGINT/SIGTERM before any thread exists: every thread inherits the mask and the
     // main thread takes the signal synchronously below.
     lfrt::os::block_termination()?;
@@ -288,6 +319,15 @@ fn run(
             lat.p99_ns as f64 / 1000.0
         );
         out.push(serde_json::json!({"metrics": m, "latency_ns": lat}));
+    }
+    // Work the handlers dropped or deferred: printed only for a group where something was.
+    for m in &metrics {
+        if m.accept_exhausted + m.connections_refused + m.datagrams_truncated > 0 {
+            println!(
+                "{:<12} accept_exhausted={} connections_refused={} datagrams_truncated={}",
+                m.name, m.accept_exhausted, m.connections_refused, m.datagrams_truncated
+            );
+        }
     }
     let pool_allocations: u64 = metrics.iter().map(|m| m.pool_allocations).sum();
     let pool_minor_faults: u64 = metrics.iter().map(|m| m.pool_minor_faults).sum();

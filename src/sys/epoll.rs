@@ -1,7 +1,7 @@
 //! A thin owner of one epoll instance: add, modify (re-arm), delete, wait for one event.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// Readable interest (`EPOLLIN`).
 pub(crate) const IN: u32 = libc::EPOLLIN as u32;
@@ -55,5 +55,13 @@ impl Epoll {
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
         let n = syscall!(epoll_wait(self.fd.as_raw_fd(), &mut ev, 1, timeout_ms))?;
         Ok((n == 1).then_some((ev.events, ev.u64)))
+    }
+}
+
+/// An epoll set is itself pollable (readable while one of its members is ready), so one set
+/// can be a member of another.
+impl AsFd for Epoll {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }

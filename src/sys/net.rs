@@ -35,6 +35,15 @@ pub(crate) fn recv_nonblocking(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result
     Ok(n as usize)
 }
 
+/// The error means the process or the system is out of file descriptors or memory
+/// (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`): retrying at once fails the same way.
+pub(crate) fn is_out_of_resources(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
 /// Writable interest for [`poll_one`] (`POLLOUT`).
 pub(crate) const POLL_OUT: i16 = libc::POLLOUT;
 
@@ -70,6 +79,8 @@ pub struct DatagramBatch {
     slot_bytes: usize,
     /// Datagrams received by the last `recv` (the rest of the arrays is stale).
     len: usize,
+    /// Of those, datagrams longer than a slot.
+    truncated: usize,
     /// Per received datagram: bytes to send back, or `None` (discarded / truncated).
     reply: Box<[Option<u32>]>,
 }
@@ -121,6 +132,7 @@ impl DatagramBatch {
             data: vec![0u8; total].into_boxed_slice(),
             slot_bytes,
             len: 0,
+            truncated: 0,
             reply: vec![None; capacity].into_boxed_slice(),
         }
     }
@@ -157,6 +169,14 @@ impl DatagramBatch {
         self.len == 0
     }
 
+    /// Of the datagrams held, how many were longer than a slot and arrived
+    /// [truncated](Datagram::is_truncated). They are not echoed unless the handler sets a
+    /// reply: a handler that drops them should count them
+    /// ([`Incident::DatagramTruncated`](crate::Incident)), as the built-in UDP echo does.
+    pub fn truncated(&self) -> usize {
+        self.truncated
+    }
+
     /// The bytes of every slot, for pre-faulting them before the first event.
     pub(crate) fn storage_mut(&mut self) -> &mut [u8] {
         &mut self.data
@@ -188,6 +208,7 @@ impl DatagramBatch {
     /// the handler changes it; a truncated one is set to be discarded.
     pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
         self.len = 0;
+        self.truncated = 0;
         for i in 0..self.capacity() {
             self.aim(i);
         }
@@ -202,6 +223,7 @@ impl DatagramBatch {
             let h = &self.hdrs[i];
             let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
             self.reply[i] = (!truncated).then_some(h.msg_len);
+            self.truncated += usize::from(truncated);
         }
         self.len = n;
         Ok(n)
@@ -244,6 +266,7 @@ impl DatagramBatch {
             }
         }
         self.len = 0;
+        self.truncated = 0;
         let mut sent = 0;
         let mut off = 0;
         while off < k {
@@ -448,6 +471,7 @@ mod tests {
         wait_queued(&server);
         let mut batch = DatagramBatch::new(4, 16);
         assert_eq!(batch.recv(server.as_fd()).unwrap(), 2);
+        assert_eq!(batch.truncated(), 1, "counted");
         let d = batch.get(0);
         assert!(d.is_truncated());
         assert_eq!(d.payload(), &[7u8; 16]);
@@ -456,6 +480,7 @@ mod tests {
             1,
             "only the whole datagram goes back"
         );
+        assert_eq!(batch.truncated(), 0, "the batch is empty again");
         let mut buf = [0u8; 64];
         let n = client.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"short");
