@@ -213,7 +213,7 @@ pub(crate) fn pool_thread(
                     if p.cap_sys_nice { "yes" } else { "no" },
                     p.rlimit_rtprio
                 );
-                let err = if e.raw_os_error() == Some(libc::EPERM) {
+                let err = if sched::is_permission_denied(&e) {
                     Error::RtPermission {
                         group: group.cfg.name.clone(),
                         priority: slot.priority,

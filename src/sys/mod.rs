@@ -19,6 +19,7 @@ pub(crate) mod fd;
 pub(crate) mod futex;
 pub(crate) mod mem;
 pub(crate) mod net;
+pub(crate) mod pthread;
 pub(crate) mod sched;
 pub(crate) mod signal;
 
@@ -34,6 +35,12 @@ pub fn now_ns() -> u64 {
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The error number an `io::Error` carries; `EIO` for an error that did not come from the
+/// kernel (one made by std or by lfrt itself).
+pub(crate) fn errno(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
 }
 
 /// The kernel thread id of the calling thread (what `/proc`, `chrt` and `sched_*` take).
