@@ -522,3 +522,91 @@ fn a_busy_low_lane_does_not_hold_up_the_high_lane() {
     assert_eq!(low_during, 0, "the low handler had not returned yet");
     assert_eq!(m[1].dispatched, 1);
 }
+
+/// On its first event, deregisters its own handle from inside `handle` (twice) and records
+/// what the calls returned and whether it was still alive; counts its drops.
+struct SelfRemover {
+    n: Notifier,
+    handled: Arc<AtomicU64>,
+    /// Bit 0: first deregister returned true; bit 1: the second returned true; bit 2: the
+    /// handler had been dropped when `handle` returned (it must not be); bit 7: recorded.
+    outcome: Arc<AtomicU8>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl EventHandler for SelfRemover {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.n.as_fd()
+    }
+    fn handle(&mut self, e: &Event, ctx: &mut Context) -> Disposition {
+        let _ = self.n.take();
+        self.handled.fetch_add(1, SeqCst);
+        let first = ctx.registry().deregister(e.token());
+        let second = ctx.registry().deregister(e.token());
+        let dropped = self.dropped.load(SeqCst) != 0;
+        self.outcome.store(
+            0x80 | u8::from(first) | u8::from(second) << 1 | u8::from(dropped) << 2,
+            SeqCst,
+        );
+        Disposition::Rearm
+    }
+}
+
+impl Drop for SelfRemover {
+    fn drop(&mut self) {
+        self.dropped.fetch_add(1, SeqCst);
+    }
+}
+
+/// A handler that deregisters its own handle inside `handle` neither hangs its thread (the
+/// slot lock it runs under is not taken again) nor panics: the call returns true, a second
+/// call false, and the handle is removed when `handle` returns although it asked to re-arm.
+#[test]
+fn a_handler_deregistering_its_own_handle_is_removed_after_it_returns() {
+    let _l = util::rt_lock();
+    let mut g = GroupConfig::new("selfrm", 10);
+    g.threads = 2;
+    let mut rt = Runtime::new(cfg(vec![g])).unwrap();
+    let reg = rt.registry("selfrm").unwrap();
+    let (handled, outcome, dropped) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU8::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let n = Notifier::new().unwrap();
+    let w = writer_for(&n);
+    let token = reg
+        .register(Box::new(SelfRemover {
+            n,
+            handled: handled.clone(),
+            outcome: outcome.clone(),
+            dropped: dropped.clone(),
+        }))
+        .unwrap();
+    rt.start().unwrap();
+    w.write(1);
+    assert!(
+        util::wait_until(10, || outcome.load(SeqCst) != 0),
+        "the handler never returned from deregistering its own handle"
+    );
+    assert_eq!(
+        outcome.load(SeqCst),
+        0x80 | 0b001,
+        "first deregister true, second false, handler alive until it returned"
+    );
+    assert!(
+        util::wait_until(10, || dropped.load(SeqCst) == 1 && reg.is_empty()),
+        "the handle was not removed after its handler returned"
+    );
+    assert!(!reg.deregister(token), "already removed");
+    w.write(1);
+    std::thread::sleep(Duration::from_millis(20));
+    let m = rt.shutdown().unwrap();
+    assert_eq!(handled.load(SeqCst), 1, "dispatched after its removal");
+    assert_eq!(m[0].handler_panics, 0, "{:?}", m[0]);
+    assert_eq!(
+        (m[0].handles_closed, m[0].handles_closed_by_handler),
+        (1, 0)
+    );
+    assert_eq!(dropped.load(SeqCst), 1);
+}
