@@ -56,7 +56,6 @@ pub(crate) struct ThreadSlot {
     /// Set by the watchdog (under `sched_lock`) when it demoted this thread.
     pub(crate) demoted: AtomicBool,
     pub(crate) sched_lock: PiMutex<()>,
-    pub(crate) exited: AtomicBool,
 }
 
 impl ThreadSlot {
@@ -76,7 +75,6 @@ impl ThreadSlot {
             samples_dropped: AtomicU64::new(0),
             demoted: AtomicBool::new(false),
             sched_lock: PiMutex::new(()),
-            exited: AtomicBool::new(false),
         }
     }
 
@@ -228,7 +226,6 @@ pub(crate) fn pool_thread(
                     }
                 };
                 let _ = ready.send(Setup::Failed(err));
-                slot.exited.store(true, Release);
                 return;
             }
             rt_applied = false;
@@ -242,7 +239,6 @@ pub(crate) fn pool_thread(
                 what: format!("pinning to CPUs {cpus:?}"),
                 source: e,
             }));
-            slot.exited.store(true, Release);
             return;
         }
     }
@@ -271,7 +267,6 @@ pub(crate) fn pool_thread(
     slot.faults_final.store(mem::thread_minor_faults(), Release);
     slot.allocs_now
         .store(alloc_count::thread_allocations(), Release);
-    slot.exited.store(true, Release);
 }
 
 /// The Leader/Followers loop (activities 3–5). See the module docs for its real-time contract.

@@ -610,3 +610,90 @@ fn a_handler_deregistering_its_own_handle_is_removed_after_it_returns() {
     );
     assert_eq!(dropped.load(SeqCst), 1);
 }
+
+/// Names (`comm`) of this process's lfrt threads: pool threads (`lf-<group>-<n>`) and helpers
+/// (`lfrt-collector`, `lfrt-watchdog`). Every test that runs a runtime holds `rt_lock`, so
+/// under it these can only belong to the calling test. A thread names itself when it starts,
+/// so one spawned a moment ago may not show yet: the tests compare the thread count too.
+fn lfrt_threads() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .filter(|n| n.starts_with("lf-") || n.starts_with("lfrt-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Threads of this process (the test harness runs one test at a time: `--test-threads=1`).
+fn tasks() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+/// `Runtime::new` starts no thread (not even the telemetry collector); a runtime that never
+/// started shuts down and drops cleanly, and cannot be started after its shutdown.
+#[test]
+fn new_starts_no_thread() {
+    let _l = util::rt_lock();
+    assert_eq!(lfrt_threads(), Vec::<String>::new(), "left by another test");
+    let before = tasks();
+    let mut g = GroupConfig::new("idle", 10);
+    g.threads = 2;
+    g.budget_us = Some(1000);
+    g.handlers.push(HandlerConfig::Timer {
+        interval_us: 1000,
+        count: 1,
+        distance_us: 0,
+    });
+    let mut rt = Runtime::new(cfg(vec![g])).unwrap();
+    assert_eq!(lfrt_threads(), Vec::<String>::new());
+    assert_eq!(tasks(), before, "Runtime::new started a thread");
+    let m = rt.shutdown().unwrap();
+    assert_eq!((m[0].dispatched, m[0].handles), (0, 0));
+    assert!(
+        matches!(rt.start(), Err(Error::State(_))),
+        "start after shutdown"
+    );
+    drop(rt);
+    assert_eq!(tasks(), before);
+}
+
+/// A start that fails after its threads are running (here: the group's only handle slot is
+/// taken, so registering the built-in timer fails) stops every thread it started, pool
+/// threads and helpers, before it returns the error.
+#[test]
+fn a_failed_start_leaves_no_thread_running() {
+    let _l = util::rt_lock();
+    assert_eq!(lfrt_threads(), Vec::<String>::new(), "left by another test");
+    let before = tasks();
+    let mut g = GroupConfig::new("startfail", 10);
+    g.threads = 2;
+    g.max_handles = 1;
+    g.budget_us = Some(1000); // so the watchdog runs too
+    g.handlers.push(HandlerConfig::Timer {
+        interval_us: 1000,
+        count: 1,
+        distance_us: 0,
+    });
+    let mut rt = Runtime::new(cfg(vec![g])).unwrap();
+    rt.registry("startfail")
+        .unwrap()
+        .register(Box::new(Counter {
+            n: Notifier::new().unwrap(),
+            total: Arc::new(AtomicU64::new(0)),
+        }))
+        .unwrap();
+    match rt.start() {
+        Err(Error::TooManyHandles { max: 1 }) => {}
+        other => panic!("expected TooManyHandles, got {other:?}"),
+    }
+    assert_eq!(
+        lfrt_threads(),
+        Vec::<String>::new(),
+        "threads left running after a failed start"
+    );
+    assert_eq!(tasks(), before, "threads left running after a failed start");
+    assert!(matches!(rt.start(), Err(Error::State(_))));
+    assert_eq!(rt.metrics()[0].handles, 0, "handles closed as by shutdown");
+}
