@@ -78,27 +78,25 @@ impl ThreadSlot {
         }
     }
 
-    /// Allocations since warm-up (0 before warm-up).
-    pub(crate) fn allocations(&self) -> u64 {
+    /// Allocations since warm-up; `None` before this thread's warm-up (not measured yet).
+    /// Meaningful only with the counting allocator installed (the caller checks).
+    pub(crate) fn allocations(&self) -> Option<u64> {
         let base = self.allocs_base.load(Acquire);
-        if base == u64::MAX {
-            0
-        } else {
-            self.allocs_now.load(Relaxed).saturating_sub(base)
-        }
+        (base != u64::MAX).then(|| self.allocs_now.load(Relaxed).saturating_sub(base))
     }
 
-    /// Minor page faults since warm-up (0 before warm-up).
-    pub(crate) fn minor_faults(&self) -> u64 {
+    /// Minor page faults since warm-up; `None` before this thread's warm-up, or if its count
+    /// can no longer be read (a thread that died without recording its final count).
+    pub(crate) fn minor_faults(&self) -> Option<u64> {
         let base = self.faults_base.load(Acquire);
         if base == u64::MAX {
-            return 0;
+            return None;
         }
         let now = match self.faults_final.load(Acquire) {
-            u64::MAX => sched::minor_faults(self.tid.load(Relaxed)).unwrap_or(base),
+            u64::MAX => sched::minor_faults(self.tid.load(Relaxed)).ok()?,
             f => f,
         };
-        now.saturating_sub(base)
+        Some(now.saturating_sub(base))
     }
 
     /// Puts the thread back to its configured policy if the watchdog demoted it. Called by the

@@ -3,7 +3,7 @@
 use crate::alloc_count;
 use crate::config::{HandlerConfig, RtMode, RuntimeConfig};
 use crate::error::Error;
-use crate::group::{pool_thread, Group, Setup};
+use crate::group::{pool_thread, Group, Setup, ThreadSlot};
 use crate::handle_set::Registry;
 use crate::handler::EventHandler;
 use crate::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
@@ -32,7 +32,7 @@ pub struct StartReport {
     pub rt_applied: bool,
     /// `mlockall` succeeded (false if not requested).
     pub memory_locked: bool,
-    /// The counting allocator is installed, so `pool_allocations` is meaningful.
+    /// The counting allocator is installed, so `pool_allocations` can be measured.
     pub counting_allocations: bool,
 }
 
@@ -401,8 +401,12 @@ impl Runtime {
                     budget_overruns: c.budget_overruns.load(Relaxed),
                     restore_failures: c.restore_failures.load(Relaxed),
                     demotions: c.demotions.load(Relaxed),
-                    pool_allocations: g.threads.iter().map(|t| t.allocations()).sum(),
-                    pool_minor_faults: g.threads.iter().map(|t| t.minor_faults()).sum(),
+                    pool_allocations: if self.counting {
+                        sum_measured(g.threads.iter().map(ThreadSlot::allocations))
+                    } else {
+                        None
+                    },
+                    pool_minor_faults: sum_measured(g.threads.iter().map(ThreadSlot::minor_faults)),
                     samples: g.threads.iter().map(|t| t.samples.load(Relaxed)).sum(),
                     samples_dropped: g
                         .threads
@@ -478,6 +482,11 @@ impl Runtime {
         tracing::info!("lfrt stopped");
         Ok(self.metrics())
     }
+}
+
+/// The sum of the measured values; `None` if none is measured.
+fn sum_measured(values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
+    values.flatten().reduce(u64::saturating_add)
 }
 
 /// The message of a panic payload (`panic!` with a literal gives `&str`, with arguments

@@ -159,6 +159,10 @@ fn every_event_dispatched_exactly_once() {
         "leaders never promoted a follower: {m:?}"
     );
     assert_eq!(m[0].handler_panics, 0);
+    // This test binary does not install lfrt::CountingAlloc: allocations are not measured,
+    // while page faults are (every thread is far past its warm-up).
+    assert_eq!(m[0].pool_allocations, None, "{:?}", m[0]);
+    assert!(m[0].pool_minor_faults.is_some(), "{:?}", m[0]);
 }
 
 /// A second handle on an eventfd: writing to it wakes the registered notifier.
