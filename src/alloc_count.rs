@@ -6,7 +6,8 @@
 //! static ALLOC: lfrt::CountingAlloc = lfrt::CountingAlloc;
 //! ```
 //! Pool threads then report how many allocations they made after warm-up
-//! (`pool_allocations`). Without it installed, [`is_active`] is false and the counts read 0.
+//! (`pool_allocations`). Without it installed, [`is_active`] is false, [`thread_allocations`]
+//! reads 0 and `pool_allocations` is `None` (not measured).
 //!
 //! Cost: one thread-local increment per allocation (the TLS is `const`-initialised and has no
 //! destructor, so reading it never allocates).

@@ -41,6 +41,15 @@ pub enum Error {
         /// The kernel's answer.
         source: io::Error,
     },
+    /// A pool thread died (panicked) before it reported ready.
+    ThreadSetup {
+        /// The thread's group.
+        group: String,
+        /// The thread's index in its group (its name is `lf-<group>-<thread>`).
+        thread: usize,
+        /// The panic message.
+        message: String,
+    },
     /// A socket could not be bound.
     Bind {
         /// The address.
@@ -94,6 +103,10 @@ impl fmt::Display for Error {
                  /etc/security/limits.conf, or run with rt = \"best-effort\""
             ),
             Error::Sched { group, what, source } => write!(f, "group `{group}`: {what}: {source}"),
+            Error::ThreadSetup { group, thread, message } => write!(
+                f,
+                "group `{group}`: pool thread {thread} (lf-{group}-{thread}) died during set-up: {message}"
+            ),
             Error::Bind { addr, source } => write!(f, "cannot bind {addr}: {source}"),
             Error::TooManyHandles { max } => write!(f, "handle table full: all {max} slots in use (raise max_handles)"),
             Error::Io { context, source } => write!(f, "{context}: {source}"),

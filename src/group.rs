@@ -56,7 +56,6 @@ pub(crate) struct ThreadSlot {
     /// Set by the watchdog (under `sched_lock`) when it demoted this thread.
     pub(crate) demoted: AtomicBool,
     pub(crate) sched_lock: PiMutex<()>,
-    pub(crate) exited: AtomicBool,
 }
 
 impl ThreadSlot {
@@ -76,31 +75,28 @@ impl ThreadSlot {
             samples_dropped: AtomicU64::new(0),
             demoted: AtomicBool::new(false),
             sched_lock: PiMutex::new(()),
-            exited: AtomicBool::new(false),
         }
     }
 
-    /// Allocations since warm-up (0 before warm-up).
-    pub(crate) fn allocations(&self) -> u64 {
+    /// Allocations since warm-up; `None` before this thread's warm-up (not measured yet).
+    /// Meaningful only with the counting allocator installed (the caller checks).
+    pub(crate) fn allocations(&self) -> Option<u64> {
         let base = self.allocs_base.load(Acquire);
-        if base == u64::MAX {
-            0
-        } else {
-            self.allocs_now.load(Relaxed).saturating_sub(base)
-        }
+        (base != u64::MAX).then(|| self.allocs_now.load(Relaxed).saturating_sub(base))
     }
 
-    /// Minor page faults since warm-up (0 before warm-up).
-    pub(crate) fn minor_faults(&self) -> u64 {
+    /// Minor page faults since warm-up; `None` before this thread's warm-up, or if its count
+    /// can no longer be read (a thread that died without recording its final count).
+    pub(crate) fn minor_faults(&self) -> Option<u64> {
         let base = self.faults_base.load(Acquire);
         if base == u64::MAX {
-            return 0;
+            return None;
         }
         let now = match self.faults_final.load(Acquire) {
-            u64::MAX => sched::minor_faults(self.tid.load(Relaxed)).unwrap_or(base),
+            u64::MAX => sched::minor_faults(self.tid.load(Relaxed)).ok()?,
             f => f,
         };
-        now.saturating_sub(base)
+        Some(now.saturating_sub(base))
     }
 
     /// Puts the thread back to its configured policy if the watchdog demoted it. Called by the
@@ -213,7 +209,7 @@ pub(crate) fn pool_thread(
                     if p.cap_sys_nice { "yes" } else { "no" },
                     p.rlimit_rtprio
                 );
-                let err = if e.raw_os_error() == Some(libc::EPERM) {
+                let err = if sched::is_permission_denied(&e) {
                     Error::RtPermission {
                         group: group.cfg.name.clone(),
                         priority: slot.priority,
@@ -228,7 +224,6 @@ pub(crate) fn pool_thread(
                     }
                 };
                 let _ = ready.send(Setup::Failed(err));
-                slot.exited.store(true, Release);
                 return;
             }
             rt_applied = false;
@@ -242,7 +237,6 @@ pub(crate) fn pool_thread(
                 what: format!("pinning to CPUs {cpus:?}"),
                 source: e,
             }));
-            slot.exited.store(true, Release);
             return;
         }
     }
@@ -271,7 +265,6 @@ pub(crate) fn pool_thread(
     slot.faults_final.store(mem::thread_minor_faults(), Release);
     slot.allocs_now
         .store(alloc_count::thread_allocations(), Release);
-    slot.exited.store(true, Release);
 }
 
 /// The Leader/Followers loop (activities 3–5). See the module docs for its real-time contract.

@@ -14,7 +14,12 @@
 //! * a slot's handler runs only under the slot lock, and only after its generation matched the
 //!   event's token; with ONESHOT this means each event is dispatched at most once and no handler
 //!   ever runs on two threads at once;
-//! * a handle is re-armed only after its handler returned.
+//! * a handle is re-armed only after its handler returned;
+//! * the only code that runs while a thread holds a slot lock and can call back into the
+//!   handle set is that slot's handler (`handle`, `after_panic`, `interest` in
+//!   [`HandleSet::dispatch`]). So a deregistration that finds its slot lock held by the calling
+//!   thread (the error-checking [`PiMutex`] reports the relock) comes from the handler of that
+//!   very slot, and is deferred to the end of its dispatch instead of deadlocking.
 
 use crate::error::Error;
 use crate::handler::{Context, Disposition, Event, EventHandler};
@@ -25,7 +30,7 @@ use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::Arc;
 
 /// Identifies one registered handle within its group: slot index and generation.
@@ -65,6 +70,9 @@ struct Entry {
 struct Slot {
     generation: AtomicU32,
     entry: PiMutex<Option<Entry>>,
+    /// Set by the slot's own handler deregistering its handle while it is dispatched; read and
+    /// cleared by the same thread before the dispatch unlocks the slot (so `Relaxed`).
+    deregister_pending: AtomicBool,
 }
 
 /// What the leader's wait produced.
@@ -118,6 +126,7 @@ impl HandleSet {
             .map(|_| Slot {
                 generation: AtomicU32::new(0),
                 entry: PiMutex::new(None),
+                deregister_pending: AtomicBool::new(false),
             })
             .collect();
         let free = (0..max_handles as u32).rev().collect::<Vec<_>>();
@@ -158,13 +167,21 @@ impl HandleSet {
     }
 
     /// Removes a handle and drops its handler. Waits for the handler if it is running on
-    /// another thread. Returns false if the token was already gone.
+    /// another thread; called by the handler itself, defers the removal to the end of its
+    /// dispatch. Returns false if the token was already gone (or its removal already deferred).
     pub(crate) fn deregister(&self, token: Token) -> bool {
         let slot = match self.slots.get(token.index()) {
             Some(s) => s,
             None => return false,
         };
-        let mut g = slot.entry.lock();
+        let Some(mut g) = slot.entry.lock_unless_held() else {
+            // This thread holds the slot lock further up its stack: it is dispatching this
+            // slot's handler, which called us (module invariants). The generation cannot
+            // change while the lock is held; `dispatch` removes the handle when the handler
+            // returns.
+            return slot.generation.load(Acquire) == token.generation()
+                && !slot.deregister_pending.swap(true, Relaxed);
+        };
         if slot.generation.load(Acquire) != token.generation() || g.is_none() {
             return false;
         }
@@ -247,7 +264,10 @@ impl HandleSet {
         // Interest is read again so a handler may switch it (e.g. to writable while it has
         // unsent bytes).
         entry.events = entry.handler.interest().bits() | epoll::ONESHOT;
-        let rearmed = disposition == Disposition::Rearm
+        // The handler deregistered its own handle: remove it now, whatever it returned.
+        let deregistered = slot.deregister_pending.swap(false, Relaxed);
+        let rearmed = !deregistered
+            && disposition == Disposition::Rearm
             && self
                 .epoll
                 .modify(entry.fd, entry.events, event.token.0)
@@ -264,6 +284,8 @@ impl HandleSet {
         drop(entry);
         if panicked {
             Dispatched::Panicked
+        } else if deregistered && disposition == Disposition::Rearm {
+            Dispatched::Handled
         } else {
             Dispatched::Closed
         }
@@ -314,8 +336,17 @@ impl Registry {
     }
 
     /// Removes a handle and drops its handler (closing its fd). If the handler is running on
-    /// another thread this waits until it returns; do not call it for the handle whose handler
-    /// is calling (return [`Disposition::Close`] instead). Returns false if already removed.
+    /// another thread this waits until it returns. Returns false if already removed.
+    ///
+    /// A handler may deregister its own handle (the token of the event it is handling): the
+    /// call returns true at once and the removal is deferred until the handler returns; the
+    /// handle is then removed and the handler dropped whatever [`Disposition`] it returned,
+    /// as if it had returned [`Disposition::Close`] (but counted as a deregistration, not in
+    /// `handles_closed_by_handler`). Calling it again before returning gives false.
+    ///
+    /// Two handlers that deregister each other's handles at the same moment wait for each
+    /// other: the process aborts (see [`PiMutex`](crate::PiMutex)). Return
+    /// [`Disposition::Close`] or coordinate through your own state instead.
     pub fn deregister(&self, token: Token) -> bool {
         self.set.deregister(token)
     }

@@ -67,10 +67,17 @@ pub struct GroupMetrics {
     /// Times a demoted thread could not restore its own policy after its handler returned (it
     /// then stays time-shared; each failure is also logged).
     pub restore_failures: u64,
-    /// Allocations on this group's pool threads after warm-up (needs [`crate::CountingAlloc`]).
-    pub pool_allocations: u64,
-    /// Minor page faults on this group's pool threads after warm-up.
-    pub pool_minor_faults: u64,
+    /// Allocations on this group's pool threads after warm-up: the sum, over the threads that
+    /// have made [`WARMUP_DISPATCHES`](crate::WARMUP_DISPATCHES) dispatches, of their
+    /// allocations since that dispatch. `None` (JSON `null`) means *not measured*: no thread
+    /// of the group has reached warm-up yet, or [`crate::CountingAlloc`] is not the global
+    /// allocator. So `Some(0)` is always a measured zero.
+    pub pool_allocations: Option<u64>,
+    /// Minor page faults on this group's pool threads after warm-up: the sum over the threads
+    /// that have reached warm-up, as for `pool_allocations`. `None` (JSON `null`) when no
+    /// thread of the group has reached warm-up yet. A thread that died without recording its
+    /// final count is left out.
+    pub pool_minor_faults: Option<u64>,
     /// Telemetry samples pushed by the pool threads.
     pub samples: u64,
     /// Telemetry samples dropped because a ring was full.

@@ -6,6 +6,7 @@
 //! boosts the holder to the highest waiter's priority until it unlocks, so the high thread waits
 //! at most one low critical section.
 
+use crate::sys::pthread::{self, RawPiMutex};
 use std::cell::UnsafeCell;
 use std::fmt;
 use std::marker::PhantomData;
@@ -28,10 +29,19 @@ use std::ops::{Deref, DerefMut};
 /// (`FUTEX_LOCK_PI`), which applies the priority boost.
 ///
 /// # Panics
-/// `lock` panics if the kernel reports a deadlock (the calling thread already holds the lock).
+/// `new` panics if the system cannot create a priority-inheritance mutex (no PI futex
+/// support). `lock` panics if the calling thread already holds the lock: the mutex is
+/// error-checking (`PTHREAD_MUTEX_ERRORCHECK`), so a relock is reported by the kernel instead
+/// of blocking the thread forever.
+///
 /// The lock does not poison: a panic while it is held unlocks it during unwinding.
+///
+/// # Deadlock between threads
+/// If two threads wait for each other's `PiMutex` (a lock-order cycle), the kernel detects
+/// it, and glibc aborts the process with an assertion failure in `pthread_mutex_lock` rather
+/// than returning an error. Take nested locks in one fixed order.
 pub struct PiMutex<T: ?Sized> {
-    raw: Box<UnsafeCell<libc::pthread_mutex_t>>,
+    raw: RawPiMutex,
     data: UnsafeCell<T>,
 }
 
@@ -44,78 +54,67 @@ unsafe impl<T: ?Sized + Send> Sync for PiMutex<T> {}
 impl<T> PiMutex<T> {
     /// Creates an unlocked mutex holding `value`.
     pub fn new(value: T) -> PiMutex<T> {
-        // SAFETY: zeroed pthread types are valid storage for the *_init calls below, which
-        // initialise them; the attribute object is destroyed after use; the mutex lives in a
-        // Box so it never moves after init.
-        unsafe {
-            let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
-            assert_eq!(libc::pthread_mutexattr_init(&mut attr), 0);
-            assert_eq!(
-                libc::pthread_mutexattr_setprotocol(&mut attr, libc::PTHREAD_PRIO_INHERIT),
-                0
-            );
-            let raw = Box::new(UnsafeCell::new(std::mem::zeroed()));
-            assert_eq!(libc::pthread_mutex_init(raw.get(), &attr), 0);
-            libc::pthread_mutexattr_destroy(&mut attr);
-            PiMutex {
-                raw,
-                data: UnsafeCell::new(value),
-            }
+        let raw = RawPiMutex::new()
+            .unwrap_or_else(|e| panic!("PiMutex::new: cannot create a PI mutex: {e}"));
+        PiMutex {
+            raw,
+            data: UnsafeCell::new(value),
         }
     }
 
     /// Consumes the mutex and returns the value.
     pub fn into_inner(self) -> T {
-        let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `this` is never used again and its Drop does not run; we move the data out
-        // and destroy/free the raw mutex exactly once.
-        unsafe {
-            let data = std::ptr::read(&this.data).into_inner();
-            let raw = std::ptr::read(&this.raw);
-            libc::pthread_mutex_destroy(raw.get());
-            drop(raw);
-            data
-        }
+        self.data.into_inner()
     }
 }
 
 impl<T: ?Sized> PiMutex<T> {
     /// Blocks until the lock is held; the holder is boosted while higher-priority threads wait.
+    ///
+    /// # Panics
+    /// If the calling thread already holds this lock.
     pub fn lock(&self) -> PiMutexGuard<'_, T> {
-        // SAFETY: `raw` was initialised in `new` and is never moved.
-        let rc = unsafe { libc::pthread_mutex_lock(self.raw.get()) };
-        assert_eq!(
-            rc,
-            0,
-            "pthread_mutex_lock (PI) failed: {}",
-            std::io::Error::from_raw_os_error(rc)
-        );
-        PiMutexGuard {
-            m: self,
-            _not_send: PhantomData,
+        match self.lock_unless_held() {
+            Some(g) => g,
+            None => {
+                panic!("PiMutex::lock: the calling thread already holds this lock (self-deadlock)")
+            }
         }
     }
 
-    /// Takes the lock if it is free, without blocking.
+    /// Like [`lock`](Self::lock), but `None` instead of a panic when the calling thread
+    /// already holds the lock.
+    ///
+    /// # Panics
+    /// On any other error of `pthread_mutex_lock` (none is possible for a valid mutex).
+    pub(crate) fn lock_unless_held(&self) -> Option<PiMutexGuard<'_, T>> {
+        match self.raw.lock() {
+            Ok(()) => Some(PiMutexGuard {
+                m: self,
+                _not_send: PhantomData,
+            }),
+            Err(e) if pthread::is_deadlock(&e) => None,
+            Err(e) => panic!("pthread_mutex_lock (PI) failed: {e}"),
+        }
+    }
+
+    /// Takes the lock if it is free, without blocking. `None` if another thread holds it, or
+    /// the calling thread itself.
     pub fn try_lock(&self) -> Option<PiMutexGuard<'_, T>> {
-        // SAFETY: `raw` was initialised in `new` and is never moved.
-        let rc = unsafe { libc::pthread_mutex_trylock(self.raw.get()) };
-        (rc == 0).then_some(PiMutexGuard {
-            m: self,
-            _not_send: PhantomData,
-        })
+        match self.raw.try_lock() {
+            Ok(true) => Some(PiMutexGuard {
+                m: self,
+                _not_send: PhantomData,
+            }),
+            Ok(false) => None,
+            Err(e) if pthread::is_deadlock(&e) => None,
+            Err(e) => panic!("pthread_mutex_trylock (PI) failed: {e}"),
+        }
     }
 
     /// Mutable access without locking (the borrow checker proves exclusivity).
     pub fn get_mut(&mut self) -> &mut T {
         self.data.get_mut()
-    }
-}
-
-impl<T: ?Sized> Drop for PiMutex<T> {
-    fn drop(&mut self) {
-        // SAFETY: `&mut self` proves nobody holds or waits on the lock.
-        unsafe { libc::pthread_mutex_destroy(self.raw.get()) };
     }
 }
 
@@ -167,8 +166,10 @@ impl<T: ?Sized> DerefMut for PiMutexGuard<'_, T> {
 
 impl<T: ?Sized> Drop for PiMutexGuard<'_, T> {
     fn drop(&mut self) {
-        // SAFETY: this thread locked the mutex when it created the guard.
-        unsafe { libc::pthread_mutex_unlock(self.m.raw.get()) };
+        // This thread locked the mutex when it created the guard (the guard is not `Send`),
+        // so the unlock cannot fail.
+        let r = self.m.raw.unlock();
+        debug_assert!(r.is_ok(), "pthread_mutex_unlock (PI) failed: {r:?}");
     }
 }
 
@@ -208,5 +209,39 @@ mod tests {
         drop(g);
         assert!(m.try_lock().is_some());
         assert_eq!(PiMutex::new(5).into_inner(), 5);
+    }
+
+    /// A relock by the owner panics (the mutex is error-checking) instead of blocking its
+    /// thread forever, as a default PI mutex does. The relock runs on its own thread and the
+    /// test waits at most 10 s for it, so a regression fails instead of hanging.
+    #[test]
+    fn relock_by_the_owner_panics_instead_of_hanging() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let m = PiMutex::new(());
+            let g = m.lock();
+            let owner_try = m.try_lock().is_none();
+            let owner_checked = m.lock_unless_held().is_none();
+            let relock = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(m.lock())));
+            drop(g);
+            let free_again = m.try_lock().is_some();
+            let _ = tx.send((owner_try, owner_checked, relock.err(), free_again));
+        });
+        let (owner_try, owner_checked, relock, free_again) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("relocking a PiMutex from its owner thread blocked (self-deadlock)");
+        assert!(owner_try, "try_lock by the owner must fail");
+        assert!(
+            owner_checked,
+            "lock_unless_held by the owner must return None"
+        );
+        let payload = relock.expect("relocking did not panic");
+        let msg = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or(payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or_default();
+        assert!(msg.contains("already holds this lock"), "{msg}");
+        assert!(free_again, "the first guard's unlock failed");
     }
 }

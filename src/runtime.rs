@@ -3,7 +3,7 @@
 use crate::alloc_count;
 use crate::config::{HandlerConfig, RtMode, RuntimeConfig};
 use crate::error::Error;
-use crate::group::{pool_thread, Group, Setup};
+use crate::group::{pool_thread, Group, Setup, ThreadSlot};
 use crate::handle_set::Registry;
 use crate::handler::EventHandler;
 use crate::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
@@ -13,6 +13,7 @@ use crate::sys::{self, mem};
 use crate::telemetry::{self, Sample, Telemetry};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -31,13 +32,16 @@ pub struct StartReport {
     pub rt_applied: bool,
     /// `mlockall` succeeded (false if not requested).
     pub memory_locked: bool,
-    /// The counting allocator is installed, so `pool_allocations` is meaningful.
+    /// The counting allocator is installed, so `pool_allocations` can be measured.
     pub counting_allocations: bool,
 }
 
 enum State {
     Built {
+        /// Per group, per thread: the producer side of the thread's telemetry ring.
         rings: Vec<Vec<rtrb::Producer<Sample>>>,
+        /// The consumer sides, for the collector.
+        consumers: Vec<rtrb::Consumer<Sample>>,
         pending: Vec<(usize, Pending)>,
     },
     Running,
@@ -77,9 +81,12 @@ pub struct Runtime {
     groups: Vec<Arc<Group>>,
     threads: Vec<JoinHandle<()>>,
     telemetry: Arc<Telemetry>,
+    /// Stops the helper threads (collector, watchdog).
     stop: Arc<AtomicBool>,
     helpers: Vec<JoinHandle<()>>,
     state: State,
+    /// [`crate::CountingAlloc`] is the global allocator.
+    counting: bool,
 }
 
 impl fmt::Debug for Runtime {
@@ -89,8 +96,9 @@ impl fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Validates the configuration, creates every group's handle set and binds the built-in
-    /// handlers' sockets. No thread is started.
+    /// Validates the configuration, creates every group's handle set and telemetry rings and
+    /// binds the built-in handlers' sockets. No thread is started: the pool threads, the
+    /// telemetry collector and the watchdog are spawned by [`start`](Self::start).
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid configuration, [`Error::Bind`] if a socket cannot be
@@ -150,21 +158,19 @@ impl Runtime {
             }
             groups.push(Arc::new(g));
         }
-        let telemetry = Arc::new(Telemetry::new(groups.len()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let collector = telemetry::spawn_collector(telemetry.clone(), consumers, stop.clone())
-            .map_err(|e| Error::Io {
-                context: "spawning the telemetry collector",
-                source: e,
-            })?;
         Ok(Runtime {
             cfg,
+            telemetry: Arc::new(Telemetry::new(groups.len())),
             groups,
             threads: Vec::new(),
-            telemetry,
-            stop,
-            helpers: vec![collector],
-            state: State::Built { rings, pending },
+            stop: Arc::new(AtomicBool::new(false)),
+            helpers: Vec::new(),
+            state: State::Built {
+                rings,
+                consumers,
+                pending,
+            },
+            counting: alloc_count::is_active(),
         })
     }
 
@@ -186,29 +192,62 @@ impl Runtime {
         &self.telemetry
     }
 
-    /// Locks memory (if configured), spawns every group's threads and waits until each has set
-    /// its policy, priority and affinity and pre-faulted its stack and buffers; then arms the
-    /// built-in handlers.
+    /// Locks memory (if configured), spawns the telemetry collector and every group's threads
+    /// and waits until each has set its policy, priority and affinity and pre-faulted its stack
+    /// and buffers; then spawns the watchdog (if a group has a budget) and arms the built-in
+    /// handlers.
     ///
     /// # Errors
     /// With `rt = "required"`: [`Error::RtPermission`] naming CAP_SYS_NICE / RLIMIT_RTPRIO if a
-    /// thread could not get its RT priority, and the error of a failed `mlockall`. Any failure
-    /// stops the threads already started. With `"best-effort"` those only log a warning.
+    /// thread could not get its RT priority, and the error of a failed `mlockall`. With
+    /// `"best-effort"` those only log a warning. [`Error::ThreadSetup`] if a pool thread died
+    /// during its set-up; [`Error::TooManyHandles`] or [`Error::Io`] if a built-in handler
+    /// cannot be armed or registered; [`Error::Io`] if a thread cannot be spawned;
+    /// [`Error::State`] if the runtime was already started or shut down.
+    ///
+    /// Any failure stops and joins every thread already started and closes every handle, as
+    /// [`shutdown`](Self::shutdown) does; the runtime cannot be started again.
     pub fn start(&mut self) -> Result<StartReport, Error> {
-        let State::Built { rings, pending } = std::mem::replace(&mut self.state, State::Running)
-        else {
-            return Err(Error::State("Runtime::start called twice"));
+        let (rings, consumers, pending) = match std::mem::replace(&mut self.state, State::Running) {
+            State::Built {
+                rings,
+                consumers,
+                pending,
+            } => (rings, consumers, pending),
+            other => {
+                let what = match other {
+                    State::Running => "Runtime::start called twice",
+                    _ => "Runtime::start called after shutdown",
+                };
+                self.state = other;
+                return Err(Error::State(what));
+            }
         };
+        let started = self.start_all(rings, consumers, pending);
+        if started.is_err() {
+            // The start error is what the caller needs; a thread that does not stop in time
+            // stays detached either way.
+            let _ = self.shutdown();
+        }
+        started
+    }
+
+    /// The body of [`start`](Self::start); its caller stops everything on error.
+    fn start_all(
+        &mut self,
+        rings: Vec<Vec<rtrb::Producer<Sample>>>,
+        consumers: Vec<rtrb::Consumer<Sample>>,
+        pending: Vec<(usize, Pending)>,
+    ) -> Result<StartReport, Error> {
         let mut report = StartReport {
             rt_applied: true,
             memory_locked: false,
-            counting_allocations: alloc_count::is_active(),
+            counting_allocations: self.counting,
         };
         if self.cfg.lock_memory {
             match mem::lock_all() {
                 Ok(()) => report.memory_locked = true,
                 Err(e) if self.cfg.rt == RtMode::Required => {
-                    self.abort();
                     return Err(Error::Io { context: "mlockall(MCL_CURRENT|MCL_FUTURE) (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK)", source: e });
                 }
                 Err(e) => {
@@ -216,60 +255,34 @@ impl Runtime {
                 }
             }
         }
-        let (tx, rx) = std::sync::mpsc::channel();
-        let mut spawned = 0;
+        let collector =
+            telemetry::spawn_collector(self.telemetry.clone(), consumers, self.stop.clone())
+                .map_err(|e| Error::Io {
+                    context: "spawning the telemetry collector",
+                    source: e,
+                })?;
+        self.helpers.push(collector);
+        // One channel per thread, in the order of `self.threads`: a thread that dies before
+        // reporting is seen as a closed channel and named.
+        let mut setups = Vec::new();
         for (g, producers) in self.groups.iter().zip(rings) {
             for (i, ring) in producers.into_iter().enumerate() {
-                let (g2, tx) = (g.clone(), tx.clone());
+                let (tx, rx) = std::sync::mpsc::channel();
+                let g2 = g.clone();
                 let rt = self.cfg.rt;
                 let h = std::thread::Builder::new()
                     .name(format!("lf-{}-{}", g.cfg.name, i))
                     .stack_size(g.cfg.stack_bytes)
-                    .spawn(move || pool_thread(g2, i as u16, ring, rt, tx));
-                match h {
-                    Ok(h) => {
-                        self.threads.push(h);
-                        spawned += 1;
-                    }
-                    Err(e) => {
-                        self.abort();
-                        return Err(Error::Io {
-                            context: "spawning a pool thread",
-                            source: e,
-                        });
-                    }
-                }
+                    .spawn(move || pool_thread(g2, i as u16, ring, rt, tx))
+                    .map_err(|e| Error::Io {
+                        context: "spawning a pool thread",
+                        source: e,
+                    })?;
+                self.threads.push(h);
+                setups.push((g.cfg.name.clone(), i, rx));
             }
         }
-        drop(tx);
-        let mut failure = None;
-        for _ in 0..spawned {
-            match rx.recv() {
-                Ok(Setup::Ready { rt_applied, error }) => {
-                    if !rt_applied {
-                        if report.rt_applied {
-                            let p = sys::sched::RtPrivilege::probe();
-                            tracing::warn!(
-                                error = %error.map(|e| e.to_string()).unwrap_or_default(),
-                                cap_sys_nice = p.cap_sys_nice,
-                                rlimit_rtprio = p.rlimit_rtprio,
-                                "real-time scheduling refused; rt = \"best-effort\": running at normal priority \
-                                 (grant CAP_SYS_NICE or raise RLIMIT_RTPRIO for SCHED_FIFO)"
-                            );
-                        }
-                        report.rt_applied = false;
-                    }
-                }
-                Ok(Setup::Failed(e)) => {
-                    failure.get_or_insert(e);
-                }
-                Err(_) => break,
-            }
-        }
-        if let Some(e) = failure {
-            self.abort();
-            return Err(e);
-        }
+        self.await_setup(setups, &mut report)?;
         self.helpers.extend(
             crate::watchdog::spawn(self.groups.clone(), self.stop.clone()).map_err(|e| {
                 Error::Io {
@@ -307,7 +320,7 @@ impl Runtime {
         }
         tracing::info!(
             groups = self.groups.len(),
-            threads = spawned,
+            threads = self.threads.len(),
             rt = report.rt_applied,
             mlock = report.memory_locked,
             "lfrt started"
@@ -315,9 +328,52 @@ impl Runtime {
         Ok(report)
     }
 
-    /// Stops whatever `start` managed to spawn (used on start-up failure).
-    fn abort(&mut self) {
-        let _ = self.shutdown();
+    /// Waits for every pool thread's set-up report. `setups[k]` is `(group name, thread index,
+    /// channel)` of `self.threads[k]`. Every thread is waited for, so none is still setting
+    /// itself up when the caller stops them; the first failure is returned. A thread whose
+    /// channel closed without a report panicked: it is joined for its panic message.
+    fn await_setup(
+        &mut self,
+        setups: Vec<(String, usize, Receiver<Setup>)>,
+        report: &mut StartReport,
+    ) -> Result<(), Error> {
+        let mut failure = None;
+        for (k, (group, thread, rx)) in setups.into_iter().enumerate() {
+            match rx.recv() {
+                Ok(Setup::Ready { rt_applied, error }) => {
+                    if !rt_applied {
+                        if report.rt_applied {
+                            let p = sys::sched::RtPrivilege::probe();
+                            tracing::warn!(
+                                error = %error.map(|e| e.to_string()).unwrap_or_default(),
+                                cap_sys_nice = p.cap_sys_nice,
+                                rlimit_rtprio = p.rlimit_rtprio,
+                                "real-time scheduling refused; rt = \"best-effort\": running at normal priority \
+                                 (grant CAP_SYS_NICE or raise RLIMIT_RTPRIO for SCHED_FIFO)"
+                            );
+                        }
+                        report.rt_applied = false;
+                    }
+                }
+                Ok(Setup::Failed(e)) => {
+                    failure.get_or_insert(e);
+                }
+                Err(_) if failure.is_none() => {
+                    // Only the first failure removes a handle, so index `k` is still in place.
+                    let message = match self.threads.remove(k).join() {
+                        Err(payload) => panic_message(payload.as_ref()).to_owned(),
+                        Ok(()) => "it returned without reporting".to_owned(),
+                    };
+                    failure = Some(Error::ThreadSetup {
+                        group,
+                        thread,
+                        message,
+                    });
+                }
+                Err(_) => {}
+            }
+        }
+        failure.map_or(Ok(()), Err)
     }
 
     /// Per-group metrics snapshot.
@@ -345,8 +401,12 @@ impl Runtime {
                     budget_overruns: c.budget_overruns.load(Relaxed),
                     restore_failures: c.restore_failures.load(Relaxed),
                     demotions: c.demotions.load(Relaxed),
-                    pool_allocations: g.threads.iter().map(|t| t.allocations()).sum(),
-                    pool_minor_faults: g.threads.iter().map(|t| t.minor_faults()).sum(),
+                    pool_allocations: if self.counting {
+                        sum_measured(g.threads.iter().map(ThreadSlot::allocations))
+                    } else {
+                        None
+                    },
+                    pool_minor_faults: sum_measured(g.threads.iter().map(ThreadSlot::minor_faults)),
                     samples: g.threads.iter().map(|t| t.samples.load(Relaxed)).sum(),
                     samples_dropped: g
                         .threads
@@ -384,7 +444,8 @@ impl Runtime {
 
     /// Stops every group and waits (at most [`SHUTDOWN_TIMEOUT`]) for every pool thread, whether
     /// it was leading, following or processing; then closes every handle. Returns the final
-    /// metrics. Calling it again is a no-op returning the metrics.
+    /// metrics. Calling it again is a no-op returning the metrics. On a runtime that was never
+    /// started it only closes the handles.
     ///
     /// # Errors
     /// [`Error::State`] if a thread did not return in time (a handler that never returns);
@@ -393,18 +454,13 @@ impl Runtime {
         if matches!(self.state, State::Stopped) {
             return Ok(self.metrics());
         }
+        // Before `start` this drops the unused telemetry rings and the built-in handlers.
         self.state = State::Stopped;
         for g in &self.groups {
             g.stop();
         }
         let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
-        let all_exited = || {
-            self.groups.iter().all(|g| {
-                g.threads
-                    .iter()
-                    .all(|t| t.exited.load(Acquire) || t.tid.load(Acquire) == 0)
-            })
-        };
+        let all_exited = || self.threads.iter().all(JoinHandle::is_finished);
         while !all_exited() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -429,6 +485,21 @@ impl Runtime {
         tracing::info!("lfrt stopped");
         Ok(self.metrics())
     }
+}
+
+/// The sum of the measured values; `None` if none is measured.
+fn sum_measured(values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
+    values.flatten().reduce(u64::saturating_add)
+}
+
+/// The message of a panic payload (`panic!` with a literal gives `&str`, with arguments
+/// `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic with a non-string payload")
 }
 
 impl Drop for Runtime {
@@ -456,5 +527,60 @@ impl Stopper {
 impl fmt::Debug for Stopper {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad("Stopper { .. }")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GroupConfig;
+
+    /// A pool thread that panics before reporting ready (its set-up channel closes without a
+    /// message) fails the start with an error naming its group, thread and panic, instead of
+    /// being skipped.
+    #[test]
+    fn a_thread_that_dies_during_setup_is_an_error_naming_it() {
+        let mut cfg = RuntimeConfig {
+            rt: RtMode::BestEffort,
+            lock_memory: false,
+            groups: vec![GroupConfig::new("g", 10)],
+        };
+        cfg.groups[0].threads = 2;
+        let mut rt = Runtime::new(cfg).unwrap();
+        let mut setups = Vec::new();
+        for i in 0..2 {
+            let (tx, rx) = std::sync::mpsc::channel::<Setup>();
+            rt.threads.push(std::thread::spawn(move || {
+                if i == 1 {
+                    let _tx = tx;
+                    panic!("set-up exploded");
+                }
+                tx.send(Setup::Ready {
+                    rt_applied: true,
+                    error: None,
+                })
+                .unwrap();
+            }));
+            setups.push(("g".to_owned(), i, rx));
+        }
+        let mut report = StartReport {
+            rt_applied: true,
+            memory_locked: false,
+            counting_allocations: false,
+        };
+        match rt.await_setup(setups, &mut report) {
+            Err(e @ Error::ThreadSetup { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains("group `g`")
+                        && text.contains("lf-g-1")
+                        && text.contains("set-up exploded"),
+                    "{text}"
+                );
+            }
+            other => panic!("expected a ThreadSetup error, got {other:?}"),
+        }
+        assert_eq!(rt.threads.len(), 1, "the dead thread was joined");
+        rt.shutdown().unwrap();
     }
 }

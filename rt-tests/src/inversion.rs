@@ -62,6 +62,7 @@
 
 use crate::hsha::{HshaConfig, HshaPool, Source};
 use crate::service::{Request, RequestKind, Service, ServiceHandler};
+use crate::{measured, sum_measured};
 use lfrt::handlers::cpu_work;
 use lfrt::os::{self, Sched};
 use lfrt::PiMutex;
@@ -506,8 +507,9 @@ pub struct RunResult {
     pub low_handled: u64,
     /// lfrt: events dispatched by the pool threads; hsha: requests queued by the I/O thread.
     pub requests: u64,
-    /// lfrt: pool-thread allocations after warm-up; hsha: allocations of the I/O thread.
-    pub allocations: u64,
+    /// lfrt: pool-thread allocations after warm-up (`None`: not measured, no pool thread
+    /// reached its warm-up); hsha: allocations of the I/O thread.
+    pub allocations: Option<u64>,
     /// Every server thread got its SCHED_FIFO priority.
     pub rt_applied: bool,
     /// Per-stream accounting.
@@ -541,17 +543,18 @@ pub struct Report {
     pub experiments: Vec<RunResult>,
     /// Experiment 2, one entry per mutex kind.
     pub lock: Vec<LockResult>,
-    /// Allocations on lfrt pool threads after warm-up, over every lanes and single_pool run.
-    pub pool_allocations: u64,
+    /// Allocations on lfrt pool threads after warm-up, over every lanes and single_pool run
+    /// that measured them (`None`: none did; see [`lfrt::GroupMetrics`]).
+    pub pool_allocations: Option<u64>,
     /// Minor page faults on lfrt pool threads after warm-up, over the same runs.
-    pub pool_minor_faults: u64,
+    pub pool_minor_faults: Option<u64>,
 }
 
-/// lfrt pool hygiene counters summed over runs.
+/// lfrt pool hygiene counters summed over the runs that measured them.
 #[derive(Debug, Default, Clone, Copy)]
 struct PoolCounters {
-    allocations: u64,
-    minor_faults: u64,
+    allocations: Option<u64>,
+    minor_faults: Option<u64>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -889,18 +892,22 @@ enum Server {
 }
 
 /// What a server reported after shutdown: (requests, allocations, rt_applied).
-fn stop_server(server: Server, pool: &mut PoolCounters) -> Result<(u64, u64, bool), BoxError> {
+fn stop_server(
+    server: Server,
+    pool: &mut PoolCounters,
+) -> Result<(u64, Option<u64>, bool), BoxError> {
     Ok(match server {
         Server::Lfrt(mut rt, rt_applied) => {
             let m = rt.shutdown()?;
-            let allocs: u64 = m.iter().map(|g| g.pool_allocations).sum();
-            pool.allocations += allocs;
-            pool.minor_faults += m.iter().map(|g| g.pool_minor_faults).sum::<u64>();
+            let allocs = sum_measured(m.iter().map(|g| g.pool_allocations));
+            pool.allocations = sum_measured([pool.allocations, allocs]);
+            let faults = sum_measured(m.iter().map(|g| g.pool_minor_faults));
+            pool.minor_faults = sum_measured([pool.minor_faults, faults]);
             (m.iter().map(|g| g.dispatched).sum(), allocs, rt_applied)
         }
         Server::Hsha(pool) => {
             let m = pool.shutdown()?;
-            (m.enqueued, m.io_allocations, m.rt_applied)
+            (m.enqueued, Some(m.io_allocations), m.rt_applied)
         }
     })
 }
@@ -1350,8 +1357,8 @@ pub fn measure(plan: &Plan, mut progress: impl FnMut(&str) + Send) -> Result<Rep
                 let mut report = Report {
                     experiments: Vec::new(),
                     lock: Vec::new(),
-                    pool_allocations: 0,
-                    pool_minor_faults: 0,
+                    pool_allocations: None,
+                    pool_minor_faults: None,
                 };
                 let mut pool = PoolCounters::default();
                 for &arch in &plan.architectures {
@@ -1471,7 +1478,8 @@ pub fn table(plan: &Plan, report: &Report) -> String {
     let _ = writeln!(
         s,
         "\npool_allocations={} pool_minor_faults={}",
-        report.pool_allocations, report.pool_minor_faults
+        measured(report.pool_allocations),
+        measured(report.pool_minor_faults)
     );
     s
 }
@@ -1662,7 +1670,7 @@ mod tests {
             low_sent: 1,
             low_handled: 1,
             requests: 1,
-            allocations: 0,
+            allocations: Some(0),
             rt_applied: true,
             streams: vec![],
         };
@@ -1678,8 +1686,8 @@ mod tests {
         let v = serde_json::to_value(Report {
             experiments: vec![r],
             lock: vec![l],
-            pool_allocations: 0,
-            pool_minor_faults: 0,
+            pool_allocations: Some(0),
+            pool_minor_faults: None,
         })
         .unwrap();
         let e = &v["experiments"][0];
@@ -1703,6 +1711,9 @@ mod tests {
                 && v["lock"][0]["high_block_p99_us"].is_number()
         );
         assert!(v["pool_allocations"].is_u64());
-        assert!(v["pool_minor_faults"].is_u64());
+        assert!(
+            v["pool_minor_faults"].is_null(),
+            "not measured is null, not 0"
+        );
     }
 }

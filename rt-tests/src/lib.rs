@@ -28,3 +28,15 @@ pub mod inversion;
 pub mod loadgen;
 pub mod plot;
 pub mod service;
+
+/// A pool hygiene counter of [`lfrt::GroupMetrics`] (`pool_allocations`, `pool_minor_faults`)
+/// as the text reports print it: `-` when it was not measured (no pool thread reached its
+/// warm-up, or no counting allocator), so a printed `0` is always a measurement.
+pub fn measured(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |n| n.to_string())
+}
+
+/// The sum of the measured pool hygiene counters; `None` if none was measured.
+pub fn sum_measured(values: impl IntoIterator<Item = Option<u64>>) -> Option<u64> {
+    values.into_iter().flatten().reduce(|a, b| a + b)
+}

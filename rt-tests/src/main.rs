@@ -1,6 +1,7 @@
 //! The `lfrt` command: check and run configurations, and the measurement harnesses.
 
 use clap::{Parser, Subcommand};
+use rt_tests::{measured, sum_measured};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -313,8 +314,8 @@ fn run(
             m.handler_panics,
             m.budget_overruns,
             m.stale_events,
-            m.pool_allocations,
-            m.pool_minor_faults,
+            measured(m.pool_allocations),
+            measured(m.pool_minor_faults),
             lat.p50_ns as f64 / 1000.0,
             lat.p99_ns as f64 / 1000.0
         );
@@ -329,9 +330,14 @@ fn run(
             );
         }
     }
-    let pool_allocations: u64 = metrics.iter().map(|m| m.pool_allocations).sum();
-    let pool_minor_faults: u64 = metrics.iter().map(|m| m.pool_minor_faults).sum();
-    println!("pool_allocations={pool_allocations} pool_minor_faults={pool_minor_faults}");
+    // Over the groups that measured (`-`/null: no pool thread reached its warm-up).
+    let pool_allocations = sum_measured(metrics.iter().map(|m| m.pool_allocations));
+    let pool_minor_faults = sum_measured(metrics.iter().map(|m| m.pool_minor_faults));
+    println!(
+        "pool_allocations={} pool_minor_faults={}",
+        measured(pool_allocations),
+        measured(pool_minor_faults)
+    );
     if let Some(p) = json {
         let v = serde_json::json!({
             "duration_s": elapsed.as_secs_f64(),

@@ -59,8 +59,9 @@ fn assert_no_allocations(what: &str, mut rt: Runtime, load: impl FnOnce(&dyn Fn(
         "{what}: threads never contended (no promotion): {m:?}"
     );
     assert_eq!(
-        m.pool_allocations, 0,
-        "{what}: pool threads allocated after warm-up: {m:?}"
+        m.pool_allocations,
+        Some(0),
+        "{what}: pool threads allocated after warm-up (None: not measured): {m:?}"
     );
     eprintln!(
         "{what}: {} dispatches, {} promotions, {} vacant, 0 allocations",
@@ -252,7 +253,7 @@ fn locked_memory_pool_threads_do_not_fault_in_steady_state() {
         m[0].pool_minor_faults, after_warmup,
         "pool threads page-faulted in steady state: {m:?}"
     );
-    assert_eq!(m[0].pool_minor_faults, 0, "{m:?}");
+    assert_eq!(m[0].pool_minor_faults, Some(0), "{m:?}");
 }
 
 /// Telemetry: every sample a pool thread pushed is either in the histograms or counted as
@@ -506,5 +507,48 @@ fn an_allocating_handler_is_reported() {
         assert!(util::wait_until(5, || rt.metrics()[0].dispatched > before));
     }
     let m = rt.shutdown().unwrap();
-    assert!(m[0].pool_allocations >= 500, "{m:?}");
+    assert!(m[0].pool_allocations.is_some_and(|n| n >= 500), "{m:?}");
+}
+
+/// Before any pool thread of a group has made `WARMUP_DISPATCHES` dispatches, its allocation
+/// and page-fault counters are "not measured" (`None`, JSON `null`), never a zero that looks
+/// like a clean measurement.
+#[test]
+fn hygiene_counters_before_warmup_are_not_measured() {
+    let _l = util::rt_lock();
+    let mut g = group("cold", Promotion::Priority);
+    g.threads = 2;
+    let mut rt = runtime(g, false);
+    let n = Notifier::new().unwrap();
+    let w = n.as_fd().try_clone_to_owned().unwrap();
+    rt.registry("cold")
+        .unwrap()
+        .register(Box::new(Allocating(n)))
+        .unwrap();
+    assert!(rt.start().unwrap().counting_allocations);
+    let m = rt.metrics();
+    assert_eq!(
+        (m[0].pool_allocations, m[0].pool_minor_faults),
+        (None, None)
+    );
+    // Fewer dispatches than one thread's warm-up, even if one thread handles them all; the
+    // handler allocates on each, so a counter that wrongly started would show it.
+    let events = WARMUP_DISPATCHES - 1;
+    for _ in 0..events {
+        let before = rt.metrics()[0].dispatched;
+        nix::unistd::write(&w, &1u64.to_ne_bytes()).unwrap();
+        assert!(util::wait_until(5, || rt.metrics()[0].dispatched > before));
+    }
+    let m = rt.shutdown().unwrap();
+    assert_eq!(m[0].dispatched, events);
+    assert_eq!(
+        (m[0].pool_allocations, m[0].pool_minor_faults),
+        (None, None),
+        "{m:?}"
+    );
+    let json = serde_json::to_value(&m[0]).unwrap();
+    assert!(
+        json["pool_allocations"].is_null() && json["pool_minor_faults"].is_null(),
+        "{json}"
+    );
 }

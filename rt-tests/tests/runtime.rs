@@ -159,6 +159,10 @@ fn every_event_dispatched_exactly_once() {
         "leaders never promoted a follower: {m:?}"
     );
     assert_eq!(m[0].handler_panics, 0);
+    // This test binary does not install lfrt::CountingAlloc: allocations are not measured,
+    // while page faults are (every thread is far past its warm-up).
+    assert_eq!(m[0].pool_allocations, None, "{:?}", m[0]);
+    assert!(m[0].pool_minor_faults.is_some(), "{:?}", m[0]);
 }
 
 /// A second handle on an eventfd: writing to it wakes the registered notifier.
@@ -524,4 +528,179 @@ fn a_busy_low_lane_does_not_hold_up_the_high_lane() {
     let m = rt.shutdown().unwrap();
     assert_eq!(low_during, 0, "the low handler had not returned yet");
     assert_eq!(m[1].dispatched, 1);
+}
+
+/// On its first event, deregisters its own handle from inside `handle` (twice) and records
+/// what the calls returned and whether it was still alive; counts its drops.
+struct SelfRemover {
+    n: Notifier,
+    handled: Arc<AtomicU64>,
+    /// Bit 0: first deregister returned true; bit 1: the second returned true; bit 2: the
+    /// handler had been dropped when `handle` returned (it must not be); bit 7: recorded.
+    outcome: Arc<AtomicU8>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl EventHandler for SelfRemover {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.n.as_fd()
+    }
+    fn handle(&mut self, e: &Event, ctx: &mut Context) -> Disposition {
+        let _ = self.n.take();
+        self.handled.fetch_add(1, SeqCst);
+        let first = ctx.registry().deregister(e.token());
+        let second = ctx.registry().deregister(e.token());
+        let dropped = self.dropped.load(SeqCst) != 0;
+        self.outcome.store(
+            0x80 | u8::from(first) | u8::from(second) << 1 | u8::from(dropped) << 2,
+            SeqCst,
+        );
+        Disposition::Rearm
+    }
+}
+
+impl Drop for SelfRemover {
+    fn drop(&mut self) {
+        self.dropped.fetch_add(1, SeqCst);
+    }
+}
+
+/// A handler that deregisters its own handle inside `handle` neither hangs its thread (the
+/// slot lock it runs under is not taken again) nor panics: the call returns true, a second
+/// call false, and the handle is removed when `handle` returns although it asked to re-arm.
+#[test]
+fn a_handler_deregistering_its_own_handle_is_removed_after_it_returns() {
+    let _l = util::rt_lock();
+    let mut g = GroupConfig::new("selfrm", 10);
+    g.threads = 2;
+    let mut rt = Runtime::new(cfg(vec![g])).unwrap();
+    let reg = rt.registry("selfrm").unwrap();
+    let (handled, outcome, dropped) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU8::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let n = Notifier::new().unwrap();
+    let w = writer_for(&n);
+    let token = reg
+        .register(Box::new(SelfRemover {
+            n,
+            handled: handled.clone(),
+            outcome: outcome.clone(),
+            dropped: dropped.clone(),
+        }))
+        .unwrap();
+    rt.start().unwrap();
+    w.write(1);
+    assert!(
+        util::wait_until(10, || outcome.load(SeqCst) != 0),
+        "the handler never returned from deregistering its own handle"
+    );
+    assert_eq!(
+        outcome.load(SeqCst),
+        0x80 | 0b001,
+        "first deregister true, second false, handler alive until it returned"
+    );
+    assert!(
+        util::wait_until(10, || dropped.load(SeqCst) == 1 && reg.is_empty()),
+        "the handle was not removed after its handler returned"
+    );
+    assert!(!reg.deregister(token), "already removed");
+    w.write(1);
+    std::thread::sleep(Duration::from_millis(20));
+    let m = rt.shutdown().unwrap();
+    assert_eq!(handled.load(SeqCst), 1, "dispatched after its removal");
+    assert_eq!(m[0].handler_panics, 0, "{:?}", m[0]);
+    assert_eq!(
+        (m[0].handles_closed, m[0].handles_closed_by_handler),
+        (1, 0)
+    );
+    assert_eq!(dropped.load(SeqCst), 1);
+}
+
+/// Names (`comm`) of this process's lfrt threads: pool threads (`lf-<group>-<n>`) and helpers
+/// (`lfrt-collector`, `lfrt-watchdog`). Every test that runs a runtime holds `rt_lock`, so
+/// under it these can only belong to the calling test. A thread names itself when it starts,
+/// so one spawned a moment ago may not show yet: the tests compare the thread count too.
+fn lfrt_threads() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .filter(|n| n.starts_with("lf-") || n.starts_with("lfrt-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Threads of this process (the test harness runs one test at a time: `--test-threads=1`).
+fn tasks() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+/// `Runtime::new` starts no thread (not even the telemetry collector); a runtime that never
+/// started shuts down and drops cleanly, and cannot be started after its shutdown.
+#[test]
+fn new_starts_no_thread() {
+    let _l = util::rt_lock();
+    assert_eq!(lfrt_threads(), Vec::<String>::new(), "left by another test");
+    let before = tasks();
+    let mut g = GroupConfig::new("idle", 10);
+    g.threads = 2;
+    g.budget_us = Some(1000);
+    g.handlers.push(HandlerConfig::Timer {
+        interval_us: 1000,
+        count: 1,
+        distance_us: 0,
+    });
+    let mut rt = Runtime::new(cfg(vec![g])).unwrap();
+    assert_eq!(lfrt_threads(), Vec::<String>::new());
+    assert_eq!(tasks(), before, "Runtime::new started a thread");
+    let m = rt.shutdown().unwrap();
+    assert_eq!((m[0].dispatched, m[0].handles), (0, 0));
+    assert!(
+        matches!(rt.start(), Err(Error::State(_))),
+        "start after shutdown"
+    );
+    drop(rt);
+    assert_eq!(tasks(), before);
+}
+
+/// A start that fails after its threads are running (here: the group's only handle slot is
+/// taken, so registering the built-in timer fails) stops every thread it started, pool
+/// threads and helpers, before it returns the error.
+#[test]
+fn a_failed_start_leaves_no_thread_running() {
+    let _l = util::rt_lock();
+    assert_eq!(lfrt_threads(), Vec::<String>::new(), "left by another test");
+    let before = tasks();
+    let mut g = GroupConfig::new("startfail", 10);
+    g.threads = 2;
+    g.max_handles = 1;
+    g.budget_us = Some(1000); // so the watchdog runs too
+    g.handlers.push(HandlerConfig::Timer {
+        interval_us: 1000,
+        count: 1,
+        distance_us: 0,
+    });
+    let mut rt = Runtime::new(cfg(vec![g])).unwrap();
+    rt.registry("startfail")
+        .unwrap()
+        .register(Box::new(Counter {
+            n: Notifier::new().unwrap(),
+            total: Arc::new(AtomicU64::new(0)),
+        }))
+        .unwrap();
+    match rt.start() {
+        Err(Error::TooManyHandles { max: 1 }) => {}
+        other => panic!("expected TooManyHandles, got {other:?}"),
+    }
+    assert_eq!(
+        lfrt_threads(),
+        Vec::<String>::new(),
+        "threads left running after a failed start"
+    );
+    assert_eq!(tasks(), before, "threads left running after a failed start");
+    assert!(matches!(rt.start(), Err(Error::State(_))));
+    assert_eq!(rt.metrics()[0].handles, 0, "handles closed as by shutdown");
 }

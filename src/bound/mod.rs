@@ -124,7 +124,7 @@ use crate::error::Error;
 use crate::handle_set::{HandleSet, Registry, Token, Wait};
 use crate::handler::{Context, Event};
 use crate::pi_mutex::{PiMutex, PiMutexGuard};
-use crate::sys::{self, epoll, net};
+use crate::sys::{self, epoll, errno, net};
 use frame::{Next, Reader};
 use std::cell::Cell;
 use std::fmt;
@@ -441,10 +441,6 @@ fn ms_until(deadline: Option<u64>) -> i32 {
             }
         }
     }
-}
-
-fn errno(e: &io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(libc::EIO)
 }
 
 impl BoundPool {

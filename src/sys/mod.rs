@@ -19,6 +19,7 @@ pub(crate) mod fd;
 pub(crate) mod futex;
 pub(crate) mod mem;
 pub(crate) mod net;
+pub(crate) mod pthread;
 pub(crate) mod sched;
 pub(crate) mod signal;
 
@@ -52,6 +53,12 @@ pub(crate) fn has_capability(cap: u32) -> bool {
                 .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         })
         .is_some_and(|caps| cap < 64 && caps & (1 << cap) != 0)
+}
+
+/// The error number an `io::Error` carries; `EIO` for an error that did not come from the
+/// kernel (one made by std or by lfrt itself).
+pub(crate) fn errno(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
 }
 
 /// The kernel thread id of the calling thread (what `/proc`, `chrt` and `sched_*` take).

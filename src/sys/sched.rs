@@ -44,6 +44,12 @@ pub(crate) fn set_thread(thread: u64, s: Sched) -> io::Result<()> {
     })
 }
 
+/// The kernel refused a policy or priority change for lack of privilege (`EPERM`: no
+/// `CAP_SYS_NICE` and a soft `RLIMIT_RTPRIO` below the priority asked for).
+pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EPERM)
+}
+
 /// The calling thread as [`set_thread`] names it (its `pthread_t`): a pool thread publishes it so
 /// the watchdog can demote it.
 pub(crate) fn current_thread() -> u64 {

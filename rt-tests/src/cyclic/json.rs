@@ -5,6 +5,7 @@
 
 use super::args::Unit;
 use super::report::{Buckets, GroupResult, TimerResult};
+use crate::sum_measured;
 use lfrt::telemetry::LatencySummary;
 use lfrt::StartReport;
 use serde::{Serialize, Serializer};
@@ -160,8 +161,8 @@ struct Group {
     dispatched: u64,
     promotions: u64,
     promotions_no_follower: u64,
-    pool_allocations: u64,
-    pool_minor_faults: u64,
+    pool_allocations: Option<u64>,
+    pool_minor_faults: Option<u64>,
     samples_dropped: u64,
 }
 
@@ -220,8 +221,9 @@ struct Document {
     memory_locked: bool,
     counting_allocations: bool,
     missed_periods: u64,
-    pool_allocations: u64,
-    pool_minor_faults: u64,
+    /// Over the groups that measured; `null` if none did (see `GroupMetrics`).
+    pool_allocations: Option<u64>,
+    pool_minor_faults: Option<u64>,
     samples_dropped: u64,
     groups: Vec<Group>,
 }
@@ -270,8 +272,8 @@ pub(crate) fn render(
         memory_locked: info.started.memory_locked,
         counting_allocations: info.started.counting_allocations,
         missed_periods: timers.iter().map(|t| t.missed_periods).sum(),
-        pool_allocations: groups.iter().map(|g| g.metrics.pool_allocations).sum(),
-        pool_minor_faults: groups.iter().map(|g| g.metrics.pool_minor_faults).sum(),
+        pool_allocations: sum_measured(groups.iter().map(|g| g.metrics.pool_allocations)),
+        pool_minor_faults: sum_measured(groups.iter().map(|g| g.metrics.pool_minor_faults)),
         samples_dropped: groups.iter().map(|g| g.metrics.samples_dropped).sum(),
         groups: groups.iter().map(|g| Group::of(g, unit)).collect(),
     };

@@ -49,7 +49,8 @@
 //!   `num_threads`, `resolution_in_ns`, `thread: {"0": {histogram, cycles, min, max, avg, cpu,
 //!   node}}`) plus, per thread, `p50`, `p99`, `p999`, `missed_periods`, `hist_overflow`, `group`,
 //!   `priority`, `interval`, `wake`, `dispatch`, and a `groups` array with the same per group
-//!   and the runtime's counters (`pool_allocations`, `pool_minor_faults`, promotions). Histogram
+//!   and the runtime's counters (`pool_allocations`, `pool_minor_faults`: `null` when not
+//!   measured, i.e. no pool thread reached its warm-up; promotions). Histogram
 //!   keys are the latency in µs (ns with `-N`), only non-zero buckets; the counts sum to
 //!   `cycles` (with `-h US`, larger values are counted in bucket US−1 and in `hist_overflow`).
 

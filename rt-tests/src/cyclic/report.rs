@@ -2,6 +2,7 @@
 //! status lines and histogram, and lfrt's summary.
 
 use super::args::{TimerSpec, Unit};
+use crate::measured;
 use hdrhistogram::Histogram;
 use lfrt::telemetry::{new_histogram, Histograms, LatencySummary, Recorded};
 use lfrt::GroupMetrics;
@@ -412,7 +413,7 @@ pub(crate) fn summary(timers: &[TimerResult], groups: &[GroupResult], unit: Unit
         let _ = writeln!(
             s,
             "# group {}: dispatched={} promotions={} no_follower={} pool_allocations={} pool_minor_faults={} samples_dropped={}",
-            m.name, m.dispatched, m.promotions, m.promotions_no_follower, m.pool_allocations, m.pool_minor_faults, m.samples_dropped
+            m.name, m.dispatched, m.promotions, m.promotions_no_follower, measured(m.pool_allocations), measured(m.pool_minor_faults), m.samples_dropped
         );
     }
     s
