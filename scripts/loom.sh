@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Model-checks the Leader/Followers promotion protocol (src/leader.rs) with loom.
+# Model-checks the Leader/Followers protocol (src/leader.rs: the unbound promotion and the bound
+# variant's hand-off, failure, shutdown and timeout races) with loom.
 #
-# LOOM_MAX_PREEMPTIONS=2: the 3-thread model is exhaustive only up to 2 preemptions; unbounded
-# it takes minutes (218 s measured for a similar model), while 2 covers the interleavings that
-# matter for a hand-off between a leader, a follower and a rejoining thread in under a minute.
+# LOOM_MAX_PREEMPTIONS=2: the 3-thread models are exhaustive only up to 2 preemptions; unbounded
+# they take minutes (218 s measured for a similar model), while 2 covers the interleavings that
+# matter for a hand-off between a leader, a follower and a rejoining thread in seconds. The
+# timeout-race model sets 3 itself (about 2 s): the stale-token interleaving needs a third.
 set -euxo pipefail
 cd "$(dirname "$0")"/..
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
     cargo test -p lfrt --release --lib leader::loom_tests -- --test-threads=1 "$@"
 
-# The bound pool's hand-off (src/bound/table.rs). Its models set their preemption bound
-# themselves: 3 for the 3-thread models and 2 for the 4-thread one (about 10 s in all).
+# The bound pool (src/bound/table.rs) on that protocol. Its models set their preemption bound
+# themselves: 3 for the 3-thread models and 2 for the 4-thread one (about 20 s in all).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p lfrt --release --lib bound::table::loom_tests -- --test-threads=1 "$@"

@@ -1,8 +1,8 @@
 //! The follower queue: which waiting thread is promoted next.
 //!
-//! A fixed-capacity max-heap (`heapless::BinaryHeap`, storage inline, no allocation) of
-//! `(key, thread)` entries. One ordering mechanism serves all three protocols of the pattern's
-//! implementation activity 5.2; only the key differs:
+//! A max-heap of `(key, thread)` entries, one per queued thread, allocated once for all the
+//! threads of a pool (no allocation afterwards). One ordering mechanism serves all three
+//! protocols of the pattern's implementation activity 5.2; only the key differs:
 //!
 //! | [`Promotion`] | key                        | effect                                      |
 //! |---------------|----------------------------|---------------------------------------------|
@@ -12,10 +12,17 @@
 //!
 //! `arrival` is a per-queue counter that grows with every push, so keys are unique and the
 //! order among equal priorities is deterministic.
+//!
+//! Besides "pop the best", the bound variant (`bound/table.rs`) takes a *named* thread out of
+//! the queue (its reply arrived, its connection failed, its deadline passed) and, rarely, the
+//! best thread that satisfies a condition. So the heap is **indexed**: `pos[thread]` is the
+//! thread's entry index, kept up to date by every move, and a thread is queued at most once
+//! (pushing it again keeps its place). Hand-written (real-time constraint): removing a named
+//! thread must be O(log n) with no allocation and no hashing while the protocol's PI lock is
+//! held; `std`'s and `heapless`' `BinaryHeap` cannot remove an arbitrary entry, and the indexed
+//! priority queues on crates.io find entries through hash maps.
 
-use heapless::binary_heap::{BinaryHeap, Max};
-
-/// The most threads one group may have (the follower heap's fixed capacity).
+/// The most threads one group may have (validated by the configuration).
 pub const MAX_GROUP_THREADS: usize = 64;
 
 /// Which follower a leader promotes (`promotion = "priority" | "lifo" | "fifo"` in a
@@ -32,62 +39,161 @@ pub enum Promotion {
     Fifo,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// `pos` value of a thread that is not queued.
+const NOT_QUEUED: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
 struct Entry {
-    priority: u8,
-    order: u64,
+    /// `(priority, order)`: the largest is promoted first. Unique (`order` never repeats).
+    key: (u8, u64),
     thread: u16,
 }
 
-/// Followers waiting to lead, ordered by the group's [`Promotion`] protocol.
+/// Followers waiting to lead, ordered by the pool's [`Promotion`] protocol.
 #[derive(Debug)]
 pub(crate) struct FollowerQueue {
-    heap: BinaryHeap<Entry, Max, MAX_GROUP_THREADS>,
+    /// A binary max-heap by `key`: `heap[0]` is promoted next. Capacity: one entry per thread,
+    /// so pushes never reallocate.
+    heap: Vec<Entry>,
+    /// `pos[t]`: the index of thread `t`'s entry in `heap`, or `NOT_QUEUED`.
+    pos: Box<[u32]>,
     promotion: Promotion,
     arrivals: u64,
 }
 
 impl FollowerQueue {
-    pub(crate) fn new(promotion: Promotion) -> FollowerQueue {
+    /// A queue for threads `0..threads` (allocates both arrays now, never later).
+    pub(crate) fn new(threads: usize, promotion: Promotion) -> FollowerQueue {
+        assert!(threads <= 1 << 16, "thread ids are 16 bits");
         FollowerQueue {
-            heap: BinaryHeap::new(),
+            heap: Vec::with_capacity(threads),
+            pos: vec![NOT_QUEUED; threads].into_boxed_slice(),
             promotion,
             arrivals: 0,
         }
     }
 
-    /// Queues `thread` (of scheduling `priority`).
+    /// Queues `thread` (of scheduling `priority`). Returns `false`, and keeps the thread's
+    /// original place, if it is already queued.
     ///
     /// # Panics
-    /// If more than [`MAX_GROUP_THREADS`] threads wait: groups are validated to be no larger,
-    /// so this is an internal invariant violation.
-    pub(crate) fn push(&mut self, thread: u16, priority: u8) {
+    /// If `thread` is not below the `threads` given to `new`.
+    pub(crate) fn push(&mut self, thread: u16, priority: u8) -> bool {
+        if self.pos[thread as usize] != NOT_QUEUED {
+            return false;
+        }
         self.arrivals += 1;
-        let (priority, order) = match self.promotion {
+        let key = match self.promotion {
             Promotion::Priority => (priority, self.arrivals),
             Promotion::Lifo => (0, self.arrivals),
             Promotion::Fifo => (0, u64::MAX - self.arrivals),
         };
-        if self
-            .heap
-            .push(Entry {
-                priority,
-                order,
-                thread,
-            })
-            .is_err()
-        {
-            panic!("follower queue overflow: more than {MAX_GROUP_THREADS} followers");
-        }
+        // At most one entry per thread (checked above): the push never reallocates.
+        debug_assert!(self.heap.len() < self.heap.capacity());
+        self.heap.push(Entry { key, thread });
+        self.sift_up(self.heap.len() - 1);
+        true
     }
 
     /// Removes and returns the follower to promote next.
     pub(crate) fn pop(&mut self) -> Option<u16> {
-        self.heap.pop().map(|e| e.thread)
+        if self.heap.is_empty() {
+            None
+        } else {
+            Some(self.remove_at(0))
+        }
+    }
+
+    /// Takes `thread` out of the queue. Returns whether it was queued. O(log n).
+    pub(crate) fn remove(&mut self, thread: u16) -> bool {
+        match self.pos[thread as usize] {
+            NOT_QUEUED => false,
+            i => {
+                self.remove_at(i as usize);
+                true
+            }
+        }
+    }
+
+    /// Removes and returns the best follower for which `pred` holds. O(n): a scan of the
+    /// queued entries (the bound variant's deferral of an unbound event, a rare path).
+    pub(crate) fn pop_where(&mut self, mut pred: impl FnMut(u16) -> bool) -> Option<u16> {
+        let i = self
+            .heap
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| pred(e.thread))
+            .max_by_key(|(_, e)| e.key)?
+            .0;
+        Some(self.remove_at(i))
+    }
+
+    /// Whether `thread` is queued.
+    pub(crate) fn contains(&self, thread: u16) -> bool {
+        self.pos[thread as usize] != NOT_QUEUED
     }
 
     pub(crate) fn len(&self) -> usize {
         self.heap.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
+    /// Removes the entry at index `i` and returns its thread: the last entry fills the hole
+    /// and moves up or down to its place.
+    fn remove_at(&mut self, i: usize) -> u16 {
+        let gone = self.heap.swap_remove(i);
+        self.pos[gone.thread as usize] = NOT_QUEUED;
+        if i < self.heap.len() && self.sift_up(i) == i {
+            self.sift_down(i);
+        }
+        gone.thread
+    }
+
+    /// Moves the entry at `i` up while it outranks its parent; returns its final index.
+    fn sift_up(&mut self, mut i: usize) -> usize {
+        let e = self.heap[i];
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            if self.heap[parent].key > e.key {
+                break;
+            }
+            self.place(i, self.heap[parent]);
+            i = parent;
+        }
+        self.place(i, e);
+        i
+    }
+
+    /// Moves the entry at `i` down while a child outranks it.
+    fn sift_down(&mut self, mut i: usize) {
+        let e = self.heap[i];
+        let n = self.heap.len();
+        loop {
+            let left = 2 * i + 1;
+            if left >= n {
+                break;
+            }
+            let right = left + 1;
+            let child = if right < n && self.heap[right].key > self.heap[left].key {
+                right
+            } else {
+                left
+            };
+            if self.heap[child].key < e.key {
+                break;
+            }
+            self.place(i, self.heap[child]);
+            i = child;
+        }
+        self.place(i, e);
+    }
+
+    fn place(&mut self, i: usize, e: Entry) {
+        self.heap[i] = e;
+        self.pos[e.thread as usize] = i as u32;
     }
 }
 
@@ -96,11 +202,23 @@ mod tests {
     use super::*;
 
     fn order(p: Promotion, pushes: &[(u16, u8)]) -> Vec<u16> {
-        let mut q = FollowerQueue::new(p);
+        let mut q = FollowerQueue::new(8, p);
         for &(t, prio) in pushes {
             q.push(t, prio);
         }
         std::iter::from_fn(|| q.pop()).collect()
+    }
+
+    /// The heap order and the index agree (every test below checks it after each step).
+    fn check(q: &FollowerQueue) {
+        for (i, e) in q.heap.iter().enumerate() {
+            assert_eq!(q.pos[e.thread as usize], i as u32, "stale index");
+            if i > 0 {
+                assert!(q.heap[(i - 1) / 2].key > e.key, "heap order broken at {i}");
+            }
+        }
+        let queued = q.pos.iter().filter(|&&p| p != NOT_QUEUED).count();
+        assert_eq!(queued, q.heap.len());
     }
 
     #[test]
@@ -129,7 +247,7 @@ mod tests {
 
     #[test]
     fn interleaved_push_pop_fifo() {
-        let mut q = FollowerQueue::new(Promotion::Fifo);
+        let mut q = FollowerQueue::new(3, Promotion::Fifo);
         q.push(1, 0);
         q.push(2, 0);
         assert_eq!(q.pop(), Some(1));
@@ -138,5 +256,121 @@ mod tests {
         assert_eq!(q.pop(), Some(1));
         assert_eq!(q.pop(), None);
         assert_eq!(q.len(), 0);
+    }
+
+    /// A thread that is pushed again (a spurious wake-up) keeps its place in line.
+    #[test]
+    fn push_of_a_queued_thread_keeps_its_place() {
+        let mut q = FollowerQueue::new(4, Promotion::Fifo);
+        assert!(q.push(1, 0));
+        assert!(q.push(2, 0));
+        assert!(!q.push(1, 99));
+        check(&q);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.pop(), Some(1));
+        assert_eq!(q.pop(), Some(2));
+    }
+
+    /// A named thread leaves from anywhere in the heap; the others keep their order.
+    #[test]
+    fn remove_named_thread() {
+        let mut q = FollowerQueue::new(8, Promotion::Priority);
+        for (t, prio) in [(1, 10), (2, 30), (3, 20), (4, 40), (5, 5), (6, 25)] {
+            q.push(t, prio);
+        }
+        assert!(q.remove(3));
+        assert!(!q.remove(3), "removed twice");
+        assert!(!q.remove(7), "never queued");
+        check(&q);
+        assert!(!q.contains(3) && q.contains(6));
+        assert_eq!(
+            std::iter::from_fn(|| q.pop()).collect::<Vec<_>>(),
+            [4, 2, 6, 1, 5]
+        );
+    }
+
+    #[test]
+    fn pop_where_takes_the_best_match() {
+        let mut q = FollowerQueue::new(8, Promotion::Priority);
+        for (t, prio) in [(1, 10), (2, 30), (3, 20), (4, 40)] {
+            q.push(t, prio);
+        }
+        assert_eq!(q.pop_where(|t| t % 2 == 1), Some(3));
+        assert_eq!(q.pop_where(|t| t > 10), None);
+        check(&q);
+        assert_eq!(
+            std::iter::from_fn(|| q.pop()).collect::<Vec<_>>(),
+            [4, 2, 1]
+        );
+    }
+
+    /// Random pushes, pops, removals and conditional pops against a plain list that picks
+    /// the maximum key by scanning: the same threads come out, and the index stays exact.
+    #[test]
+    fn matches_a_reference_model() {
+        const THREADS: u16 = 16;
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for promotion in [Promotion::Priority, Promotion::Lifo, Promotion::Fifo] {
+            let mut q = FollowerQueue::new(THREADS as usize, promotion);
+            // reference: (key, thread) of queued threads
+            let mut model: Vec<((u8, u64), u16)> = Vec::new();
+            let mut arrivals = 0u64;
+            for _ in 0..20_000 {
+                let r = rnd();
+                let t = (r % u64::from(THREADS)) as u16;
+                match (r >> 8) % 4 {
+                    0 | 1 => {
+                        let prio = ((r >> 16) % 4) as u8;
+                        let queued = model.iter().any(|m| m.1 == t);
+                        assert_eq!(q.push(t, prio), !queued);
+                        if !queued {
+                            arrivals += 1;
+                            let key = match promotion {
+                                Promotion::Priority => (prio, arrivals),
+                                Promotion::Lifo => (0, arrivals),
+                                Promotion::Fifo => (0, u64::MAX - arrivals),
+                            };
+                            model.push((key, t));
+                        }
+                    }
+                    2 => {
+                        let best = model.iter().enumerate().max_by_key(|m| m.1 .0);
+                        let want = best.map(|(i, m)| (i, m.1));
+                        assert_eq!(q.pop(), want.map(|w| w.1));
+                        if let Some((i, _)) = want {
+                            model.swap_remove(i);
+                        }
+                    }
+                    _ if r >> 20 & 1 == 0 => {
+                        let i = model.iter().position(|m| m.1 == t);
+                        assert_eq!(q.remove(t), i.is_some());
+                        if let Some(i) = i {
+                            model.swap_remove(i);
+                        }
+                    }
+                    _ => {
+                        let odd = |t: u16| t % 2 == 1;
+                        let best = model
+                            .iter()
+                            .enumerate()
+                            .filter(|m| odd(m.1 .1))
+                            .max_by_key(|m| m.1 .0);
+                        let want = best.map(|(i, m)| (i, m.1));
+                        assert_eq!(q.pop_where(odd), want.map(|w| w.1));
+                        if let Some((i, _)) = want {
+                            model.swap_remove(i);
+                        }
+                    }
+                }
+                check(&q);
+                assert_eq!(q.len(), model.len());
+            }
+        }
     }
 }

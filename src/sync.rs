@@ -1,12 +1,14 @@
 //! The synchronisation primitives the promotion protocol is written against.
 //!
 //! Normally: the PI mutex and a futex parker. Under `--cfg loom`: loom's model-checked
-//! mutex and a condvar parker, so `leader.rs` is checked by loom exactly as it runs.
+//! mutex and a condvar parker, so `leader.rs` (and the bound variant built on it,
+//! `bound/table.rs`) is checked by loom exactly as it runs.
 
 #[cfg(not(loom))]
 mod imp {
     pub(crate) use crate::parker::Parker;
-    use crate::pi_mutex::{PiMutex, PiMutexGuard};
+    use crate::pi_mutex::PiMutex;
+    pub(crate) use crate::pi_mutex::PiMutexGuard as MutexGuard;
 
     /// The protocol's lock: priority-inheriting.
     #[derive(Debug)]
@@ -16,7 +18,7 @@ mod imp {
         pub(crate) fn new(v: T) -> Self {
             Mutex(PiMutex::new(v))
         }
-        pub(crate) fn lock(&self) -> PiMutexGuard<'_, T> {
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
             self.0.lock()
         }
     }
@@ -24,7 +26,8 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    use loom::sync::{Condvar, Mutex as LMutex, MutexGuard};
+    pub(crate) use loom::sync::MutexGuard;
+    use loom::sync::{Condvar, Mutex as LMutex};
 
     #[derive(Debug)]
     pub(crate) struct Mutex<T>(LMutex<T>);
@@ -39,37 +42,52 @@ mod imp {
     }
 
     /// Loom stand-in for the futex parker: a token guarded by a mutex and condvar.
+    ///
+    /// Loom has no clock, so a timed park ends on a token or when the model's timer fires
+    /// ([`time_out`](Parker::time_out), called by a model thread at a point loom chooses). A
+    /// timer that fires before the owner parks ends its next timed park at once, as a deadline
+    /// that has already passed does; untimed parks ignore the timer.
     #[derive(Debug)]
     pub(crate) struct Parker {
-        token: LMutex<bool>,
+        /// `(token present, timer fired)`.
+        state: LMutex<(bool, bool)>,
         cv: Condvar,
     }
 
     impl Parker {
         pub(crate) fn new() -> Self {
             Parker {
-                token: LMutex::new(false),
+                state: LMutex::new((false, false)),
                 cv: Condvar::new(),
             }
         }
         pub(crate) fn park(&self) {
-            let mut t = self.token.lock().unwrap();
-            while !*t {
-                t = self.cv.wait(t).unwrap();
+            let mut s = self.state.lock().unwrap();
+            while !s.0 {
+                s = self.cv.wait(s).unwrap();
             }
-            *t = false;
+            s.0 = false;
         }
-        /// Loom has no clock: models only pass deadlines that have already expired (checked
-        /// before parking) or none, so a timed park is an untimed one here.
+        /// `true` if the token was consumed, `false` if the model's timer fired first.
         pub(crate) fn park_until(&self, _deadline_ns: u64) -> bool {
-            self.park();
-            true
+            let mut s = self.state.lock().unwrap();
+            while !s.0 && !s.1 {
+                s = self.cv.wait(s).unwrap();
+            }
+            s.1 = false;
+            std::mem::replace(&mut s.0, false)
         }
         pub(crate) fn unpark(&self) {
-            *self.token.lock().unwrap() = true;
+            self.state.lock().unwrap().0 = true;
+            self.cv.notify_one();
+        }
+        /// The owner's deadline passes (models only).
+        #[cfg(test)]
+        pub(crate) fn time_out(&self) {
+            self.state.lock().unwrap().1 = true;
             self.cv.notify_one();
         }
     }
 }
 
-pub(crate) use imp::{Mutex, Parker};
+pub(crate) use imp::{Mutex, MutexGuard, Parker};

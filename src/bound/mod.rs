@@ -50,10 +50,13 @@
 //! they wait for depend on the deferred events.
 //!
 //! # Invariants
-//! The state machine is in `bound/table.rs`: one PI lock, no system calls but the lock's and
-//! the parkers', checked by loom models (reverse-order hand-off, connection close, timeout with
-//! a late reply, deferral to a serving thread, three waiters):
-//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release --lib bound::table::loom_tests`.
+//! The state machine is `bound/table.rs`, built on the runtime's one Leader/Followers protocol
+//! (`leader.rs`: leader slot, follower queue, promotion and parkers, shared with the unbound
+//! groups and extended with the hand-off of a reply to a named follower): one PI lock, no
+//! system calls but the lock's and the parkers', checked by loom models (`scripts/loom.sh`;
+//! in `leader.rs`: hand-off, failure, shutdown, a timeout racing a hand-off; in `table.rs`:
+//! reverse-order hand-off, connection close, timeout with a late reply, deferral to a serving
+//! thread, three waiters).
 //! * **At most one leader.** The role is taken only when vacant (under the lock) or handed by
 //!   the leader to a follower it removed from the queue. The leader holds the receive buffer's
 //!   lock for as long as it leads and releases it *before* naming a successor; a new leader
@@ -67,7 +70,10 @@
 //!   queue under the lock, and only after its new state (leader, `Replied`, `Failed`) was
 //!   written under that lock; the futex parker keeps a token that arrives before `park`. A
 //!   thread queues itself and parks only after checking, under the lock, that it has nothing
-//!   to do. While no thread leads, no thread is queued: the next thread to arrive leads.
+//!   to do. While no thread leads, no thread is queued: the next thread to arrive leads. A
+//!   deadline that passes just as the thread is woken leaves the token behind: it ends the
+//!   thread's next park early, and the thread checks again (a spurious wake-up, never a lost
+//!   one).
 //! * **Every waiter wakes on connection failure.** EOF, a read or write error, a malformed frame
 //!   (a length beyond `max_body`, a header or body cut short by EOF) or [`BoundPool::shutdown`]
 //!   records the first failure, marks every expected request `Failed`, unparks every queued

@@ -1,13 +1,24 @@
-//! The bound pool's hand-off state machine: who leads, who follows, whose reply has arrived.
+//! The bound pool's hand-off state machine: whose reply has arrived, and what each waiting
+//! thread does next.
 //!
-//! Everything here happens under one priority-inheritance lock and makes no system call besides
-//! those of the lock and the per-slot parkers, so the loom models at the bottom check it exactly
-//! as it runs (`--cfg loom`). The I/O around it (epoll, reading frames, copying bodies) lives in
-//! `bound/mod.rs` and drives it through the methods below.
+//! Who leads, who follows, promotion and parking are **the** Leader/Followers protocol of
+//! `leader.rs` ([`Protocol`], shared with the unbound groups): a [`Table`] is a
+//! `Protocol<Bound>`, whose variant state ([`Bound`]) holds the slots, the deferred unbound
+//! events, the connection's failure and the counters, under the protocol's one
+//! priority-inheritance lock. A thread waits with `join_with` and a check of its slot
+//! ([`Table::next_step`]); the leader hands a reply to its waiter by writing it into the slot and
+//! waking exactly that follower (`State::dequeue`), and wakes an eligible follower for a
+//! deferred event (`State::pop_where`). The invariants of the leader role, the follower queue
+//! and wake-ups are stated (and model-checked) in `leader.rs`; the ones of replies are below.
 //!
-//! A **slot** is one waiter's entry: a request sequence number, a [`Phase`], a parker and (in
-//! `mod.rs`) a reply buffer. A thread waits *on a slot*: the slot of the [`Waiter`] it passed to
-//! `join`/`serve`. Slot phases:
+//! Nothing here makes a system call besides those of the lock and the parkers, so the loom
+//! models at the bottom check it exactly as it runs (`--cfg loom`). The I/O around it (epoll,
+//! reading frames, copying bodies) lives in `bound/mod.rs` and drives it through the methods
+//! below.
+//!
+//! A **slot** is one waiter's entry: a request sequence number, a [`Phase`], a parker (the
+//! protocol's, indexed by slot) and (in `mod.rs`) a reply buffer. A thread waits *on a slot*:
+//! the slot of the [`Waiter`] it passed to `join`/`serve`. Slot phases:
 //!
 //! ```text
 //!            expect()            leader: deliver_begin()        deliver_end()
@@ -17,14 +28,22 @@
 //!    └──────────── join/serve returned the outcome (settle) ◄──────────────────────┘
 //! ```
 //!
-//! `Filling` lasts only while the leader copies a body into the slot's buffer; a waiter whose
-//! deadline passes during it still gets the reply (the copy is bounded by `max_body`).
+//! Invariants of replies (the loom models below check them):
+//! * a reply is delivered only to a slot that expects exactly its sequence
+//!   (`Expecting → Filling → Replied`), so at most once, and to its own waiter;
+//! * a waiter's outcome (`Replied`, `Failed`) is written under the lock *before* the waiter is
+//!   taken out of the follower queue and woken: it finds it when it re-checks;
+//! * `Filling` lasts only while the leader copies a body into the slot's buffer; a waiter whose
+//!   deadline passes during it still gets the reply (the copy is bounded by `max_body`), so it
+//!   parks without a deadline meanwhile;
+//! * a connection failure or shutdown turns every `Expecting` slot `Failed` and wakes its
+//!   queued waiter; shutdown also wakes every other follower (`serve` returns).
 //!
 //! [`Waiter`]: super::Waiter
 
 use super::{BoundError, BoundStats};
 use crate::follower_queue::Promotion;
-use crate::sync::{Mutex, Parker};
+use crate::leader::{Check, Outcome, Promoted, Protocol, State, Variant};
 use std::collections::VecDeque;
 
 /// Low bits of a request id that name the slot; the high bits are the slot's sequence number.
@@ -53,16 +72,7 @@ struct Slot {
     phase: Phase,
     /// Held by a `Waiter`.
     leased: bool,
-    /// In the follower queue (its thread is parked or about to park).
-    queued: bool,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Queued {
-    slot: u16,
-    /// Promotion key: (priority, order), the largest is promoted first.
-    key: (u8, u64),
-    /// The thread may process unbound events (its nesting is below the limit).
+    /// Its thread may process unbound events (set each time it waits).
     eligible: bool,
 }
 
@@ -122,27 +132,31 @@ pub(crate) enum Target {
     Late,
 }
 
+/// The bound variant's state, under the protocol's lock.
 #[derive(Debug)]
-struct State {
-    leader: Option<u16>,
+struct Bound {
     slots: Vec<Slot>,
-    /// Parked threads (by slot). Capacity reserved for every slot: pushes never reallocate.
-    queue: Vec<Queued>,
-    arrivals: u64,
     /// Unbound events detected by a leader that could not process them.
     ready: VecDeque<Ready>,
     free: Vec<u16>,
     failure: Option<BoundError>,
-    shutdown: bool,
     stats: BoundStats,
 }
 
-/// The synchronizer of one bound pool.
+impl Variant for Bound {
+    fn promoted(&mut self, to: Promoted) {
+        match to {
+            Promoted::Follower(_) => self.stats.promotions += 1,
+            Promoted::Vacant => self.stats.vacant += 1,
+        }
+    }
+}
+
+/// The synchronizer of one bound pool: the Leader/Followers protocol over its slots (one
+/// thread index per slot).
 #[derive(Debug)]
 pub(crate) struct Table {
-    state: Mutex<State>,
-    parkers: Box<[Parker]>,
-    promotion: Promotion,
+    lf: Protocol<Bound>,
 }
 
 impl Table {
@@ -150,27 +164,22 @@ impl Table {
     /// allocating (one per handle suffices: handles are one-shot).
     pub(crate) fn new(slots: usize, ready_capacity: usize, promotion: Promotion) -> Table {
         assert!(slots >= 1 && slots as u64 <= SLOT_MASK + 1);
+        let bound = Bound {
+            slots: (0..slots)
+                .map(|_| Slot {
+                    seq: 0,
+                    phase: Phase::Idle,
+                    leased: false,
+                    eligible: false,
+                })
+                .collect(),
+            ready: VecDeque::with_capacity(ready_capacity),
+            free: (0..slots as u16).rev().collect(),
+            failure: None,
+            stats: BoundStats::default(),
+        };
         Table {
-            state: Mutex::new(State {
-                leader: None,
-                slots: (0..slots)
-                    .map(|_| Slot {
-                        seq: 0,
-                        phase: Phase::Idle,
-                        leased: false,
-                        queued: false,
-                    })
-                    .collect(),
-                queue: Vec::with_capacity(slots),
-                arrivals: 0,
-                ready: VecDeque::with_capacity(ready_capacity),
-                free: (0..slots as u16).rev().collect(),
-                failure: None,
-                shutdown: false,
-                stats: BoundStats::default(),
-            }),
-            parkers: (0..slots).map(|_| Parker::new()).collect(),
-            promotion,
+            lf: Protocol::with(slots, promotion, bound),
         }
     }
 
@@ -178,9 +187,10 @@ impl Table {
 
     /// Leases a free slot (to a new `Waiter`).
     pub(crate) fn acquire(&self) -> Option<u16> {
-        let mut st = self.state.lock();
-        let s = st.free.pop()?;
-        let slot = &mut st.slots[s as usize];
+        let mut st = self.lf.lock();
+        let b = &mut st.ext;
+        let s = b.free.pop()?;
+        let slot = &mut b.slots[s as usize];
         slot.leased = true;
         slot.phase = Phase::Idle;
         Some(s)
@@ -188,24 +198,26 @@ impl Table {
 
     /// Returns a slot (its `Waiter` was dropped). A reply still on its way is dropped as late.
     pub(crate) fn release(&self, s: u16) {
-        let mut st = self.state.lock();
-        let slot = &mut st.slots[s as usize];
+        let mut st = self.lf.lock();
         debug_assert!(
-            slot.leased && !slot.queued,
+            st.ext.slots[s as usize].leased && !st.is_queued(s),
             "released slot {s} is queued or not leased"
         );
+        let b = &mut st.ext;
+        let slot = &mut b.slots[s as usize];
         slot.leased = false;
         slot.phase = Phase::Idle;
-        st.free.push(s);
+        b.free.push(s);
     }
 
     /// Registers a new request on slot `s` and returns its id. Must precede sending it.
     pub(crate) fn expect(&self, s: u16) -> Result<u64, BoundError> {
-        let mut st = self.state.lock();
-        if let Some(f) = st.failure {
+        let mut st = self.lf.lock();
+        let b = &mut st.ext;
+        if let Some(f) = b.failure {
             return Err(f);
         }
-        let slot = &mut st.slots[s as usize];
+        let slot = &mut b.slots[s as usize];
         if slot.phase != Phase::Idle {
             return Err(BoundError::Busy);
         }
@@ -216,123 +228,51 @@ impl Table {
 
     /// Abandons slot `s`'s registered request (if any); a reply that still comes is late.
     pub(crate) fn cancel(&self, s: u16) {
-        let mut st = self.state.lock();
-        st.slots[s as usize].phase = Phase::Idle;
+        self.lf.lock().ext.slots[s as usize].phase = Phase::Idle;
     }
 
     /// Whether slot `s` has no request registered.
     pub(crate) fn is_idle(&self, s: u16) -> bool {
-        self.state.lock().slots[s as usize].phase == Phase::Idle
-    }
-
-    // ----- the follower queue (all under the lock) -------------------------------------------
-
-    fn enqueue(&self, st: &mut State, t: &Turn) {
-        let slot = &mut st.slots[t.slot as usize];
-        if slot.queued {
-            return; // a spurious wake-up: keep the original place in line
-        }
-        slot.queued = true;
-        st.arrivals += 1;
-        let key = match self.promotion {
-            Promotion::Priority => (t.priority, st.arrivals),
-            Promotion::Lifo => (0, st.arrivals),
-            Promotion::Fifo => (0, u64::MAX - st.arrivals),
-        };
-        // Cannot reallocate: at most one entry per slot, capacity = slots.
-        st.queue.push(Queued {
-            slot: t.slot,
-            key,
-            eligible: t.eligible,
-        });
-    }
-
-    /// Removes `s` from the queue; true if it was queued (so its thread must be unparked).
-    fn dequeue(st: &mut State, s: u16) -> bool {
-        if !st.slots[s as usize].queued {
-            return false;
-        }
-        st.slots[s as usize].queued = false;
-        let i = st
-            .queue
-            .iter()
-            .position(|q| q.slot == s)
-            .expect("queued slot missing from the follower queue");
-        st.queue.swap_remove(i);
-        true
-    }
-
-    /// Removes and returns the follower to promote next (only eligible ones if asked).
-    fn pop_best(st: &mut State, eligible_only: bool) -> Option<u16> {
-        let (i, q) = st
-            .queue
-            .iter()
-            .enumerate()
-            .filter(|(_, q)| q.eligible || !eligible_only)
-            .max_by_key(|(_, q)| q.key)?;
-        let s = q.slot;
-        st.queue.swap_remove(i);
-        st.slots[s as usize].queued = false;
-        Some(s)
-    }
-
-    /// Hands the leader role to the best follower, or leaves it vacant.
-    fn promote(st: &mut State) -> Option<u16> {
-        match Self::pop_best(st, false) {
-            Some(next) => {
-                st.leader = Some(next);
-                st.stats.promotions += 1;
-                Some(next)
-            }
-            None => {
-                st.leader = None;
-                st.stats.vacant += 1;
-                None
-            }
-        }
-    }
-
-    fn wake(&self, s: Option<u16>) {
-        if let Some(s) = s {
-            self.parkers[s as usize].unpark();
-        }
+        self.lf.lock().ext.slots[s as usize].phase == Phase::Idle
     }
 
     // ----- turns -------------------------------------------------------------------------------
 
     /// Whether the thread of `t` is done waiting, and with what. Under the lock.
-    fn settle(st: &mut State, t: &Turn) -> Option<Step> {
+    fn settle(st: &mut State<Bound>, t: &Turn) -> Option<Step> {
+        let shutdown = st.is_shutdown();
+        let b = &mut st.ext;
         let me = t.slot as usize;
         if t.bound {
-            match st.slots[me].phase {
+            match b.slots[me].phase {
                 Phase::Replied(n) => {
-                    st.slots[me].phase = Phase::Idle;
+                    b.slots[me].phase = Phase::Idle;
                     return Some(Step::Replied(n));
                 }
                 Phase::Failed => {
-                    st.slots[me].phase = Phase::Idle;
-                    return Some(Step::Failed(st.failure.unwrap_or(BoundError::Shutdown)));
+                    b.slots[me].phase = Phase::Idle;
+                    return Some(Step::Failed(b.failure.unwrap_or(BoundError::Shutdown)));
                 }
                 Phase::Idle => return Some(Step::Failed(BoundError::NotExpecting)),
                 Phase::Expecting | Phase::Filling => {}
             }
-        } else if st.shutdown {
+        } else if shutdown {
             return Some(Step::Shutdown);
         }
-        let filling = t.bound && st.slots[me].phase == Phase::Filling;
+        let filling = t.bound && b.slots[me].phase == Phase::Filling;
         if let Some(d) = t.deadline {
             if !filling && crate::sys::now_ns() >= d {
                 if t.bound {
-                    st.slots[me].phase = Phase::Idle;
+                    b.slots[me].phase = Phase::Idle;
                 }
-                st.stats.timeouts += 1;
+                b.stats.timeouts += 1;
                 return Some(Step::TimedOut);
             }
         }
         if t.eligible {
-            if let Some(ev) = st.ready.pop_front() {
+            if let Some(ev) = b.ready.pop_front() {
                 if t.bound {
-                    st.stats.inline += 1;
+                    b.stats.inline += 1;
                 }
                 return Some(Step::Process(ev));
             }
@@ -340,59 +280,29 @@ impl Table {
         None
     }
 
-    /// The thread of `t` leaves the pool's waiting (with a settled step): out of the queue, and
-    /// if it led, the role passes on. Returns the follower to unpark (after unlocking).
-    fn finish(st: &mut State, me: u16) -> Option<u16> {
-        Self::dequeue(st, me);
-        if st.leader == Some(me) {
-            Self::promote(st)
-        } else {
-            None
-        }
-    }
-
     /// Step (a) of the pattern's `join`: returns when the thread of `t` is done, must process a
     /// deferred unbound event, or is the leader. Otherwise it waits as a follower, parked on its
     /// slot's parker until promoted, handed its reply, woken for a deferred event, or failed.
     pub(crate) fn next_step(&self, t: &Turn) -> Step {
-        let me = t.slot;
-        let mut st = self.state.lock();
-        loop {
-            if let Some(step) = Self::settle(&mut st, t) {
-                let next = Self::finish(&mut st, me);
-                drop(st);
-                self.wake(next);
-                return step;
-            }
-            match st.leader {
-                None => {
-                    debug_assert!(
-                        st.queue.is_empty(),
-                        "followers are queued while no thread leads"
-                    );
-                    st.leader = Some(me);
-                    return Step::Lead;
+        let check = |st: &mut State<Bound>| match Self::settle(st, t) {
+            Some(step) => Check::Done(step),
+            None => {
+                let slot = &mut st.ext.slots[t.slot as usize];
+                slot.eligible = t.eligible;
+                // While the leader copies our reply, wait for it even past the deadline
+                // (bounded).
+                Check::Wait {
+                    until: if slot.phase == Phase::Filling {
+                        None
+                    } else {
+                        t.deadline
+                    },
                 }
-                Some(l) if l == me => return Step::Lead, // promoted while parked
-                Some(_) => {}
             }
-            self.enqueue(&mut st, t);
-            // While the leader copies our reply, wait for it even past the deadline (bounded).
-            let deadline = if st.slots[me as usize].phase == Phase::Filling {
-                None
-            } else {
-                t.deadline
-            };
-            drop(st);
-            let parker = &self.parkers[me as usize];
-            match deadline {
-                Some(d) => {
-                    // A timeout is noticed by `settle`; a spurious return just loops.
-                    let _ = parker.park_until(d);
-                }
-                None => parker.park(),
-            }
-            st = self.state.lock();
+        };
+        match self.lf.join_with(t.slot, t.priority, check) {
+            Outcome::Lead => Step::Lead,
+            Outcome::Done(step) => step,
         }
     }
 
@@ -403,22 +313,22 @@ impl Table {
     ///
     /// Otherwise returns `reader` back, with whether the connection has failed.
     pub(crate) fn lead_settle<G>(&self, t: &Turn, reader: G) -> Result<Step, (G, bool)> {
-        let mut st = self.state.lock();
+        let mut st = self.lf.lock();
         debug_assert_eq!(
-            st.leader,
+            st.leader(),
             Some(t.slot),
             "lead_settle by a thread that does not lead"
         );
         match Self::settle(&mut st, t) {
             Some(step) => {
                 drop(reader);
-                let next = Self::finish(&mut st, t.slot);
+                let next = st.leave(t.slot);
                 drop(st);
-                self.wake(next);
+                self.lf.wake(next);
                 Ok(step)
             }
             None => {
-                let failed = st.failure.is_some();
+                let failed = st.ext.failure.is_some();
                 drop(st);
                 Err((reader, failed))
             }
@@ -428,19 +338,19 @@ impl Table {
     /// The leader detected unbound event `ev` and may process it: it promotes a follower (the
     /// pattern's "promote, then process") and returns `Step::Process(ev)`.
     pub(crate) fn lead_process<G>(&self, t: &Turn, ev: Ready, reader: G) -> Step {
-        let mut st = self.state.lock();
+        let mut st = self.lf.lock();
         debug_assert_eq!(
-            st.leader,
+            st.leader(),
             Some(t.slot),
             "lead_process by a thread that does not lead"
         );
         drop(reader);
         if t.bound {
-            st.stats.inline += 1;
+            st.ext.stats.inline += 1;
         }
-        let next = Self::promote(&mut st);
+        let next = st.promote().follower();
         drop(st);
-        self.wake(next);
+        self.lf.wake(next);
         Step::Process(ev)
     }
 
@@ -448,14 +358,14 @@ impl Table {
     /// deeply): queue it and wake one eligible follower, if any, to process it. Eligible threads
     /// check this queue before they lead or park, so the event is not stranded.
     pub(crate) fn defer(&self, ev: Ready) {
-        let mut st = self.state.lock();
+        let mut st = self.lf.lock();
         // Beyond the reserved capacity (only with stale events of removed handles) this
         // allocates rather than lose an event whose handle would stay disarmed.
-        st.ready.push_back(ev);
-        st.stats.deferred += 1;
-        let helper = Self::pop_best(&mut st, true);
+        st.ext.ready.push_back(ev);
+        st.ext.stats.deferred += 1;
+        let helper = st.pop_where(|b, s| b.slots[s as usize].eligible);
         drop(st);
-        self.wake(helper);
+        self.lf.wake(helper);
     }
 
     // ----- replies ------------------------------------------------------------------------------
@@ -464,48 +374,49 @@ impl Table {
     /// the slot becomes `Filling`; the leader copies the body into the slot's buffer and then
     /// calls [`deliver_end`](Self::deliver_end). Unknown and late ids are counted and dropped.
     pub(crate) fn deliver_begin(&self, id: u64) -> Target {
-        let mut st = self.state.lock();
+        let mut st = self.lf.lock();
+        let b = &mut st.ext;
         let s = (id & SLOT_MASK) as usize;
         let seq = id >> SLOT_BITS;
-        if s >= st.slots.len() || seq == 0 {
-            st.stats.unknown += 1;
+        if s >= b.slots.len() || seq == 0 {
+            b.stats.unknown += 1;
             return Target::Unknown;
         }
-        let slot = &mut st.slots[s];
+        let slot = &mut b.slots[s];
         if slot.phase == Phase::Expecting && slot.seq == seq {
             slot.phase = Phase::Filling;
             Target::Slot(s as u16)
         } else if seq <= slot.seq {
-            st.stats.late += 1;
+            b.stats.late += 1;
             Target::Late
         } else {
-            st.stats.unknown += 1;
+            b.stats.unknown += 1;
             Target::Unknown
         }
     }
 
     /// The body of slot `s`'s reply (`len` bytes) is in its buffer: publish it and wake the
-    /// waiting thread (specific notification). `me` is the leader's own slot.
+    /// waiting thread (the hand-off: specific notification). `me` is the leader's own slot.
     pub(crate) fn deliver_end(&self, s: u16, len: usize, me: u16) {
-        let mut st = self.state.lock();
-        let slot = &mut st.slots[s as usize];
-        if slot.phase != Phase::Filling {
+        let mut st = self.lf.lock();
+        let b = &mut st.ext;
+        if b.slots[s as usize].phase != Phase::Filling {
             // The waiter was dropped or cancelled while the body was being copied.
-            st.stats.late += 1;
+            b.stats.late += 1;
             return;
         }
-        slot.phase = Phase::Replied(len);
-        st.stats.replies += 1;
+        b.slots[s as usize].phase = Phase::Replied(len);
+        b.stats.replies += 1;
         if s == me {
-            st.stats.own += 1;
+            b.stats.own += 1;
         } else {
-            st.stats.handoffs += 1;
+            b.stats.handoffs += 1;
         }
-        // Unpark only a parked (queued) owner; a running one sees `Replied` at its next settle.
-        let parked = Self::dequeue(&mut st, s);
+        // Wake only a parked (queued) owner; a running one sees `Replied` at its next check.
+        let parked = st.dequeue(s);
         drop(st);
         if parked {
-            self.parkers[s as usize].unpark();
+            self.lf.wake(Some(s));
         }
     }
 
@@ -515,64 +426,55 @@ impl Table {
     /// reason sticks), their parked threads are woken, and later `expect`s fail. A body being
     /// copied (`Filling`) is still delivered. Returns true for the first failure.
     pub(crate) fn fail(&self, reason: BoundError) -> bool {
-        let mut st = self.state.lock();
-        let first = st.failure.is_none();
+        let mut st = self.lf.lock();
+        let first = st.ext.failure.is_none();
         if first {
-            st.failure = Some(reason);
+            st.ext.failure = Some(reason);
         }
-        self.fail_expecting(&mut st);
+        for s in 0..st.ext.slots.len() as u16 {
+            if Self::fail_slot(&mut st, s) && st.dequeue(s) {
+                // Under the lock: failure is rare, and the woken thread just re-locks.
+                self.lf.wake(Some(s));
+            }
+        }
         first
     }
 
-    fn fail_expecting(&self, st: &mut State) {
-        for slot in st.slots.iter_mut() {
-            if slot.phase == Phase::Expecting {
-                slot.phase = Phase::Failed;
-            }
+    /// `Expecting → Failed`; true if slot `s` was expecting.
+    fn fail_slot(st: &mut State<Bound>, s: u16) -> bool {
+        let slot = &mut st.ext.slots[s as usize];
+        let expecting = slot.phase == Phase::Expecting;
+        if expecting {
+            slot.phase = Phase::Failed;
         }
-        let mut i = 0;
-        while i < st.queue.len() {
-            let s = st.queue[i].slot;
-            if st.slots[s as usize].phase == Phase::Failed {
-                st.queue.swap_remove(i);
-                st.slots[s as usize].queued = false;
-                // Under the lock: failure is rare, and the woken thread just re-locks.
-                self.parkers[s as usize].unpark();
-            } else {
-                i += 1;
-            }
-        }
+        expecting
     }
 
     /// Shuts the pool down: pending requests fail with `Shutdown`, every parked thread wakes,
     /// `serve` returns. Idempotent.
     pub(crate) fn shutdown(&self) {
-        let mut st = self.state.lock();
-        st.shutdown = true;
-        if st.failure.is_none() {
-            st.failure = Some(BoundError::Shutdown);
-        }
-        self.fail_expecting(&mut st);
-        while let Some(q) = st.queue.pop() {
-            st.slots[q.slot as usize].queued = false;
-            self.parkers[q.slot as usize].unpark();
-        }
+        self.lf.shutdown_with(|st| {
+            st.ext.failure.get_or_insert(BoundError::Shutdown);
+            for s in 0..st.ext.slots.len() as u16 {
+                Self::fail_slot(st, s);
+            }
+        });
     }
 
     /// The failure, if the connection failed or the pool shut down.
     pub(crate) fn failure(&self) -> Option<BoundError> {
-        self.state.lock().failure
+        self.lf.lock().ext.failure
     }
 
     /// Counters so far.
     pub(crate) fn stats(&self) -> BoundStats {
-        self.state.lock().stats
+        self.lf.lock().ext.stats
     }
 
     /// `(leader present, threads queued, deferred events)`: a racy snapshot.
     pub(crate) fn snapshot(&self) -> (bool, usize, usize) {
-        let st = self.state.lock();
-        (st.leader.is_some(), st.queue.len(), st.ready.len())
+        let st = self.lf.lock();
+        (st.leader().is_some(), st.followers(), st.ext.ready.len())
     }
 }
 
@@ -689,42 +591,53 @@ mod tests {
         assert_eq!(t.snapshot(), (false, 0, 0));
     }
 
+    /// Followers of priorities 10, 30, 20 (arriving in that order) are promoted in the order of
+    /// each protocol, through the shared follower queue (real threads and parkers). Each
+    /// promoted thread hands the role on at once, as a leader that detected an event does.
     #[test]
     fn promotion_orders() {
-        // followers of priorities 10, 30, 20 (arriving in that order), for each protocol
+        use std::sync::{Arc, Mutex as StdMutex};
         for (promotion, expect) in [
             (Promotion::Priority, [2u16, 3, 1]),
             (Promotion::Fifo, [1, 2, 3]),
             (Promotion::Lifo, [3, 2, 1]),
         ] {
-            let t = Table::new(4, 1, promotion);
-            let mut st = t.state.lock();
-            for (slot, priority) in [(1u16, 10u8), (2, 30), (3, 20)] {
-                t.enqueue(
-                    &mut st,
-                    &Turn {
-                        slot,
-                        priority,
-                        bound: true,
-                        eligible: true,
-                        deadline: None,
-                    },
-                );
+            let t = Arc::new(Table::new(4, 1, promotion));
+            let ev = Ready {
+                token: 1,
+                readiness: 1,
+                woke_ns: 0,
+            };
+            let leader = turn(0, false);
+            assert_eq!(t.next_step(&leader), Step::Lead);
+            let order = Arc::new(StdMutex::new(Vec::new()));
+            let hs: Vec<_> = [(1u16, 10u8), (2, 30), (3, 20)]
+                .into_iter()
+                .map(|(slot, priority)| {
+                    let (t2, order) = (t.clone(), order.clone());
+                    let h = std::thread::spawn(move || {
+                        let me = Turn {
+                            priority,
+                            ..turn(slot, false)
+                        };
+                        assert_eq!(t2.next_step(&me), Step::Lead);
+                        order.lock().unwrap().push(slot);
+                        assert_eq!(t2.lead_process(&me, ev, ()), Step::Process(ev));
+                    });
+                    while t.snapshot().1 < slot as usize {
+                        std::thread::yield_now();
+                    }
+                    h
+                })
+                .collect();
+            assert_eq!(t.lead_process(&leader, ev, ()), Step::Process(ev));
+            for h in hs {
+                h.join().unwrap();
             }
-            // a spurious re-enqueue keeps the original place
-            t.enqueue(
-                &mut st,
-                &Turn {
-                    slot: 1,
-                    priority: 99,
-                    bound: true,
-                    eligible: true,
-                    deadline: None,
-                },
-            );
-            let order: Vec<u16> = std::iter::from_fn(|| Table::promote(&mut st)).collect();
-            assert_eq!(order, expect.to_vec(), "{promotion:?}");
-            assert_eq!(st.leader, None);
+            assert_eq!(*order.lock().unwrap(), expect.to_vec(), "{promotion:?}");
+            assert_eq!(t.snapshot(), (false, 0, 0));
+            let s = t.stats();
+            assert_eq!((s.promotions, s.vacant), (3, 1));
         }
     }
 
