@@ -1562,7 +1562,7 @@ mod tests {
             "--rate",
             "1000",
             "--duration",
-            "0.5",
+            "500ms",
             "--size",
             "128",
         ])
@@ -1586,14 +1586,19 @@ mod tests {
             &["x", "--ports", "7000", "--mode", "open"][..],
             &["x", "--ports", "7000", "--rate", "10"][..],
             &["x", "--ports", "7000", "--target", "10.1.2.3"][..],
-            &["x", "--ports", "7000", "--duration=-1"][..],
-            &["x", "--ports", "7000", "--duration", "inf"][..],
             &["x", "--ports", "7000", "--threads", "0"][..],
             &["x", "--ports", "7000", "--size", "10"][..],
             &["x", "--ports", "7000-6000"][..],
         ] {
             let cli = Cli::try_parse_from(args).unwrap();
             assert!(cli.to_config().is_err(), "{args:?}");
+        }
+        // Durations are refused while parsing (the one duration syntax of every command).
+        for d in ["--duration=-1", "--duration=inf", "--duration=0.5"] {
+            assert!(
+                Cli::try_parse_from(["x", "--ports", "7000", d]).is_err(),
+                "{d}"
+            );
         }
     }
 
