@@ -824,4 +824,3 @@ mod tests {
         cond()
     }
 }
-
