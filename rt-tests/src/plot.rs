@@ -894,19 +894,87 @@ use glyph_bitmap::GlyphBitmap;
 
 type DrawResult = Result<(), Box<dyn StdError>>;
 
-const TITLE_SIZE: f64 = 24.0;
-const SUBTITLE_SIZE: f64 = 15.0;
-const LABEL_SIZE: f64 = 15.0;
-const DESC_SIZE: f64 = 17.0;
-const LEGEND_SIZE: f64 = 15.0;
-/// Legend: row height, inner padding, sample line length, distance from the plot's corner.
-const LEGEND_ROW: i32 = 21;
-const LEGEND_PAD: i32 = 8;
-const LEGEND_SAMPLE: i32 = 28;
-const LEGEND_INSET: i32 = 10;
-const MARGIN: i32 = 12;
-const X_LABEL_AREA: i32 = 55;
-const Y_LABEL_AREA: i32 = 80;
+/// Text sizes and spacing for one image size: chosen for 1000x600 and scaled with the image
+/// (by the smaller of width/1000 and height/600, kept within 0.7..=2), so small images keep
+/// room for the data and large ones are not all whitespace.
+struct Layout {
+    title: f64,
+    subtitle: f64,
+    label: f64,
+    desc: f64,
+    legend: f64,
+    /// Legend: row height, inner padding, sample line length, distance from the plot's corner.
+    row: i32,
+    pad: i32,
+    sample: i32,
+    inset: i32,
+    margin: i32,
+    x_label_area: i32,
+    y_label_area: i32,
+    /// How many x labels fit: one per ~85 px at the default size.
+    x_labels: usize,
+}
+
+impl Layout {
+    fn of(width: u32, height: u32) -> Layout {
+        let k = (f64::from(width) / 1000.0)
+            .min(f64::from(height) / 600.0)
+            .clamp(0.7, 2.0);
+        let px = |v: f64| (v * k).round() as i32;
+        Layout {
+            title: 24.0 * k,
+            subtitle: 15.0 * k,
+            label: 15.0 * k,
+            desc: 17.0 * k,
+            legend: 15.0 * k,
+            row: px(21.0),
+            pad: px(8.0),
+            sample: px(28.0),
+            inset: px(10.0),
+            margin: px(12.0),
+            x_label_area: px(55.0),
+            y_label_area: px(80.0),
+            x_labels: ((f64::from(width) / (85.0 * k)) as usize).max(3),
+        }
+    }
+
+    /// Pixel height of the plotting area ChartBuilder leaves in `area`.
+    fn plot_height<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> i32 {
+        let (_, h) = area.dim_in_pixel();
+        (h as i32 - 2 * self.margin - self.x_label_area).max(1)
+    }
+
+    /// Most legend rows shown in a plot `plot_h` high; more series than that end in
+    /// "+ k more".
+    fn legend_rows(&self, entries: usize, plot_h: i32) -> usize {
+        let fit = ((f64::from(plot_h) * 0.35) as i32 / self.row).max(1) as usize;
+        entries.min(fit)
+    }
+
+    /// Fraction of the plot's height, from the top, that a legend of `rows` rows covers
+    /// (with some air below it): the data's range is stretched so that nothing is drawn
+    /// there.
+    fn legend_fraction(&self, rows: usize, plot_h: i32) -> f64 {
+        let h = rows as i32 * self.row + 2 * self.pad + 2 * self.inset;
+        (f64::from(h) / f64::from(plot_h)).clamp(0.05, 0.45)
+    }
+
+    fn chart_builder<'a, 'b, DB: DrawingBackend>(
+        &self,
+        area: &'a DrawingArea<DB, Shift>,
+    ) -> ChartBuilder<'a, 'b, DB> {
+        let mut b = ChartBuilder::on(area);
+        b.margin(self.margin)
+            .margin_right(self.margin * 2)
+            .x_label_area_size(self.x_label_area)
+            .y_label_area_size(self.y_label_area);
+        b
+    }
+
+    fn font(&self, size: f64) -> TextStyle<'static> {
+        TextStyle::from((FAMILY, size).into_font()).color(&TEXT)
+    }
+}
 
 /// Draws `chart` as SVG and returns the document.
 fn render_svg(chart: &Chart, size: Size) -> Result<String, String> {
@@ -939,64 +1007,34 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
-    let (w, _) = root.dim_in_pixel();
-    let title_style = TextStyle::from((FAMILY, TITLE_SIZE).into_font())
-        .color(&TEXT)
-        .pos(Pos::new(HPos::Center, VPos::Top));
-    let title = fit_text(root, &chart.title, &title_style, w as i32 - 2 * MARGIN)?;
-    root.draw(&Text::new(title, (w as i32 / 2, 10), title_style))?;
-    let mut title_h = 10 + TITLE_SIZE as i32 + 6;
+    let (w, h) = root.dim_in_pixel();
+    let l = Layout::of(w, h);
+    let top = l.margin;
+    let title_style = l.font(l.title).pos(Pos::new(HPos::Center, VPos::Top));
+    let title = fit_text(root, &chart.title, &title_style, w as i32 - 2 * l.margin)?;
+    root.draw(&Text::new(title, (w as i32 / 2, top), title_style))?;
+    let mut title_h = top + (l.title * 1.3) as i32;
     if let Some(sub) = &chart.subtitle {
-        let style = TextStyle::from((FAMILY, SUBTITLE_SIZE).into_font())
+        let style = l
+            .font(l.subtitle)
             .color(&RGBColor(90, 90, 90))
             .pos(Pos::new(HPos::Center, VPos::Top));
-        let sub = fit_text(root, sub, &style, w as i32 - 2 * MARGIN)?;
+        let sub = fit_text(root, sub, &style, w as i32 - 2 * l.margin)?;
         root.draw(&Text::new(sub, (w as i32 / 2, title_h), style))?;
-        title_h += SUBTITLE_SIZE as i32 + 4;
+        title_h += (l.subtitle * 1.3) as i32;
     }
     let (_, area) = root.split_vertically(title_h);
     match &chart.body {
-        Body::Latency(b) => draw_latency(root, &area, b),
-        Body::Inversion(b) => draw_inversion(root, &area, b),
+        Body::Latency(b) => draw_latency(root, &area, &l, b),
+        Body::Inversion(b) => draw_inversion(root, &area, &l, b),
     }
 }
 
-/// Pixel height of the plotting area ChartBuilder will leave in `area` (the margins and
-/// label areas below are the ones both charts build with).
-fn plot_height<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>) -> i32 {
-    let (_, h) = area.dim_in_pixel();
-    (h as i32 - 2 * MARGIN - X_LABEL_AREA).max(1)
-}
-
-/// Fraction of the plot's height, from the top, that the legend of `rows` rows covers (with
-/// some air below it): the data's range is stretched so that nothing is drawn there.
-fn legend_fraction(rows: usize, plot_h: i32) -> f64 {
-    let h = rows as i32 * LEGEND_ROW + 2 * LEGEND_PAD + 2 * LEGEND_INSET;
-    (h as f64 / plot_h as f64).clamp(0.05, 0.6)
-}
-
-/// Most legend rows shown in a plot `plot_h` high; more series than that end in "+ k more".
-fn legend_rows(entries: usize, plot_h: i32) -> usize {
-    let fit = ((plot_h as f64 * 0.45) as i32 / LEGEND_ROW).max(1) as usize;
-    entries.min(fit)
-}
-
-fn chart_builder<'a, 'b, DB: DrawingBackend>(
-    area: &'a DrawingArea<DB, Shift>,
-) -> ChartBuilder<'a, 'b, DB> {
-    let mut b = ChartBuilder::on(area);
-    b.margin(MARGIN)
-        .margin_right(MARGIN * 2)
-        .x_label_area_size(X_LABEL_AREA)
-        .y_label_area_size(Y_LABEL_AREA);
-    b
-}
-
-/// Count axis labels: the powers of ten as plain numbers (1, 10, 100, …, then 1e7 …).
+/// Count axis labels: the powers of ten as plain numbers (1, 10, …, 10000, then 1e5 …).
 fn fmt_count(v: f64) -> String {
-    if (1.0..1e7).contains(&v) {
+    if (1.0..1e5).contains(&v) {
         format!("{}", v.round())
-    } else if v >= 1e7 {
+    } else if v >= 1e5 {
         format!("{v:e}")
     } else {
         let s = format!("{v:.3}");
@@ -1012,29 +1050,31 @@ fn fmt_axis(v: f64) -> String {
 fn draw_latency<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     area: &DrawingArea<DB, Shift>,
+    l: &Layout,
     b: &LatencyBody,
 ) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
-    let plot_h = plot_height(area);
-    let rows = legend_rows(b.series.len(), plot_h);
+    let plot_h = l.plot_height(area);
+    let rows = l.legend_rows(b.series.len(), plot_h);
     // Log axis: the data's top decade ends where the legend begins.
-    let f = legend_fraction(rows, plot_h);
+    let f = l.legend_fraction(rows, plot_h);
     let (lo, top) = (b.y_lo.ln(), (b.c_max * 1.5).ln());
     let y_hi = (lo + (top - lo) / (1.0 - f)).exp();
 
-    let mut chart =
-        chart_builder(area).build_cartesian_2d(0f64..b.x_hi, (b.y_lo..y_hi).log_scale())?;
+    let mut chart = l
+        .chart_builder(area)
+        .build_cartesian_2d(0f64..b.x_hi, (b.y_lo..y_hi).log_scale())?;
     chart
         .configure_mesh()
         .x_desc("latency (µs), 1 µs buckets")
         .y_desc("samples per bucket (log scale)")
         .x_label_formatter(&|v| fmt_axis(*v))
         .y_label_formatter(&|v| fmt_count(*v))
-        .x_labels(12)
-        .label_style((FAMILY, LABEL_SIZE).into_font().color(&TEXT))
-        .axis_desc_style((FAMILY, DESC_SIZE).into_font().color(&TEXT))
+        .x_labels(l.x_labels)
+        .label_style(l.font(l.label))
+        .axis_desc_style(l.font(l.desc))
         .bold_line_style(GRID_BOLD)
         .light_line_style(GRID_LIGHT)
         .max_light_lines(4)
@@ -1064,6 +1104,7 @@ where
         .collect();
     draw_legend(
         root,
+        l,
         chart.plotting_area().get_pixel_range(),
         &entries,
         rows,
@@ -1074,14 +1115,15 @@ where
 fn draw_inversion<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     area: &DrawingArea<DB, Shift>,
+    l: &Layout,
     b: &InversionBody,
 ) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
-    let plot_h = plot_height(area);
-    let rows = legend_rows(b.series.len(), plot_h);
-    let f = legend_fraction(rows, plot_h);
+    let plot_h = l.plot_height(area);
+    let rows = l.legend_rows(b.series.len(), plot_h);
+    let f = l.legend_fraction(rows, plot_h);
     let (y_lo, top) = (b.y.0, b.y.1 * 1.05);
     let y_hi = y_lo + (top - y_lo) / (1.0 - f);
 
@@ -1092,15 +1134,18 @@ where
             fmt_axis(*v)
         }
     };
-    let mut chart = chart_builder(area).build_cartesian_2d(b.x.0..b.x.1, y_lo..y_hi)?;
+    let mut chart = l
+        .chart_builder(area)
+        .build_cartesian_2d(b.x.0..b.x.1, y_lo..y_hi)?;
     chart
         .configure_mesh()
         .x_desc("low-priority streams flooding the server (N)")
         .y_desc("high-priority p99 latency (µs)")
         .x_label_formatter(&x_fmt)
         .y_label_formatter(&|v| fmt_axis(*v))
-        .label_style((FAMILY, LABEL_SIZE).into_font().color(&TEXT))
-        .axis_desc_style((FAMILY, DESC_SIZE).into_font().color(&TEXT))
+        .x_labels(l.x_labels)
+        .label_style(l.font(l.label))
+        .axis_desc_style(l.font(l.desc))
         .bold_line_style(GRID_BOLD)
         .light_line_style(GRID_LIGHT)
         .max_light_lines(4)
@@ -1117,6 +1162,7 @@ where
         .collect();
     draw_legend(
         root,
+        l,
         chart.plotting_area().get_pixel_range(),
         &entries,
         rows,
@@ -1156,6 +1202,7 @@ where
 /// of the backend's measure, so PNG labels would overflow it.
 fn draw_legend<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
+    l: &Layout,
     plot: (std::ops::Range<i32>, std::ops::Range<i32>),
     entries: &[(&str, RGBColor)],
     rows: usize,
@@ -1167,10 +1214,8 @@ where
     if entries.is_empty() {
         return Ok(());
     }
-    let style = TextStyle::from((FAMILY, LEGEND_SIZE).into_font())
-        .color(&TEXT)
-        .pos(Pos::new(HPos::Left, VPos::Center));
-    let max_label = (plot.0.end - plot.0.start) * 7 / 10 - LEGEND_SAMPLE - 3 * LEGEND_PAD;
+    let style = l.font(l.legend).pos(Pos::new(HPos::Left, VPos::Center));
+    let max_label = (plot.0.end - plot.0.start) * 7 / 10 - l.sample - 3 * l.pad;
     let mut shown: Vec<(String, Option<RGBColor>)> = Vec::with_capacity(rows);
     for (i, &(label, color)) in entries.iter().enumerate() {
         if i + 1 == rows && entries.len() > rows {
@@ -1183,10 +1228,10 @@ where
     for (label, _) in &shown {
         text_w = text_w.max(root.estimate_text_size(label, &style)?.0 as i32);
     }
-    let w = LEGEND_PAD * 3 + LEGEND_SAMPLE + text_w;
-    let h = shown.len() as i32 * LEGEND_ROW + 2 * LEGEND_PAD;
-    let x0 = plot.0.end - LEGEND_INSET - w;
-    let y0 = plot.1.start + LEGEND_INSET;
+    let w = l.pad * 3 + l.sample + text_w;
+    let h = shown.len() as i32 * l.row + 2 * l.pad;
+    let x0 = plot.0.end - l.inset - w;
+    let y0 = plot.1.start + l.inset;
     root.draw(&Rectangle::new(
         [(x0, y0), (x0 + w, y0 + h)],
         WHITE.filled(),
@@ -1196,20 +1241,20 @@ where
         RGBColor(160, 160, 160).stroke_width(1),
     ))?;
     for (i, (label, color)) in shown.iter().enumerate() {
-        let y = y0 + LEGEND_PAD + i as i32 * LEGEND_ROW + LEGEND_ROW / 2;
-        let x = x0 + LEGEND_PAD;
+        let y = y0 + l.pad + i as i32 * l.row + l.row / 2;
+        let x = x0 + l.pad;
         if let Some(c) = color {
             root.draw(&PathElement::new(
-                vec![(x, y), (x + LEGEND_SAMPLE, y)],
+                vec![(x, y), (x + l.sample, y)],
                 c.stroke_width(3),
             ))?;
             if dots {
-                root.draw(&Circle::new((x + LEGEND_SAMPLE / 2, y), 4, c.filled()))?;
+                root.draw(&Circle::new((x + l.sample / 2, y), 4, c.filled()))?;
             }
         }
         root.draw(&Text::new(
             label.clone(),
-            (x + LEGEND_SAMPLE + LEGEND_PAD, y),
+            (x + l.sample + l.pad, y),
             style.clone(),
         ))?;
     }
