@@ -421,8 +421,8 @@ fn parse_latency(root: &Map<String, Value>) -> Result<LatencyRun, String> {
                 ))
             }
         };
-        // Re-bucket to 1 µs: floor(latency in µs). A BTreeMap keyed by the f64 bits would
-        // not sort negatives right; latencies are checked non-negative first.
+        // Re-bucket to 1 µs: floor(latency in µs), then add up the counts that land together
+        // (ns input has up to 1000 keys per bucket).
         let mut buckets: Vec<(f64, f64)> = Vec::with_capacity(hist.len());
         for (bucket, count) in hist {
             let x = bucket
