@@ -41,13 +41,18 @@ enum Cmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
-    /// Draw a latency result (lfrt cyclic / cyclictest / lfrt inversion JSON) as a PNG.
+    /// Draw results as SVG or PNG: the latency histogram of an lfrt cyclic or cyclictest JSON
+    /// (two such files are overlaid), or high p99 against N of an lfrt inversion JSON.
     Plot {
-        /// The JSON result file.
-        input: PathBuf,
-        /// The PNG to write.
+        /// One result JSON, or two latency JSONs to overlay (e.g. cyclictest's and lfrt's).
+        #[arg(required = true, num_args = 1..=2, value_name = "RESULT.json")]
+        inputs: Vec<PathBuf>,
+        /// The image to write; its extension picks the format: FILE.svg or FILE.png.
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
+        /// Image size in pixels.
+        #[arg(long, value_name = "WxH", default_value_t = rt_tests::plot::Size::DEFAULT)]
+        size: rt_tests::plot::Size,
     },
     /// cyclictest-compatible timer latency through the runtime (-h is --histogram).
     Cyclic(rt_tests::cyclic::CyclicArgs),
@@ -91,7 +96,11 @@ fn main() -> ExitCode {
             json,
         } => run(&config, duration, json),
         Cmd::Cyclic(args) => rt_tests::cyclic::run(&args),
-        Cmd::Plot { input, output } => rt_tests::plot::plot_file(&input, &output)
+        Cmd::Plot {
+            inputs,
+            output,
+            size,
+        } => rt_tests::plot::plot_files(&inputs, &output, size)
             .map(|kind| println!("wrote {} ({kind:?})", output.display()))
             .map_err(Into::into),
         Cmd::Inversion(args) => rt_tests::inversion::run(&args),

@@ -1,50 +1,77 @@
-//! Render latency result JSON files to PNG charts (`lfrt plot`).
+//! `lfrt plot`: latency results as SVG or PNG charts, drawn with `plotters`.
 //!
-//! Two kinds of input are understood, detected by their shape:
+//! Three kinds of input are understood, told apart by their content:
 //!
-//! * **cyclictest JSON** (`cyclictest --json=FILE -h US`) and lfrt's
-//!   compatible output: a top-level `"thread"` map whose entries carry a
-//!   `"histogram"` map of latency bucket → count. Drawn as a latency
-//!   histogram with a log10 count axis, one series per thread.
-//! * **lfrt inversion JSON**: a top-level `"experiments"` array whose entries
-//!   carry `"architecture"`, `"n_low"` and `"high": {"p99_us": ..}`. Drawn as
-//!   the high-priority p99 against the number of low-priority streams, one
-//!   line per architecture.
+//! * **cyclictest JSON** (`cyclictest --json=FILE -h N`) and **`lfrt cyclic --json`**: a
+//!   top-level `"thread"` map whose entries carry a `"histogram"` map of latency bucket →
+//!   count. Drawn OSADL style: samples per 1 µs bucket on a log axis against latency in µs,
+//!   one line per thread, each thread's maximum marked by a dashed vertical line and named in
+//!   the legend. The unit is lfrt's `"unit"` field, else µs unless the recorded `cmdline` has
+//!   `-N`/`--nsecs` (cyclictest then writes ns and says so nowhere else). Two such files are
+//!   overlaid in one chart, the legend naming each file's source (cyclictest or lfrt cyclic).
+//! * **`lfrt inversion --json`**: a top-level `"experiments"` array of
+//!   `{"architecture", "n_low", "high": {"p99_us"}}`. Drawn as the high-priority p99 against
+//!   N (the number of flooding low-priority streams), one line per architecture.
 //!
-//! Everything is drawn into an in-memory RGB buffer by this module (lines,
-//! markers and a small built-in bitmap font) and encoded with the `png`
-//! crate; no system libraries or font files are used.
+//! The output format follows the extension of `-o`: `.svg` (text as `<text>`, no font needed)
+//! or `.png`, whose text is drawn with [`FONT`], a TrueType font read at run time (Debian
+//! package `fonts-dejavu-core`). The output file is written only once the chart is drawn.
 
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde_json::{Map, Value};
+use std::error::Error as StdError;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// The TrueType font PNG text is drawn with (Debian package `fonts-dejavu-core`).
+pub const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+/// The Debian package that provides [`FONT`].
+pub const FONT_PACKAGE: &str = "fonts-dejavu-core";
 
 /// Error while reading, interpreting or writing a plot.
 #[derive(Debug)]
 pub enum PlotError {
-    /// Reading the input or writing the output file failed.
+    /// Reading an input or writing the output file failed.
     Io {
         /// The file that could not be read or written.
         path: PathBuf,
         /// The underlying I/O error.
         source: std::io::Error,
     },
-    /// The input file is not valid JSON.
+    /// An input file is not valid JSON.
     Json {
         /// The input file.
         path: PathBuf,
         /// The underlying parse error.
         source: serde_json::Error,
     },
-    /// The input is valid JSON but not a shape that can be plotted.
+    /// An input is valid JSON but not a shape that can be plotted (or overlaid).
     Shape {
         /// The input file.
         path: PathBuf,
         /// What was wrong and what was expected.
         reason: String,
     },
-    /// Encoding the PNG image failed.
-    Encode(String),
+    /// The command line asks for something this module cannot do.
+    Usage(String),
+    /// PNG output needs [`FONT`] and it could not be loaded.
+    Font {
+        /// The font file.
+        path: PathBuf,
+        /// Why it could not be used.
+        reason: String,
+    },
+    /// Drawing or encoding the image failed.
+    Draw {
+        /// The output file.
+        path: PathBuf,
+        /// What plotters reported.
+        reason: String,
+    },
 }
 
 impl fmt::Display for PlotError {
@@ -57,17 +84,26 @@ impl fmt::Display for PlotError {
             PlotError::Shape { path, reason } => {
                 write!(f, "{}: cannot plot: {}", path.display(), reason)
             }
-            PlotError::Encode(msg) => write!(f, "PNG encoding failed: {msg}"),
+            PlotError::Usage(msg) => f.write_str(msg),
+            PlotError::Font { path, reason } => write!(
+                f,
+                "{}: {reason}; PNG output draws its text with this font: install the Debian \
+                 package {FONT_PACKAGE} (or write .svg, which needs no font)",
+                path.display()
+            ),
+            PlotError::Draw { path, reason } => {
+                write!(f, "{}: drawing failed: {}", path.display(), reason)
+            }
         }
     }
 }
 
-impl std::error::Error for PlotError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+impl StdError for PlotError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
             PlotError::Io { source, .. } => Some(source),
             PlotError::Json { source, .. } => Some(source),
-            PlotError::Shape { .. } | PlotError::Encode(_) => None,
+            _ => None,
         }
     }
 }
@@ -75,90 +111,217 @@ impl std::error::Error for PlotError {
 /// Which chart was drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlotKind {
-    /// Per-thread latency histogram (cyclictest-style input), log10 count axis.
+    /// Per-thread latency histogram (cyclictest-style input), log count axis.
     LatencyHistogram,
     /// High-priority p99 latency against low-priority load (lfrt inversion input).
     InversionP99,
 }
 
-/// Reads `input` (any of the JSON kinds below), draws the right chart, writes a PNG to `output`.
+/// Image format, from the output file's extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Scalable vector graphics; text stays text.
+    Svg,
+    /// RGB bitmap; text is drawn with [`FONT`].
+    Png,
+}
+
+impl Format {
+    /// The format `path` asks for by its extension (`.svg` or `.png`, any case).
+    pub fn of(path: &Path) -> Result<Format, PlotError> {
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if ext.eq_ignore_ascii_case("svg") {
+            Ok(Format::Svg)
+        } else if ext.eq_ignore_ascii_case("png") {
+            Ok(Format::Png)
+        } else {
+            Err(PlotError::Usage(format!(
+                "-o/--output {}: the file name must end in .svg or .png (the format follows \
+                 the extension)",
+                path.display()
+            )))
+        }
+    }
+}
+
+/// Image size in pixels (`--size WIDTHxHEIGHT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+}
+
+impl Size {
+    /// The size `lfrt plot` draws without `--size`.
+    pub const DEFAULT: Size = Size {
+        width: 1000,
+        height: 600,
+    };
+    /// Smallest size the layout (titles, axis labels, legend) fits in.
+    pub const MIN: Size = Size {
+        width: 400,
+        height: 300,
+    };
+    /// Largest size accepted (a PNG this big is 192 MB of pixels while drawing).
+    pub const MAX: Size = Size {
+        width: 8000,
+        height: 8000,
+    };
+
+    fn dims(self) -> (u32, u32) {
+        (self.width, self.height)
+    }
+}
+
+impl fmt::Display for Size {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}", self.width, self.height)
+    }
+}
+
+impl FromStr for Size {
+    type Err = String;
+
+    /// Parses `WIDTHxHEIGHT`, e.g. `1000x600`, within [`Size::MIN`]..=[`Size::MAX`].
+    fn from_str(s: &str) -> Result<Size, String> {
+        let parsed = s
+            .split_once(['x', 'X'])
+            .and_then(|(w, h)| Some((w.trim().parse().ok()?, h.trim().parse().ok()?)));
+        let Some((width, height)) = parsed else {
+            return Err(format!(
+                "expected WIDTHxHEIGHT in pixels, e.g. {}, got {s:?}",
+                Size::DEFAULT
+            ));
+        };
+        let (lo, hi) = (Size::MIN, Size::MAX);
+        if !(lo.width..=hi.width).contains(&width) || !(lo.height..=hi.height).contains(&height) {
+            return Err(format!(
+                "{width}x{height} is outside {lo}..={hi} (width and height each)"
+            ));
+        }
+        Ok(Size { width, height })
+    }
+}
+
+/// Reads one or two result files, draws the chart and writes it to `output`.
 ///
-/// Accepted inputs are cyclictest-style JSON (a `"thread"` map with per-thread
-/// `"histogram"` maps) and lfrt inversion JSON (an `"experiments"` array).
-/// The output file is only created once the chart has been rendered.
-pub fn plot_file(input: &Path, output: &Path) -> Result<PlotKind, PlotError> {
-    let text = std::fs::read_to_string(input).map_err(|source| PlotError::Io {
-        path: input.to_path_buf(),
-        source,
-    })?;
-    let value: Value = serde_json::from_str(&text).map_err(|source| PlotError::Json {
-        path: input.to_path_buf(),
-        source,
-    })?;
-    let (kind, bytes) = render_value(&value).map_err(|e| match e {
-        RenderError::Shape(reason) => PlotError::Shape {
-            path: input.to_path_buf(),
+/// One input: any of the three kinds (see the module docs). Two inputs: two latency files
+/// (cyclictest or lfrt cyclic), overlaid. The format follows `output`'s extension; the file
+/// is only created once the chart has been drawn.
+pub fn plot_files(inputs: &[PathBuf], output: &Path, size: Size) -> Result<PlotKind, PlotError> {
+    let format = Format::of(output)?;
+    if inputs.is_empty() || inputs.len() > 2 {
+        return Err(PlotError::Usage(format!(
+            "give one result file, or two latency files to overlay (got {})",
+            inputs.len()
+        )));
+    }
+    let mut parsed = Vec::with_capacity(inputs.len());
+    for path in inputs {
+        let text = std::fs::read_to_string(path).map_err(|source| PlotError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let value: Value = serde_json::from_str(&text).map_err(|source| PlotError::Json {
+            path: path.clone(),
+            source,
+        })?;
+        let input = Input::parse(&value).map_err(|reason| PlotError::Shape {
+            path: path.clone(),
             reason,
-        },
-        RenderError::Encode(msg) => PlotError::Encode(format!("{}: {}", output.display(), msg)),
-    })?;
-    std::fs::write(output, bytes).map_err(|source| PlotError::Io {
+        })?;
+        parsed.push((path.clone(), input));
+    }
+    let chart = Chart::build(parsed)?;
+    let kind = chart.kind();
+    let draw_err = |reason: String| PlotError::Draw {
         path: output.to_path_buf(),
-        source,
-    })?;
+        reason,
+    };
+    match format {
+        Format::Svg => {
+            let svg = render_svg(&chart, size).map_err(draw_err)?;
+            std::fs::write(output, svg).map_err(|source| PlotError::Io {
+                path: output.to_path_buf(),
+                source,
+            })?;
+        }
+        Format::Png => {
+            let font = load_font(Path::new(FONT)).map_err(|reason| PlotError::Font {
+                path: PathBuf::from(FONT),
+                reason,
+            })?;
+            let rgb = render_rgb(&chart, size, &font).map_err(draw_err)?;
+            // plotters' encoder (the `image` crate) writes the file; it is only created
+            // here, after the picture was drawn into memory.
+            let mut file = BitMapBackend::new(output, size.dims());
+            file.blit_bitmap((0, 0), size.dims(), &rgb)
+                .and_then(|()| file.present())
+                .map_err(|e| draw_err(e.to_string()))?;
+        }
+    }
     Ok(kind)
 }
 
-/// Same from an already-parsed value (for tests); returns the PNG bytes.
-///
-/// The error string describes what was wrong with the value's shape (or, rarely,
-/// why PNG encoding failed).
-pub fn render(value: &Value) -> Result<(PlotKind, Vec<u8>), String> {
-    render_value(value).map_err(|e| match e {
-        RenderError::Shape(reason) => reason,
-        RenderError::Encode(msg) => format!("PNG encoding failed: {msg}"),
-    })
-}
-
 // ---------------------------------------------------------------------------
-// Dispatch and input interpretation
+// Input interpretation
 // ---------------------------------------------------------------------------
 
-enum RenderError {
-    Shape(String),
-    Encode(String),
+const EXPECTED: &str = "expected cyclictest or `lfrt cyclic --json` output (an object with a \
+     \"thread\" map whose entries have a \"histogram\" map, as written by `cyclictest \
+     --json=FILE -h US`) or `lfrt inversion --json` output (an object with an \"experiments\" \
+     array of {\"architecture\", \"n_low\", \"high\": {\"p99_us\"}})";
+
+/// One parsed input file.
+enum Input {
+    Latency(LatencyRun),
+    Inversion(Vec<ArchLine>),
 }
 
-const EXPECTED: &str = "expected either cyclictest JSON (an object with a \"thread\" map whose \
-     entries have a \"histogram\" map, as written by `cyclictest --json=FILE -h US`) or lfrt \
-     inversion JSON (an object with an \"experiments\" array of {\"architecture\", \"n_low\", \
-     \"high\": {\"p99_us\"}})";
+/// A cyclictest-style run, in µs.
+struct LatencyRun {
+    /// `cyclictest` or `lfrt cyclic`.
+    source: &'static str,
+    /// The recorded command line, if any.
+    cmdline: Option<String>,
+    threads: Vec<ThreadHist>,
+}
 
-fn render_value(value: &Value) -> Result<(PlotKind, Vec<u8>), RenderError> {
-    let Some(root) = value.as_object() else {
-        return Err(RenderError::Shape(format!(
-            "top-level JSON value is {}, not an object; {EXPECTED}",
-            kind_name(value)
-        )));
-    };
-    let (kind, chart) = if field(root, "thread").is_some() {
-        (
-            PlotKind::LatencyHistogram,
-            histogram_chart(root).map_err(RenderError::Shape)?,
-        )
-    } else if field(root, "experiments").is_some() {
-        (
-            PlotKind::InversionP99,
-            inversion_chart(root).map_err(RenderError::Shape)?,
-        )
-    } else {
-        return Err(RenderError::Shape(format!(
-            "no \"thread\" or \"experiments\" key at top level; {EXPECTED}"
-        )));
-    };
-    let canvas = draw_chart(&chart).map_err(RenderError::Shape)?;
-    let bytes = encode_png(&canvas).map_err(RenderError::Encode)?;
-    Ok((kind, bytes))
+struct ThreadHist {
+    /// `T<n>`, with the group and priority where the file has them.
+    label: String,
+    /// (bucket start in µs, count), sorted, counts > 0, one entry per 1 µs bucket.
+    buckets: Vec<(f64, f64)>,
+    /// Largest latency seen (µs): the file's `max`, or the last bucket.
+    max_us: Option<f64>,
+}
+
+/// One architecture's (N, high p99 µs) points, sorted by N.
+struct ArchLine {
+    name: String,
+    points: Vec<(f64, f64)>,
+}
+
+impl Input {
+    fn parse(value: &Value) -> Result<Input, String> {
+        let Some(root) = value.as_object() else {
+            return Err(format!(
+                "top-level JSON value is {}, not an object; {EXPECTED}",
+                kind_name(value)
+            ));
+        };
+        if field(root, "thread").is_some() {
+            parse_latency(root).map(Input::Latency)
+        } else if field(root, "experiments").is_some() {
+            parse_inversion(root).map(Input::Inversion)
+        } else {
+            Err(format!(
+                "no \"thread\" or \"experiments\" key at top level; {EXPECTED}"
+            ))
+        }
+    }
 }
 
 fn kind_name(v: &Value) -> &'static str {
@@ -180,10 +343,44 @@ fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
 fn clean_text(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+        .collect::<String>()
+        .trim()
+        .to_string()
 }
 
-fn histogram_chart(root: &Map<String, Value>) -> Result<Chart, String> {
+/// Does a cyclictest command line ask for nanoseconds (`-N`, `--nsecs`, or `N` in a cluster
+/// of flags such as `-qmN`)?
+fn cmdline_nsecs(cmdline: &str) -> bool {
+    cmdline.split_whitespace().any(|t| {
+        t == "--nsecs"
+            || t.strip_prefix('-').is_some_and(|flags| {
+                !flags.starts_with('-')
+                    && flags.contains('N')
+                    && flags.chars().all(|c| c.is_ascii_alphabetic())
+            })
+    })
+}
+
+/// Divisor from the file's unit to µs.
+fn unit_per_us(root: &Map<String, Value>) -> Result<f64, String> {
+    match field(root, "unit") {
+        None => Ok(match field(root, "cmdline").and_then(Value::as_str) {
+            Some(cmd) if cmdline_nsecs(cmd) => 1000.0,
+            _ => 1.0,
+        }),
+        Some(Value::String(u)) => match u.trim() {
+            "ns" => Ok(1000.0),
+            "us" | "µs" | "μs" => Ok(1.0),
+            other => Err(format!("\"unit\" is {other:?}, expected \"us\" or \"ns\"")),
+        },
+        Some(other) => Err(format!(
+            "\"unit\" is {}, expected the string \"us\" or \"ns\"",
+            kind_name(other)
+        )),
+    }
+}
+
+fn parse_latency(root: &Map<String, Value>) -> Result<LatencyRun, String> {
     let threads = match field(root, "thread") {
         Some(Value::Object(t)) => t,
         Some(other) => {
@@ -194,10 +391,7 @@ fn histogram_chart(root: &Map<String, Value>) -> Result<Chart, String> {
         }
         None => return Err("missing \"thread\" object".to_string()),
     };
-    let unit = match field(root, "unit").and_then(Value::as_str) {
-        Some(u) if u.trim().eq_ignore_ascii_case("ns") => "ns",
-        _ => "µs",
-    };
+    let per_us = unit_per_us(root)?;
 
     let mut keys: Vec<&String> = threads.keys().collect();
     keys.sort_by(|a, b| match (a.parse::<u64>(), b.parse::<u64>()) {
@@ -207,8 +401,7 @@ fn histogram_chart(root: &Map<String, Value>) -> Result<Chart, String> {
         (Err(_), Err(_)) => a.cmp(b),
     });
 
-    let mut series = Vec::new();
-    let mut all_integer = true;
+    let mut out = Vec::new();
     for key in keys {
         let Some(thread) = threads[key.as_str()].as_object() else {
             return Err(format!(
@@ -217,6 +410,7 @@ fn histogram_chart(root: &Map<String, Value>) -> Result<Chart, String> {
             ));
         };
         let hist = match field(thread, "histogram") {
+            // cyclictest without -h: nothing to draw for this thread.
             None | Some(Value::Null) => continue,
             Some(Value::Object(h)) => h,
             Some(other) => {
@@ -227,14 +421,21 @@ fn histogram_chart(root: &Map<String, Value>) -> Result<Chart, String> {
                 ))
             }
         };
-        let mut points = Vec::with_capacity(hist.len());
+        // Re-bucket to 1 µs: floor(latency in µs), then add up the counts that land together
+        // (ns input has up to 1000 keys per bucket).
+        let mut buckets: Vec<(f64, f64)> = Vec::with_capacity(hist.len());
         for (bucket, count) in hist {
-            let x = parse_bucket(bucket).ok_or_else(|| {
-                format!("thread \"{key}\": histogram key \"{bucket}\" is not a latency number")
-            })?;
-            if x.fract() != 0.0 {
-                all_integer = false;
-            }
+            let x = bucket
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| {
+                    format!(
+                        "thread \"{key}\": histogram key \"{bucket}\" is not a non-negative \
+                         latency number"
+                    )
+                })?;
             let c = count
                 .as_f64()
                 .filter(|c| c.is_finite() && *c >= 0.0)
@@ -245,104 +446,88 @@ fn histogram_chart(root: &Map<String, Value>) -> Result<Chart, String> {
                     )
                 })?;
             if c > 0.0 {
-                points.push((x, c));
+                buckets.push(((x / per_us).floor(), c));
             }
         }
-        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut merged: Vec<(f64, f64)> = Vec::with_capacity(buckets.len());
+        for (x, c) in buckets {
+            match merged.last_mut() {
+                Some(last) if last.0 == x => last.1 += c,
+                _ => merged.push((x, c)),
+            }
+        }
+        if merged.iter().any(|b| !b.1.is_finite()) {
+            return Err(format!(
+                "thread \"{key}\": histogram counts add up to more than can be plotted"
+            ));
+        }
+
+        let file_max = match field(thread, "max") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_f64()
+                    .filter(|m| m.is_finite() && *m >= 0.0)
+                    .ok_or_else(|| {
+                        format!("thread \"{key}\": \"max\" is {v}, expected a non-negative number")
+                    })?
+                    / per_us,
+            ),
+        };
+        let last = merged.last().map(|b| b.0);
+        let max_us = match (file_max, last) {
+            (Some(m), Some(l)) => Some(m.max(l)),
+            (m, l) => m.or(l),
+        };
 
         let mut label = format!("T{}", clean_text(key));
-        if let Some(g) = field(thread, "group").and_then(Value::as_str) {
-            label.push(' ');
-            label.push_str(&clean_text(g));
+        let group = field(thread, "group")
+            .and_then(Value::as_str)
+            .map(clean_text);
+        let prio = field(thread, "priority").and_then(Value::as_i64);
+        match (group, prio) {
+            (Some(g), Some(p)) => label.push_str(&format!(" ({g} P{p})")),
+            (Some(g), None) => label.push_str(&format!(" ({g})")),
+            (None, Some(p)) => label.push_str(&format!(" (P{p})")),
+            (None, None) => {}
         }
-        if let Some(p) = field(thread, "priority").and_then(Value::as_i64) {
-            label.push_str(&format!(" P{p}"));
-        }
-        if points.is_empty() {
+        if merged.is_empty() {
             label.push_str(" (no samples)");
         }
-        series.push((label, points));
+        out.push(ThreadHist {
+            label,
+            buckets: merged,
+            max_us: if last.is_some() { max_us } else { None },
+        });
     }
 
-    if series.is_empty() {
+    if out.is_empty() {
         return Err(
-            "no thread has a \"histogram\"; run cyclictest (or lfrt) with -h/--histogram \
+            "no thread has a \"histogram\"; run cyclictest (or lfrt cyclic) with -h/--histogram \
              (e.g. `cyclictest --json=FILE -h 200`) to record one"
                 .to_string(),
         );
     }
-    let mut xs = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.0));
-    let Some(first) = xs.next() else {
+    if out.iter().all(|t| t.buckets.is_empty()) {
         return Err("all thread histograms are empty (no samples recorded)".to_string());
+    }
+    let source = if field(root, "lfrt_version").is_some() {
+        "lfrt cyclic"
+    } else {
+        "cyclictest"
     };
-    let (mut x_lo, mut x_hi) = (first.min(0.0), first);
-    for x in xs {
-        x_lo = x_lo.min(x);
-        x_hi = x_hi.max(x);
-    }
-    let counts = series.iter().flat_map(|(_, p)| p.iter().map(|q| q.1));
-    let (mut c_min, mut c_max) = (f64::INFINITY, 0.0f64);
-    for c in counts {
-        c_min = c_min.min(c);
-        c_max = c_max.max(c);
-    }
-
-    let n_points: usize = series.iter().map(|(_, p)| p.len()).max().unwrap_or(0);
-    let mut title = "latency histogram".to_string();
-    if let Some(cmd) = field(root, "cmdline").and_then(Value::as_str) {
-        let cmd = clean_text(cmd);
-        if !cmd.trim().is_empty() {
-            title.push_str(": ");
-            title.push_str(cmd.trim());
-        }
-    }
-
-    let series = series
-        .into_iter()
-        .enumerate()
-        .map(|(i, (label, points))| Series {
-            label,
-            color: PALETTE[i % PALETTE.len()],
-            marker: MARKERS[(i / PALETTE.len()) % MARKERS.len()],
-            points,
-            line_width: 1.6,
-            // Dense histograms get smaller markers; very dense ones none.
-            marker_radius: if n_points <= 120 {
-                2.6
-            } else if n_points <= 400 {
-                1.8
-            } else {
-                0.0
-            },
-        })
-        .collect();
-
-    Ok(Chart {
-        title,
-        x_title: format!("latency ({unit})"),
-        y_title: "count (log scale)".to_string(),
-        x_axis: XSpec::Auto {
-            lo: x_lo,
-            hi: x_hi,
-            integer: all_integer,
-        },
-        y_axis: YSpec::Log {
-            min_pos: c_min,
-            max: c_max,
-        },
-        series,
+    let cmdline = field(root, "cmdline")
+        .and_then(Value::as_str)
+        .map(clean_text)
+        .filter(|c| !c.is_empty());
+    Ok(LatencyRun {
+        source,
+        cmdline,
+        threads: out,
     })
 }
 
-fn parse_bucket(key: &str) -> Option<f64> {
-    let k = key.trim();
-    if let Ok(v) = k.parse::<u64>() {
-        return Some(v as f64);
-    }
-    k.parse::<f64>().ok().filter(|v| v.is_finite())
-}
-
-fn inversion_chart(root: &Map<String, Value>) -> Result<Chart, String> {
+fn parse_inversion(root: &Map<String, Value>) -> Result<Vec<ArchLine>, String> {
     let exps = match field(root, "experiments") {
         Some(Value::Array(a)) => a,
         Some(other) => {
@@ -357,1086 +542,932 @@ fn inversion_chart(root: &Map<String, Value>) -> Result<Chart, String> {
         return Err("\"experiments\" is empty; nothing to plot".to_string());
     }
     // Architectures in order of first appearance, each with its (n_low, p99) points.
-    let mut groups: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-    for e in exps {
-        let Some(o) = e.as_object() else { continue };
-        let arch = field(o, "architecture").and_then(Value::as_str);
-        let n = field(o, "n_low").and_then(Value::as_f64);
-        let p99 = field(o, "high")
-            .and_then(Value::as_object)
-            .and_then(|h| field(h, "p99_us"))
-            .and_then(Value::as_f64);
-        let (Some(arch), Some(n), Some(p99)) = (arch, n, p99) else {
-            continue;
+    let mut lines: Vec<ArchLine> = Vec::new();
+    for (i, e) in exps.iter().enumerate() {
+        let Some(o) = e.as_object() else {
+            return Err(format!(
+                "experiments[{i}] is {}, expected an object with \"architecture\", \"n_low\" \
+                 and \"high\": {{\"p99_us\"}}",
+                kind_name(e)
+            ));
         };
-        if !n.is_finite() || !p99.is_finite() {
-            continue;
-        }
-        match groups.iter_mut().find(|(a, _)| a == arch) {
-            Some((_, pts)) => pts.push((n, p99)),
-            None => groups.push((arch.to_string(), vec![(n, p99)])),
+        let arch = match field(o, "architecture") {
+            Some(Value::String(s)) => clean_text(s),
+            Some(v) => {
+                return Err(format!(
+                    "experiments[{i}].architecture is {}, expected a string",
+                    kind_name(v)
+                ))
+            }
+            None => return Err(format!("experiments[{i}]: missing \"architecture\"")),
+        };
+        let number = |v: Option<&Value>, name: &str| match v {
+            Some(v) => v
+                .as_f64()
+                .filter(|x| x.is_finite())
+                .ok_or_else(|| format!("experiments[{i}].{name} is {v}, expected a finite number")),
+            None => Err(format!("experiments[{i}]: missing \"{name}\"")),
+        };
+        let n = number(field(o, "n_low"), "n_low")?;
+        let high = match field(o, "high") {
+            Some(Value::Object(h)) => h,
+            Some(v) => {
+                return Err(format!(
+                    "experiments[{i}].high is {}, expected an object with \"p99_us\"",
+                    kind_name(v)
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "experiments[{i}]: missing \"high\" (with \"p99_us\")"
+                ))
+            }
+        };
+        let p99 = number(field(high, "p99_us"), "high.p99_us")?;
+        match lines.iter_mut().find(|l| l.name == arch) {
+            Some(l) => l.points.push((n, p99)),
+            None => lines.push(ArchLine {
+                name: arch,
+                points: vec![(n, p99)],
+            }),
         }
     }
-    if groups.is_empty() {
-        return Err(
-            "no entry of \"experiments\" has a string \"architecture\", a numeric \
-                    \"n_low\" and a numeric \"high\".\"p99_us\""
-                .to_string(),
-        );
+    for l in &mut lines {
+        l.points
+            .sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
     }
-    let mut ns: Vec<f64> = Vec::new();
-    let (mut y_min, mut y_max) = (0.0f64, f64::NEG_INFINITY);
-    for (_, pts) in &mut groups {
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
-        for &(n, p) in pts.iter() {
-            ns.push(n);
-            y_min = y_min.min(p);
-            y_max = y_max.max(p);
+    Ok(lines)
+}
+
+/// Readable names for `lfrt inversion`'s architectures; others are shown as written.
+fn arch_label(name: &str) -> String {
+    match name {
+        "lanes" => "lfrt lanes".to_string(),
+        "single_pool" => "lfrt shared pool".to_string(),
+        "hsha" => "HS/HA".to_string(),
+        other => other.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Chart model (format independent)
+// ---------------------------------------------------------------------------
+
+/// Series colours: clearly distinct on white, in order of use.
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(23, 190, 207),
+];
+
+/// Overlaid files: the first file's threads in cool colours, the second's in warm ones.
+const FILE_COLORS: [[RGBColor; 4]; 2] = [
+    [PALETTE[0], PALETTE[7], PALETTE[4], PALETTE[2]],
+    [PALETTE[1], PALETTE[3], PALETTE[6], PALETTE[5]],
+];
+
+const TEXT: RGBColor = RGBColor(30, 30, 30);
+const GRID_BOLD: RGBColor = RGBColor(215, 215, 215);
+const GRID_LIGHT: RGBColor = RGBColor(240, 240, 240);
+const FAMILY: &str = "sans-serif";
+
+struct Chart {
+    title: String,
+    subtitle: Option<String>,
+    body: Body,
+}
+
+enum Body {
+    Latency(LatencyBody),
+    Inversion(InversionBody),
+}
+
+struct LatencyBody {
+    series: Vec<LatencySeries>,
+    /// Right end of the latency axis (µs).
+    x_hi: f64,
+    /// Bottom of the count axis; empty buckets are drawn here.
+    y_lo: f64,
+    /// Largest bucket count.
+    c_max: f64,
+}
+
+struct LatencySeries {
+    label: String,
+    color: RGBColor,
+    /// One line per run of adjacent non-empty buckets (see [`bucket_runs`]).
+    runs: Vec<Vec<(f64, f64)>>,
+    max_us: Option<f64>,
+}
+
+struct InversionSeries {
+    label: String,
+    color: RGBColor,
+    /// (N, p99 µs), sorted by N.
+    points: Vec<(f64, f64)>,
+}
+
+struct InversionBody {
+    series: Vec<InversionSeries>,
+    x: (f64, f64),
+    /// Every N is a whole number: label the axis with integers.
+    x_integer: bool,
+    y: (f64, f64),
+}
+
+impl Chart {
+    fn kind(&self) -> PlotKind {
+        match self.body {
+            Body::Latency(_) => PlotKind::LatencyHistogram,
+            Body::Inversion(_) => PlotKind::InversionP99,
         }
     }
-    ns.sort_by(f64::total_cmp);
-    ns.dedup();
-    let (n_lo, n_hi) = (ns[0], ns[ns.len() - 1]);
-    let series = groups
+
+    fn build(inputs: Vec<(PathBuf, Input)>) -> Result<Chart, PlotError> {
+        let two = inputs.len() == 2;
+        let mut runs = Vec::new();
+        for (path, input) in inputs {
+            match input {
+                Input::Inversion(lines) if !two => {
+                    return inversion_chart(lines)
+                        .map_err(|reason| PlotError::Shape { path, reason })
+                }
+                Input::Inversion(_) => {
+                    return Err(PlotError::Shape {
+                        path,
+                        reason: "lfrt inversion results cannot be overlaid; two inputs must \
+                                 both be latency histograms (cyclictest or lfrt cyclic)"
+                            .to_string(),
+                    })
+                }
+                Input::Latency(run) => runs.push((path, run)),
+            }
+        }
+        latency_chart(runs)
+    }
+}
+
+/// Widest count range a latency chart draws (largest count / half the smallest).
+const MAX_COUNT_SPAN: f64 = 1e20;
+
+fn fmt_us(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn latency_chart(runs: Vec<(PathBuf, LatencyRun)>) -> Result<Chart, PlotError> {
+    let overlay = runs.len() > 1;
+    // Each file's name in the legend: its source, and the file name if both are alike.
+    let same_source = overlay && runs.windows(2).all(|w| w[0].1.source == w[1].1.source);
+    let mut series = Vec::new();
+    let (mut x_max, mut c_max, mut c_min) = (0.0f64, 0.0f64, f64::INFINITY);
+    for (file, (path, run)) in runs.iter().enumerate() {
+        let prefix = match (overlay, same_source) {
+            (false, _) => String::new(),
+            (true, false) => format!("{}: ", run.source),
+            (true, true) => format!(
+                "{} ({}): ",
+                run.source,
+                path.file_name().unwrap_or_default().to_string_lossy()
+            ),
+        };
+        for (thread, t) in run.threads.iter().enumerate() {
+            for &(x, c) in &t.buckets {
+                x_max = x_max.max(x);
+                c_max = c_max.max(c);
+                c_min = c_min.min(c);
+            }
+            if let Some(m) = t.max_us {
+                x_max = x_max.max(m);
+            }
+            let mut label = format!("{prefix}{}", t.label);
+            if let Some(m) = t.max_us {
+                label.push_str(&format!(", max {} µs", fmt_us(m)));
+            }
+            let color = if overlay {
+                let family = &FILE_COLORS[file % FILE_COLORS.len()];
+                family[thread % family.len()]
+            } else {
+                PALETTE[thread % PALETTE.len()]
+            };
+            series.push((label, color, t));
+        }
+    }
+    // Counts below 1 only come from hand-made files; keep the bottom under every point.
+    let y_lo = c_min.min(1.0) / 2.0;
+    let x_hi = (x_max + (x_max * 0.03).max(2.0)).ceil();
+    // plotters' log axis loops (nearly) forever over an absurd number of decades.
+    let span = c_max / y_lo;
+    if !x_hi.is_finite() || !span.is_finite() || span > MAX_COUNT_SPAN {
+        let (path, _) = &runs[0];
+        return Err(PlotError::Shape {
+            path: path.clone(),
+            reason: format!(
+                "latencies up to {x_max:e} µs and counts from {c_min:e} to {c_max:e} are too \
+                 large to plot (counts may span at most 20 decades)"
+            ),
+        });
+    }
+    let series = series
+        .into_iter()
+        .map(|(label, color, t)| LatencySeries {
+            label,
+            color,
+            runs: bucket_runs(&t.buckets, y_lo),
+            max_us: t.max_us,
+        })
+        .collect();
+
+    let (title, subtitle) = if overlay {
+        let names: Vec<&str> = runs.iter().map(|(_, r)| r.source).collect();
+        let files: Vec<String> = runs
+            .iter()
+            .map(|(p, _)| {
+                p.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        (
+            format!("Latency: {}", names.join(" vs ")),
+            Some(files.join(" vs ")),
+        )
+    } else {
+        let run = &runs[0].1;
+        (format!("Latency: {}", run.source), run.cmdline.clone())
+    };
+    Ok(Chart {
+        title,
+        subtitle,
+        body: Body::Latency(LatencyBody {
+            series,
+            x_hi,
+            y_lo,
+            c_max,
+        }),
+    })
+}
+
+/// The lines through a histogram's buckets: one per run of adjacent non-empty buckets, rising
+/// from `floor` (the bottom of the log axis) at its first bucket, through each bucket's count
+/// and back to `floor` at its last. An isolated sample is a spike; nothing is drawn over empty
+/// buckets.
+fn bucket_runs(buckets: &[(f64, f64)], floor: f64) -> Vec<Vec<(f64, f64)>> {
+    let mut runs: Vec<Vec<(f64, f64)>> = Vec::new();
+    for (i, &(x, c)) in buckets.iter().enumerate() {
+        let joins_previous = i > 0 && buckets[i - 1].0 + 1.0 >= x;
+        if !joins_previous {
+            if let Some(run) = runs.last_mut() {
+                run.push((buckets[i - 1].0, floor));
+            }
+            runs.push(vec![(x, floor)]);
+        }
+        if let Some(run) = runs.last_mut() {
+            run.push((x, c));
+        }
+    }
+    if let (Some(run), Some(&(x, _))) = (runs.last_mut(), buckets.last()) {
+        run.push((x, floor));
+    }
+    runs
+}
+
+fn inversion_chart(lines: Vec<ArchLine>) -> Result<Chart, String> {
+    let pts = || lines.iter().flat_map(|l| l.points.iter());
+    let (mut x_lo, mut x_hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    let (mut y_lo, mut y_hi) = (0.0f64, f64::NEG_INFINITY);
+    for &(n, p) in pts() {
+        x_lo = x_lo.min(n);
+        x_hi = x_hi.max(n);
+        y_lo = y_lo.min(p);
+        y_hi = y_hi.max(p);
+    }
+    let x_integer = pts().all(|&(n, _)| n.fract() == 0.0);
+    let pad = ((x_hi - x_lo) * 0.03).max(if x_hi > x_lo { 0.0 } else { 1.0 });
+    if y_hi <= y_lo {
+        y_hi = y_lo + 1.0;
+    }
+    // The axes get some air (and the legend's room) added; that must stay a number.
+    if !((x_hi - x_lo) * 4.0).is_finite() || !((y_hi - y_lo) * 4.0).is_finite() {
+        return Err(format!(
+            "n_low from {x_lo:e} to {x_hi:e} and p99_us from {y_lo:e} to {y_hi:e} are too \
+             large to plot"
+        ));
+    }
+    let series = lines
         .into_iter()
         .enumerate()
-        .map(|(i, (arch, points))| Series {
-            label: clean_text(&arch),
+        .map(|(i, l)| InversionSeries {
+            label: arch_label(&l.name),
             color: PALETTE[i % PALETTE.len()],
-            marker: MARKERS[i % MARKERS.len()],
-            points,
-            line_width: 2.2,
-            marker_radius: 4.5,
+            points: l.points,
         })
         .collect();
     Ok(Chart {
-        title: "high-priority p99 vs low-priority load".to_string(),
-        x_title: "low-priority streams (n_low)".to_string(),
-        y_title: "high-priority p99 (µs)".to_string(),
-        x_axis: XSpec::At {
-            lo: n_lo,
-            hi: n_hi,
-            ticks: ns,
-        },
-        y_axis: YSpec::Linear {
-            lo: y_min,
-            hi: y_max,
-        },
-        series,
+        title: "Priority inversion: high-priority p99 vs low-priority load".to_string(),
+        subtitle: None,
+        body: Body::Inversion(InversionBody {
+            series,
+            x: (x_lo - pad, x_hi + pad),
+            x_integer,
+            y: (y_lo, y_hi),
+        }),
     })
 }
 
 // ---------------------------------------------------------------------------
-// Chart description and axes
+// Drawing
 // ---------------------------------------------------------------------------
 
-type Color = [u8; 3];
+use glyph_bitmap::GlyphBitmap;
 
-const WHITE: Color = [255, 255, 255];
-const BLACK: Color = [0, 0, 0];
-const TEXT: Color = [30, 30, 30];
-const GRID: Color = [222, 222, 222];
-const GRID_MINOR: Color = [240, 240, 240];
-const LEGEND_BORDER: Color = [150, 150, 150];
+type DrawResult = Result<(), Box<dyn StdError>>;
 
-const PALETTE: [Color; 10] = [
-    [31, 105, 180],
-    [232, 110, 10],
-    [40, 150, 50],
-    [205, 35, 40],
-    [125, 85, 185],
-    [140, 90, 70],
-    [215, 90, 175],
-    [95, 95, 95],
-    [165, 160, 20],
-    [20, 165, 185],
-];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Marker {
-    Circle,
-    Square,
-    Triangle,
-    Diamond,
+/// Text sizes and spacing for one image size: chosen for 1000x600 and scaled with the image
+/// (by the smaller of width/1000 and height/600, kept within 0.7..=2), so small images keep
+/// room for the data and large ones are not all whitespace.
+struct Layout {
+    title: f64,
+    subtitle: f64,
+    label: f64,
+    desc: f64,
+    legend: f64,
+    /// Legend: row height, inner padding, sample line length, distance from the plot's corner.
+    row: i32,
+    pad: i32,
+    sample: i32,
+    inset: i32,
+    margin: i32,
+    x_label_area: i32,
+    y_label_area: i32,
+    /// How many x labels fit: one per ~85 px at the default size.
+    x_labels: usize,
 }
 
-const MARKERS: [Marker; 4] = [
-    Marker::Circle,
-    Marker::Square,
-    Marker::Triangle,
-    Marker::Diamond,
-];
-
-struct Series {
-    label: String,
-    color: Color,
-    marker: Marker,
-    /// Data points (x, y), sorted by x.
-    points: Vec<(f64, f64)>,
-    line_width: f64,
-    /// 0 disables markers.
-    marker_radius: f64,
-}
-
-enum XSpec {
-    /// Linear axis with automatically chosen nice ticks covering `lo..=hi`.
-    Auto { lo: f64, hi: f64, integer: bool },
-    /// Linear axis with ticks exactly at the given (sorted) values.
-    At { lo: f64, hi: f64, ticks: Vec<f64> },
-}
-
-enum YSpec {
-    /// Linear from `min(lo, 0)` to a nice value above `hi`.
-    Linear { lo: f64, hi: f64 },
-    /// log10 axis over whole decades covering `min_pos..=max` (both > 0).
-    Log { min_pos: f64, max: f64 },
-}
-
-struct Chart {
-    title: String,
-    x_title: String,
-    y_title: String,
-    x_axis: XSpec,
-    y_axis: YSpec,
-    series: Vec<Series>,
-}
-
-struct Tick {
-    /// Position in axis coordinates (log10 of the value on a log axis).
-    pos: f64,
-    label: Option<String>,
-    major: bool,
-}
-
-/// A resolved axis: `lo..hi` in axis coordinates (log10 units on a log axis).
-struct Axis {
-    lo: f64,
-    hi: f64,
-    log: bool,
-    ticks: Vec<Tick>,
-}
-
-impl Axis {
-    /// Data value to axis coordinate; `None` when not representable (≤ 0 on a log axis).
-    fn coord(&self, v: f64) -> Option<f64> {
-        if !v.is_finite() {
-            None
-        } else if self.log {
-            (v > 0.0).then(|| v.log10())
-        } else {
-            Some(v)
+impl Layout {
+    fn of(width: u32, height: u32) -> Layout {
+        let k = (f64::from(width) / 1000.0)
+            .min(f64::from(height) / 600.0)
+            .clamp(0.7, 2.0);
+        let px = |v: f64| (v * k).round() as i32;
+        Layout {
+            title: 24.0 * k,
+            subtitle: 15.0 * k,
+            label: 15.0 * k,
+            desc: 17.0 * k,
+            legend: 15.0 * k,
+            row: px(21.0),
+            pad: px(8.0),
+            sample: px(28.0),
+            inset: px(10.0),
+            margin: px(12.0),
+            x_label_area: px(55.0),
+            y_label_area: px(80.0),
+            x_labels: ((f64::from(width) / (85.0 * k)) as usize).max(3),
         }
     }
 
-    /// Fraction 0..1 along the axis for an axis coordinate.
-    fn frac(&self, c: f64) -> f64 {
-        let span = self.hi - self.lo;
-        if span > 0.0 && span.is_finite() {
-            (c - self.lo) / span
-        } else {
-            0.5
+    /// Pixel height of the plotting area ChartBuilder leaves in `area`.
+    fn plot_height<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> i32 {
+        let (_, h) = area.dim_in_pixel();
+        (h as i32 - 2 * self.margin - self.x_label_area).max(1)
+    }
+
+    /// Most legend rows shown in a plot `plot_h` high; more series than that end in
+    /// "+ k more".
+    fn legend_rows(&self, entries: usize, plot_h: i32) -> usize {
+        let fit = ((f64::from(plot_h) * 0.35) as i32 / self.row).max(1) as usize;
+        entries.min(fit)
+    }
+
+    /// Fraction of the plot's height, from the top, that a legend of `rows` rows covers
+    /// (with some air below it): the data's range is stretched so that nothing is drawn
+    /// there.
+    fn legend_fraction(&self, rows: usize, plot_h: i32) -> f64 {
+        let h = rows as i32 * self.row + 2 * self.pad + 2 * self.inset;
+        (f64::from(h) / f64::from(plot_h)).clamp(0.05, 0.45)
+    }
+
+    fn chart_builder<'a, 'b, DB: DrawingBackend>(
+        &self,
+        area: &'a DrawingArea<DB, Shift>,
+    ) -> ChartBuilder<'a, 'b, DB> {
+        let mut b = ChartBuilder::on(area);
+        b.margin(self.margin)
+            .margin_right(self.margin * 2)
+            .x_label_area_size(self.x_label_area)
+            .y_label_area_size(self.y_label_area);
+        b
+    }
+
+    fn font(&self, size: f64) -> TextStyle<'static> {
+        TextStyle::from((FAMILY, size).into_font()).color(&TEXT)
+    }
+}
+
+/// Draws `chart` as SVG and returns the document.
+fn render_svg(chart: &Chart, size: Size) -> Result<String, String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size.dims()).into_drawing_area();
+        draw(&root, chart).map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}
+
+/// Draws `chart` into an RGB buffer (3 bytes a pixel, rows top to bottom), text in `font`.
+fn render_rgb(chart: &Chart, size: Size, font: &ab_glyph::FontVec) -> Result<Vec<u8>, String> {
+    let mut rgb = vec![0u8; size.width as usize * size.height as usize * 3];
+    {
+        let root = GlyphBitmap {
+            inner: BitMapBackend::with_buffer(&mut rgb, size.dims()),
+            font,
         }
+        .into_drawing_area();
+        draw(&root, chart).map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(rgb)
+}
+
+fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, chart: &Chart) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let (w, h) = root.dim_in_pixel();
+    let l = Layout::of(w, h);
+    let top = l.margin;
+    let title_style = l.font(l.title).pos(Pos::new(HPos::Center, VPos::Top));
+    let title = fit_text(root, &chart.title, &title_style, w as i32 - 2 * l.margin)?;
+    root.draw(&Text::new(title, (w as i32 / 2, top), title_style))?;
+    let mut title_h = top + (l.title * 1.3) as i32;
+    if let Some(sub) = &chart.subtitle {
+        let style = l
+            .font(l.subtitle)
+            .color(&RGBColor(90, 90, 90))
+            .pos(Pos::new(HPos::Center, VPos::Top));
+        let sub = fit_text(root, sub, &style, w as i32 - 2 * l.margin)?;
+        root.draw(&Text::new(sub, (w as i32 / 2, title_h), style))?;
+        title_h += (l.subtitle * 1.3) as i32;
+    }
+    let (_, area) = root.split_vertically(title_h);
+    match &chart.body {
+        Body::Latency(b) => draw_latency(root, &area, &l, b),
+        Body::Inversion(b) => draw_inversion(root, &area, &l, b),
     }
 }
 
-/// A "nice" step (1, 2 or 5 times a power of ten) close to `raw`.
-fn nice_step(raw: f64) -> f64 {
-    if !(raw > 0.0 && raw.is_finite()) {
-        return 1.0;
-    }
-    let mag = 10f64.powf(raw.log10().floor());
-    let norm = raw / mag;
-    let f = if norm <= 1.0 {
-        1.0
-    } else if norm <= 2.0 {
-        2.0
-    } else if norm <= 5.0 {
-        5.0
-    } else {
-        10.0
-    };
-    f * mag
-}
-
-/// Formats a tick value with as many decimals as the step needs.
-fn fmt_tick(v: f64, step: f64) -> String {
-    if v.abs() >= 1e7 && step > 0.0 {
-        // Scientific notation with just enough mantissa digits for the step.
-        let d = (v.abs().log10().floor() - step.log10().floor()).clamp(0.0, 4.0) as usize;
-        return format!("{v:.d$e}");
-    }
-    let decimals = if step >= 1.0 || step.is_nan() || step <= 0.0 {
-        0
-    } else {
-        ((-step.log10()) - 1e-9).ceil().clamp(0.0, 6.0) as usize
-    };
-    let s = format!("{v:.decimals$}");
-    // Avoid "-0" / "-0.0".
-    if s.starts_with('-') && s[1..].chars().all(|c| c == '0' || c == '.') {
-        s[1..].to_string()
-    } else {
-        s
-    }
-}
-
-/// Formats an arbitrary value compactly (integers without decimals).
-fn fmt_value(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{v:.0}")
+/// Count axis labels: the powers of ten as plain numbers (1, 10, …, 10000, then 1e5 …).
+fn fmt_count(v: f64) -> String {
+    if (1.0..1e5).contains(&v) {
+        format!("{}", v.round())
+    } else if v >= 1e5 {
+        format!("{v:e}")
     } else {
         let s = format!("{v:.3}");
         s.trim_end_matches('0').trim_end_matches('.').to_string()
     }
 }
 
-/// Linear axis with nice ticks covering `lo..=hi` plus `pad` (fraction of the range)
-/// above `hi`, choosing the densest tick step whose labels still fit in `len_px`.
-fn linear_axis(
-    lo: f64,
-    hi: f64,
-    integer: bool,
-    pad: f64,
-    len_px: f64,
-    horizontal: bool,
-) -> Result<Axis, String> {
-    if !lo.is_finite() || !hi.is_finite() {
-        return Err("data values are not finite".to_string());
-    }
-    let (mut lo, mut hi) = (lo.min(hi), lo.max(hi));
-    if hi - lo <= 0.0 {
-        // Degenerate range (single value): widen around it.
-        let w = if hi.abs() > 0.0 { hi.abs() * 0.5 } else { 1.0 };
-        if lo >= 0.0 && lo - w < 0.0 {
-            lo = 0.0;
-            hi += w;
-        } else {
-            lo -= w;
-            hi += w;
-        }
-    }
-    let hi_p = hi + (hi - lo) * pad;
-    if !(hi_p - lo).is_finite() {
-        return Err("data values are too large to plot".to_string());
-    }
-    let mut best: Option<Axis> = None;
-    for target in (1..=10).rev() {
-        let mut step = nice_step((hi_p - lo) / target as f64);
-        if integer {
-            step = step.max(1.0);
-        }
-        let a_lo = (lo / step).floor() * step;
-        let a_hi = (hi_p / step).ceil() * step;
-        let n = ((a_hi - a_lo) / step).round();
-        if !((1.0..=200.0).contains(&n) && a_lo.is_finite() && a_hi.is_finite()) {
-            continue;
-        }
-        let n = n as usize;
-        let ticks: Vec<Tick> = (0..=n)
-            .map(|i| {
-                let v = a_lo + step * i as f64;
-                Tick {
-                    pos: v,
-                    label: Some(fmt_tick(v, step)),
-                    major: true,
-                }
-            })
-            .collect();
-        let spacing = len_px / n as f64;
-        let need = if horizontal {
-            let w = ticks
+fn fmt_axis(v: f64) -> String {
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn draw_latency<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    area: &DrawingArea<DB, Shift>,
+    l: &Layout,
+    b: &LatencyBody,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let plot_h = l.plot_height(area);
+    let rows = l.legend_rows(b.series.len(), plot_h);
+    // Log axis: the data's top decade ends where the legend begins.
+    let f = l.legend_fraction(rows, plot_h);
+    let (lo, top) = (b.y_lo.ln(), (b.c_max * 1.5).ln());
+    let y_hi = (lo + (top - lo) / (1.0 - f)).exp();
+
+    let mut chart = l
+        .chart_builder(area)
+        .build_cartesian_2d(0f64..b.x_hi, (b.y_lo..y_hi).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("latency (µs), 1 µs buckets")
+        .y_desc("samples per bucket (log scale)")
+        .x_label_formatter(&|v| fmt_axis(*v))
+        .y_label_formatter(&|v| fmt_count(*v))
+        .x_labels(l.x_labels)
+        .label_style(l.font(l.label))
+        .axis_desc_style(l.font(l.desc))
+        .bold_line_style(GRID_BOLD)
+        .light_line_style(GRID_LIGHT)
+        .max_light_lines(4)
+        .draw()?;
+    for s in &b.series {
+        let style = s.color.stroke_width(1);
+        chart.draw_series(
+            s.runs
                 .iter()
-                .filter_map(|t| t.label.as_deref())
-                .map(|l| text_width(l, FONT_SCALE))
-                .max()
-                .unwrap_or(0);
-            w as f64 + 16.0
+                .map(|run| PathElement::new(run.clone(), style)),
+        )?;
+    }
+    for s in &b.series {
+        if let Some(m) = s.max_us {
+            chart.draw_series(DashedLineSeries::new(
+                [(m, b.y_lo), (m, y_hi)],
+                6,
+                4,
+                s.color.stroke_width(2),
+            ))?;
+        }
+    }
+    let entries: Vec<(&str, RGBColor)> = b
+        .series
+        .iter()
+        .map(|s| (s.label.as_str(), s.color))
+        .collect();
+    draw_legend(
+        root,
+        l,
+        chart.plotting_area().get_pixel_range(),
+        &entries,
+        rows,
+        false,
+    )
+}
+
+fn draw_inversion<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    area: &DrawingArea<DB, Shift>,
+    l: &Layout,
+    b: &InversionBody,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    let plot_h = l.plot_height(area);
+    let rows = l.legend_rows(b.series.len(), plot_h);
+    let f = l.legend_fraction(rows, plot_h);
+    let (y_lo, top) = (b.y.0, b.y.1 * 1.05);
+    let y_hi = y_lo + (top - y_lo) / (1.0 - f);
+
+    let x_fmt = |v: &f64| {
+        if b.x_integer && v.fract() != 0.0 {
+            String::new()
         } else {
-            (GLYPH_H * FONT_SCALE) as f64 + 18.0
-        };
-        let axis = Axis {
-            lo: a_lo,
-            hi: a_hi,
-            log: false,
-            ticks,
-        };
-        let fits = spacing >= need;
-        best = Some(axis);
-        if fits {
+            fmt_axis(*v)
+        }
+    };
+    let mut chart = l
+        .chart_builder(area)
+        .build_cartesian_2d(b.x.0..b.x.1, y_lo..y_hi)?;
+    chart
+        .configure_mesh()
+        .x_desc("low-priority streams flooding the server (N)")
+        .y_desc("high-priority p99 latency (µs)")
+        .x_label_formatter(&x_fmt)
+        .y_label_formatter(&|v| fmt_axis(*v))
+        .x_labels(l.x_labels)
+        .label_style(l.font(l.label))
+        .axis_desc_style(l.font(l.desc))
+        .bold_line_style(GRID_BOLD)
+        .light_line_style(GRID_LIGHT)
+        .max_light_lines(4)
+        .draw()?;
+    for s in &b.series {
+        chart.draw_series(
+            LineSeries::new(s.points.iter().copied(), s.color.stroke_width(2)).point_size(4),
+        )?;
+    }
+    let entries: Vec<(&str, RGBColor)> = b
+        .series
+        .iter()
+        .map(|s| (s.label.as_str(), s.color))
+        .collect();
+    draw_legend(
+        root,
+        l,
+        chart.plotting_area().get_pixel_range(),
+        &entries,
+        rows,
+        true,
+    )
+}
+
+/// Shortens `text` with "…" until it is at most `max_w` pixels wide.
+fn fit_text<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    text: &str,
+    style: &TextStyle,
+    max_w: i32,
+) -> Result<String, Box<dyn StdError>>
+where
+    DB::ErrorType: 'static,
+{
+    let width = |s: &str| area.estimate_text_size(s, style).map(|(w, _)| w as i32);
+    if width(text)? <= max_w {
+        return Ok(text.to_string());
+    }
+    let mut chars: Vec<char> = text.chars().collect();
+    while !chars.is_empty() {
+        chars.pop();
+        let s: String = chars.iter().chain(['…'].iter()).collect();
+        if width(&s)? <= max_w {
+            return Ok(s);
+        }
+    }
+    Ok(String::new())
+}
+
+/// The legend, in the top right corner of the plot (`plot` is its pixel range on `root`): a
+/// framed box with one row per series, a line of the series' colour and its label (a dot on
+/// the line when the series marks its points). Drawn here rather than with plotters'
+/// `configure_series_labels`, which sizes its box with plotters' built-in width guess instead
+/// of the backend's measure, so PNG labels would overflow it.
+fn draw_legend<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    l: &Layout,
+    plot: (std::ops::Range<i32>, std::ops::Range<i32>),
+    entries: &[(&str, RGBColor)],
+    rows: usize,
+    dots: bool,
+) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let style = l.font(l.legend).pos(Pos::new(HPos::Left, VPos::Center));
+    let max_label = (plot.0.end - plot.0.start) * 7 / 10 - l.sample - 3 * l.pad;
+    let mut shown: Vec<(String, Option<RGBColor>)> = Vec::with_capacity(rows);
+    for (i, &(label, color)) in entries.iter().enumerate() {
+        if i + 1 == rows && entries.len() > rows {
+            shown.push((format!("+ {} more", entries.len() - i), None));
             break;
         }
+        shown.push((fit_text(root, label, &style, max_label)?, Some(color)));
     }
-    best.ok_or_else(|| "cannot build an axis for the data range".to_string())
-}
-
-/// Whole decades `(lo, hi)` (exponents of ten) covering counts `min_pos..=max`.
-///
-/// The bottom is at most 10^0 (so a count of 1 is always on the chart) and the
-/// range spans at least one decade.
-fn log_decades(min_pos: f64, max: f64) -> (i32, i32) {
-    let clamp = |e: f64| {
-        if e.is_finite() {
-            e.clamp(-300.0, 300.0) as i32
-        } else {
-            0
+    let mut text_w = 0;
+    for (label, _) in &shown {
+        text_w = text_w.max(root.estimate_text_size(label, &style)?.0 as i32);
+    }
+    let w = l.pad * 3 + l.sample + text_w;
+    let h = shown.len() as i32 * l.row + 2 * l.pad;
+    let x0 = plot.0.end - l.inset - w;
+    let y0 = plot.1.start + l.inset;
+    root.draw(&Rectangle::new(
+        [(x0, y0), (x0 + w, y0 + h)],
+        WHITE.filled(),
+    ))?;
+    root.draw(&Rectangle::new(
+        [(x0, y0), (x0 + w, y0 + h)],
+        RGBColor(160, 160, 160).stroke_width(1),
+    ))?;
+    for (i, (label, color)) in shown.iter().enumerate() {
+        let y = y0 + l.pad + i as i32 * l.row + l.row / 2;
+        let x = x0 + l.pad;
+        if let Some(c) = color {
+            root.draw(&PathElement::new(
+                vec![(x, y), (x + l.sample, y)],
+                c.stroke_width(3),
+            ))?;
+            if dots {
+                root.draw(&Circle::new((x + l.sample / 2, y), 4, c.filled()))?;
+            }
         }
-    };
-    let lo = if min_pos > 0.0 {
-        clamp(min_pos.log10().floor()).min(0)
-    } else {
-        0
-    };
-    let hi = if max > 0.0 {
-        clamp(max.log10().ceil())
-    } else {
-        0
-    };
-    (lo, hi.max(lo + 1))
-}
-
-/// Label for 10^e: plain digits for small exponents, `1e<e>` otherwise.
-fn fmt_pow10(e: i32) -> String {
-    match e {
-        0..=4 => format!("{}", 10u64.pow(e as u32)),
-        -3..=-1 => format!("0.{}1", "0".repeat((-e - 1) as usize)),
-        _ => format!("1e{e}"),
+        root.draw(&Text::new(
+            label.clone(),
+            (x + l.sample + l.pad, y),
+            style.clone(),
+        ))?;
     }
+    Ok(())
 }
 
-/// Log10 axis over decades `lo..=hi` with labelled decade ticks (every `every`-th
-/// decade labelled) and unlabelled minor ticks at 2..9 when there are few decades.
-fn log_axis(lo: i32, hi: i32, len_px: f64) -> Axis {
-    let decades = (hi - lo).max(1);
-    let per_decade = len_px / decades as f64;
-    let need = (GLYPH_H * FONT_SCALE) as f64 + 8.0;
-    let every = ((need / per_decade).ceil() as i32).max(1);
-    let mut ticks = Vec::new();
-    for e in lo..=hi {
-        ticks.push(Tick {
-            pos: e as f64,
-            label: ((e - lo) % every == 0).then(|| fmt_pow10(e)),
-            major: true,
-        });
-        if e < hi && decades <= 8 {
-            for k in 2..=9 {
-                ticks.push(Tick {
-                    pos: e as f64 + (k as f64).log10(),
-                    label: None,
-                    major: false,
+// ---------------------------------------------------------------------------
+// PNG text
+// ---------------------------------------------------------------------------
+
+/// Reads the TrueType font PNG text is drawn with.
+fn load_font(path: &Path) -> Result<ab_glyph::FontVec, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read the font: {e}"))?;
+    ab_glyph::FontVec::try_from_vec(bytes).map_err(|_| "not a TrueType/OpenType font".to_string())
+}
+
+mod glyph_bitmap {
+    use ab_glyph::{point, Font, FontVec, PxScale, ScaleFont};
+    use plotters::prelude::BitMapBackend;
+    use plotters_backend::text_anchor::{HPos, VPos};
+    use plotters_backend::{
+        BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingBackend,
+        DrawingErrorKind,
+    };
+
+    type Error = <BitMapBackend<'static> as DrawingBackend>::ErrorType;
+
+    /// A `BitMapBackend` whose text is laid out and rasterised with ab_glyph directly.
+    ///
+    /// plotters' own `ab_glyph` feature (0.3.7, and its master as of 2026-11) places each
+    /// glyph's ink at the pen position and drops the glyph's left side bearing, so narrow
+    /// glyphs drift left and numbers read wrong ("1918" drawn as "191 8"). Here each glyph is
+    /// positioned at its pen position and drawn where its outline's pixel bounds say. Sizes
+    /// follow the SVG backend: a style of size `s` is a font of `s / 1.24` pixels per em.
+    pub(super) struct GlyphBitmap<'a> {
+        pub(super) inner: BitMapBackend<'a>,
+        pub(super) font: &'a FontVec,
+    }
+
+    /// One line of text laid out on a baseline at y = 0 starting at x = 0.
+    struct Line {
+        glyphs: Vec<ab_glyph::Glyph>,
+        width: f32,
+        /// Pixels per em.
+        em: f32,
+        ascent: f32,
+        descent: f32,
+    }
+
+    impl GlyphBitmap<'_> {
+        fn layout(&self, text: &str, size: f64) -> Line {
+            let em = (size / 1.24) as f32;
+            let units = self.font.units_per_em().unwrap_or(1000.0);
+            let scale = PxScale::from(em * self.font.height_unscaled() / units);
+            let font = self.font.as_scaled(scale);
+            let mut glyphs = Vec::with_capacity(text.len());
+            let (mut x, mut prev) = (0.0f32, None);
+            for c in text.chars() {
+                let id = font.glyph_id(c);
+                if let Some(p) = prev {
+                    x += font.kern(p, id);
+                }
+                glyphs.push(id.with_scale_and_position(scale, point(x, 0.0)));
+                x += font.h_advance(id);
+                prev = Some(id);
+            }
+            Line {
+                glyphs,
+                width: x,
+                em,
+                ascent: font.ascent(),
+                descent: font.descent(),
+            }
+        }
+    }
+
+    impl DrawingBackend for GlyphBitmap<'_> {
+        type ErrorType = Error;
+
+        fn get_size(&self) -> (u32, u32) {
+            self.inner.get_size()
+        }
+
+        fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<Error>> {
+            self.inner.ensure_prepared()
+        }
+
+        fn present(&mut self) -> Result<(), DrawingErrorKind<Error>> {
+            self.inner.present()
+        }
+
+        fn draw_pixel(
+            &mut self,
+            point: BackendCoord,
+            color: BackendColor,
+        ) -> Result<(), DrawingErrorKind<Error>> {
+            self.inner.draw_pixel(point, color)
+        }
+
+        fn draw_line<S: BackendStyle>(
+            &mut self,
+            from: BackendCoord,
+            to: BackendCoord,
+            style: &S,
+        ) -> Result<(), DrawingErrorKind<Error>> {
+            self.inner.draw_line(from, to, style)
+        }
+
+        fn draw_rect<S: BackendStyle>(
+            &mut self,
+            upper_left: BackendCoord,
+            bottom_right: BackendCoord,
+            style: &S,
+            fill: bool,
+        ) -> Result<(), DrawingErrorKind<Error>> {
+            self.inner.draw_rect(upper_left, bottom_right, style, fill)
+        }
+
+        fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+            &mut self,
+            path: I,
+            style: &S,
+        ) -> Result<(), DrawingErrorKind<Error>> {
+            self.inner.draw_path(path, style)
+        }
+
+        fn draw_circle<S: BackendStyle>(
+            &mut self,
+            center: BackendCoord,
+            radius: u32,
+            style: &S,
+            fill: bool,
+        ) -> Result<(), DrawingErrorKind<Error>> {
+            self.inner.draw_circle(center, radius, style, fill)
+        }
+
+        fn fill_polygon<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+            &mut self,
+            vert: I,
+            style: &S,
+        ) -> Result<(), DrawingErrorKind<Error>> {
+            self.inner.fill_polygon(vert, style)
+        }
+
+        fn blit_bitmap(
+            &mut self,
+            pos: BackendCoord,
+            size: (u32, u32),
+            src: &[u8],
+        ) -> Result<(), DrawingErrorKind<Error>> {
+            self.inner.blit_bitmap(pos, size, src)
+        }
+
+        fn estimate_text_size<S: BackendTextStyle>(
+            &self,
+            text: &str,
+            style: &S,
+        ) -> Result<(u32, u32), DrawingErrorKind<Error>> {
+            let line = self.layout(text, style.size());
+            Ok((
+                line.width.ceil() as u32,
+                (line.ascent - line.descent).ceil() as u32,
+            ))
+        }
+
+        fn draw_text<S: BackendTextStyle>(
+            &mut self,
+            text: &str,
+            style: &S,
+            pos: BackendCoord,
+        ) -> Result<(), DrawingErrorKind<Error>> {
+            let color = style.color();
+            if color.alpha == 0.0 {
+                return Ok(());
+            }
+            let line = self.layout(text, style.size());
+            // Offset of the anchor from the start of the baseline, before rotation. A centred
+            // line puts the middle of its digits and capitals (about 0.72 em tall) there.
+            let dx = match style.anchor().h_pos {
+                HPos::Left => 0.0,
+                HPos::Center => -line.width / 2.0,
+                HPos::Right => -line.width,
+            };
+            let dy = match style.anchor().v_pos {
+                VPos::Top => line.ascent,
+                VPos::Center => 0.36 * line.em,
+                VPos::Bottom => line.descent,
+            };
+            let transform = style.transform();
+            for glyph in line.glyphs {
+                let Some(outline) = self.font.outline_glyph(glyph) else {
+                    continue; // blank (a space)
+                };
+                let bounds = outline.px_bounds();
+                let mut result = Ok(());
+                outline.draw(|gx, gy, coverage| {
+                    if result.is_err() || coverage <= 0.0 {
+                        return;
+                    }
+                    let x = (bounds.min.x + gx as f32 + dx).round() as i32;
+                    let y = (bounds.min.y + gy as f32 + dy).round() as i32;
+                    let (tx, ty) = transform.transform(x, y);
+                    let ink = BackendColor {
+                        alpha: color.alpha * f64::from(coverage.min(1.0)),
+                        rgb: color.rgb,
+                    };
+                    result = self.inner.draw_pixel((pos.0 + tx, pos.1 + ty), ink);
                 });
+                result?;
             }
+            Ok(())
         }
     }
-    let pad = 0.03 * decades as f64;
-    Axis {
-        lo: lo as f64 - pad,
-        hi: hi as f64 + pad,
-        log: true,
-        ticks,
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Chart drawing
-// ---------------------------------------------------------------------------
-
-const WIDTH: i64 = 900;
-const HEIGHT: i64 = 560;
-const FONT_SCALE: i64 = 2;
-const TITLE_TOP: i64 = 16;
-const PLOT_TOP: i64 = 54;
-const PLOT_BOTTOM: i64 = HEIGHT - 78;
-const PLOT_RIGHT_MARGIN: i64 = 28;
-const TICK_LEN: i64 = 6;
-
-/// Pixel rectangle, `x0..x1` × `y0..y1` (end exclusive).
-#[derive(Debug, Clone, Copy)]
-struct PixRect {
-    x0: i64,
-    y0: i64,
-    x1: i64,
-    y1: i64,
-}
-
-impl PixRect {
-    fn contains(&self, x: f64, y: f64) -> bool {
-        x >= self.x0 as f64 && x < self.x1 as f64 && y >= self.y0 as f64 && y < self.y1 as f64
-    }
-}
-
-fn draw_chart(chart: &Chart) -> Result<Canvas, String> {
-    let plot_h = (PLOT_BOTTOM - PLOT_TOP) as f64;
-    let y_axis = match chart.y_axis {
-        YSpec::Linear { lo, hi } => linear_axis(lo.min(0.0), hi, false, 0.06, plot_h, false)?,
-        YSpec::Log { min_pos, max } => {
-            let (lo, hi) = log_decades(min_pos, max);
-            log_axis(lo, hi, plot_h)
-        }
-    };
-    // Left margin: y title (rotated) + gap + widest tick label + tick.
-    let y_label_w = y_axis
-        .ticks
-        .iter()
-        .filter_map(|t| t.label.as_deref())
-        .map(|l| text_width(l, FONT_SCALE))
-        .max()
-        .unwrap_or(0);
-    let y_title_x = 14;
-    let left = y_title_x + LINE_H * FONT_SCALE + 10 + y_label_w + TICK_LEN + 6;
-    let right = WIDTH - PLOT_RIGHT_MARGIN;
-    let plot_w = (right - left) as f64;
-
-    let x_axis = match &chart.x_axis {
-        XSpec::Auto { lo, hi, integer } => {
-            let mut axis = linear_axis(lo.min(0.0), *hi, *integer, 0.02, plot_w, true)?;
-            // Small margin so points at the lowest value are not hidden by the frame.
-            axis.lo -= (axis.hi - axis.lo) * 0.015;
-            axis
-        }
-        XSpec::At { lo, hi, ticks } => {
-            if !lo.is_finite() || !hi.is_finite() || !(hi - lo).is_finite() {
-                return Err("n_low values are too large to plot".to_string());
-            }
-            let span = hi - lo;
-            let pad = if span > 0.0 { span * 0.05 } else { 1.0 };
-            Axis {
-                lo: lo - pad,
-                hi: hi + pad,
-                log: false,
-                ticks: ticks
-                    .iter()
-                    .map(|&v| Tick {
-                        pos: v,
-                        label: Some(fmt_value(v)),
-                        major: true,
-                    })
-                    .collect(),
-            }
-        }
-    };
-
-    let mut cv = Canvas::new(WIDTH, HEIGHT, WHITE);
-    let px = |c: f64| left as f64 + x_axis.frac(c) * plot_w;
-    let py = |c: f64| PLOT_BOTTOM as f64 - y_axis.frac(c) * plot_h;
-    // Data area inside the frame lines.
-    let clip = PixRect {
-        x0: left + 1,
-        y0: PLOT_TOP + 1,
-        x1: right,
-        y1: PLOT_BOTTOM,
-    };
-
-    // Gridlines (minor first so major ones win).
-    for major in [false, true] {
-        let color = if major { GRID } else { GRID_MINOR };
-        for t in y_axis.ticks.iter().filter(|t| t.major == major) {
-            let y = py(t.pos).round() as i64;
-            if y > PLOT_TOP && y < PLOT_BOTTOM {
-                cv.fill_rect(left + 1, y, right - left - 1, 1, color);
-            }
-        }
-        for t in x_axis.ticks.iter().filter(|t| t.major == major) {
-            let x = px(t.pos).round() as i64;
-            if x > left && x < right {
-                cv.fill_rect(x, PLOT_TOP + 1, 1, PLOT_BOTTOM - PLOT_TOP - 1, color);
-            }
-        }
-    }
-
-    // Series in pixel coordinates.
-    let pix_series: Vec<Vec<(f64, f64)>> = chart
-        .series
-        .iter()
-        .map(|s| {
-            s.points
-                .iter()
-                .filter_map(|&(x, y)| {
-                    let cx = x_axis.coord(x)?;
-                    let cy = y_axis.coord(y)?;
-                    Some((px(cx), py(cy)))
-                })
-                .collect()
-        })
-        .collect();
-    for (s, pts) in chart.series.iter().zip(&pix_series) {
-        for w in pts.windows(2) {
-            cv.segment(w[0], w[1], s.line_width, s.color, clip);
-        }
-    }
-    for (s, pts) in chart.series.iter().zip(&pix_series) {
-        if s.marker_radius > 0.0 || pts.len() == 1 {
-            let r = if s.marker_radius > 0.0 {
-                s.marker_radius
-            } else {
-                2.5
-            };
-            for &p in pts {
-                cv.marker(p, s.marker, r, s.color, clip);
-            }
-        }
-    }
-
-    // Frame.
-    cv.fill_rect(left, PLOT_TOP, right - left + 1, 1, BLACK);
-    cv.fill_rect(left, PLOT_BOTTOM, right - left + 1, 1, BLACK);
-    cv.fill_rect(left, PLOT_TOP, 1, PLOT_BOTTOM - PLOT_TOP + 1, BLACK);
-    cv.fill_rect(right, PLOT_TOP, 1, PLOT_BOTTOM - PLOT_TOP + 1, BLACK);
-
-    // Y ticks and labels.
-    let glyph_px = GLYPH_H * FONT_SCALE;
-    for t in &y_axis.ticks {
-        let y = py(t.pos).round() as i64;
-        if !(PLOT_TOP..=PLOT_BOTTOM).contains(&y) {
-            continue;
-        }
-        let len = if t.major { TICK_LEN } else { TICK_LEN / 2 };
-        cv.fill_rect(left - len, y, len, 1, BLACK);
-        if let Some(l) = &t.label {
-            let w = text_width(l, FONT_SCALE);
-            cv.text(
-                left - TICK_LEN - 6 - w,
-                y - glyph_px / 2,
-                l,
-                FONT_SCALE,
-                TEXT,
-            );
-        }
-    }
-    // X ticks and labels (skip labels that would collide with the previous one).
-    let mut last_label_end = i64::MIN;
-    for t in &x_axis.ticks {
-        let x = px(t.pos).round() as i64;
-        if x < left || x > right {
-            continue;
-        }
-        let len = if t.major { TICK_LEN } else { TICK_LEN / 2 };
-        cv.fill_rect(x, PLOT_BOTTOM + 1, 1, len, BLACK);
-        if let Some(l) = &t.label {
-            let w = text_width(l, FONT_SCALE);
-            let lx = (x - w / 2).min(WIDTH - 2 - w).max(2);
-            if lx > last_label_end + 8 {
-                cv.text(lx, PLOT_BOTTOM + TICK_LEN + 6, l, FONT_SCALE, TEXT);
-                last_label_end = lx + w;
-            }
-        }
-    }
-
-    // Axis titles.
-    let xt = fit_text(&chart.x_title, (right - left) as usize, FONT_SCALE);
-    let xw = text_width(&xt, FONT_SCALE);
-    cv.text(
-        left + (right - left - xw) / 2,
-        PLOT_BOTTOM + TICK_LEN + 6 + glyph_px + 14,
-        &xt,
-        FONT_SCALE,
-        TEXT,
-    );
-    let yt = fit_text(
-        &chart.y_title,
-        (PLOT_BOTTOM - PLOT_TOP) as usize,
-        FONT_SCALE,
-    );
-    let yw = text_width(&yt, FONT_SCALE);
-    cv.text_up(
-        y_title_x,
-        (PLOT_TOP + PLOT_BOTTOM) / 2 + yw / 2,
-        &yt,
-        FONT_SCALE,
-        TEXT,
-    );
-
-    // Title.
-    let title = fit_text(&chart.title, (WIDTH - 24) as usize, FONT_SCALE);
-    let tw = text_width(&title, FONT_SCALE);
-    cv.text((WIDTH - tw) / 2, TITLE_TOP, &title, FONT_SCALE, BLACK);
-
-    draw_legend(&mut cv, chart, &pix_series, clip);
-    Ok(cv)
-}
-
-fn draw_legend(cv: &mut Canvas, chart: &Chart, pix_series: &[Vec<(f64, f64)>], clip: PixRect) {
-    if chart.series.is_empty() {
-        return;
-    }
-    const ROW_H: i64 = 22;
-    const SWATCH_W: i64 = 30;
-    const PAD: i64 = 8;
-    const MAX_LABEL_CHARS: usize = 26;
-    let labels: Vec<String> = chart
-        .series
-        .iter()
-        .map(|s| {
-            fit_text(
-                &s.label,
-                MAX_LABEL_CHARS * 6 * FONT_SCALE as usize,
-                FONT_SCALE,
-            )
-        })
-        .collect();
-    let max_rows = (((clip.y1 - clip.y0) - 2 * PAD - 16) / ROW_H).max(1) as usize;
-    let label_w = labels
-        .iter()
-        .map(|l| text_width(l, FONT_SCALE))
-        .max()
-        .unwrap_or(0);
-    let col_w = SWATCH_W + 8 + label_w + 14;
-    let max_cols = (((clip.x1 - clip.x0) - 2 * PAD - 16) / col_w).max(1) as usize;
-    let n = labels.len();
-    let (cols, shown, more) = if n <= max_rows * max_cols {
-        (n.div_ceil(max_rows), n, 0)
-    } else {
-        // Last slot says how many more there are.
-        let shown = max_rows * max_cols - 1;
-        (max_cols, shown, n - shown)
-    };
-    let rows = (shown + usize::from(more > 0)).div_ceil(cols).max(1);
-    let box_w = cols as i64 * col_w + PAD;
-    let box_h = rows as i64 * ROW_H + PAD;
-
-    // Pick the inside corner that covers the fewest data samples.
-    let inset = 10;
-    let corners = [
-        (clip.x1 - inset - box_w, clip.y0 + inset),
-        (clip.x0 + inset, clip.y0 + inset),
-        (clip.x1 - inset - box_w, clip.y1 - inset - box_h),
-        (clip.x0 + inset, clip.y1 - inset - box_h),
-    ];
-    let mut samples = Vec::new();
-    for pts in pix_series {
-        for w in pts.windows(2) {
-            let (a, b) = (w[0], w[1]);
-            let len = ((b.0 - a.0).powi(2) + (b.1 - a.1).powi(2)).sqrt();
-            let k = (len / 6.0).ceil().clamp(1.0, 400.0) as usize;
-            for i in 0..k {
-                let t = i as f64 / k as f64;
-                samples.push((a.0 + (b.0 - a.0) * t, a.1 + (b.1 - a.1) * t));
-            }
-        }
-        if let Some(&p) = pts.last() {
-            samples.push(p);
-        }
-    }
-    let (bx, by) = corners
-        .iter()
-        .copied()
-        .min_by_key(|&(x, y)| {
-            let r = PixRect {
-                x0: x - 6,
-                y0: y - 6,
-                x1: x + box_w + 6,
-                y1: y + box_h + 6,
-            };
-            samples.iter().filter(|p| r.contains(p.0, p.1)).count()
-        })
-        .unwrap_or(corners[0]);
-
-    cv.blend_rect(bx, by, box_w, box_h, WHITE, 0.9);
-    cv.rect_outline(bx, by, box_w, box_h, LEGEND_BORDER);
-    let full = PixRect {
-        x0: 0,
-        y0: 0,
-        x1: WIDTH,
-        y1: HEIGHT,
-    };
-    let glyph_px = GLYPH_H * FONT_SCALE;
-    for (i, (s, label)) in chart.series.iter().zip(&labels).take(shown).enumerate() {
-        let (c, r) = (i / rows, i % rows);
-        let x = bx + PAD + c as i64 * col_w;
-        let yc = by + PAD / 2 + r as i64 * ROW_H + ROW_H / 2;
-        let y = yc as f64 + 0.5;
-        cv.segment(
-            (x as f64, y),
-            ((x + SWATCH_W) as f64, y),
-            s.line_width,
-            s.color,
-            full,
-        );
-        let mr = if s.marker_radius > 0.0 {
-            s.marker_radius
-        } else {
-            2.5
-        };
-        cv.marker(((x + SWATCH_W / 2) as f64, y), s.marker, mr, s.color, full);
-        cv.text(x + SWATCH_W + 8, yc - glyph_px / 2, label, FONT_SCALE, TEXT);
-    }
-    if more > 0 {
-        let i = shown;
-        let (c, r) = (i / rows, i % rows);
-        let x = bx + PAD + c as i64 * col_w;
-        let yc = by + PAD / 2 + r as i64 * ROW_H + ROW_H / 2;
-        cv.text(
-            x + SWATCH_W + 8,
-            yc - glyph_px / 2,
-            &format!("+{more} more"),
-            FONT_SCALE,
-            TEXT,
-        );
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Raster canvas
-// ---------------------------------------------------------------------------
-
-struct Canvas {
-    w: i64,
-    h: i64,
-    data: Vec<u8>,
-}
-
-impl Canvas {
-    fn new(w: i64, h: i64, bg: Color) -> Canvas {
-        let n = (w.max(0) * h.max(0)) as usize;
-        let mut data = Vec::with_capacity(n * 3);
-        for _ in 0..n {
-            data.extend_from_slice(&bg);
-        }
-        Canvas { w, h, data }
-    }
-
-    fn index(&self, x: i64, y: i64) -> Option<usize> {
-        (x >= 0 && y >= 0 && x < self.w && y < self.h).then(|| ((y * self.w + x) * 3) as usize)
-    }
-
-    #[cfg(test)]
-    fn get(&self, x: i64, y: i64) -> Option<Color> {
-        let i = self.index(x, y)?;
-        Some([self.data[i], self.data[i + 1], self.data[i + 2]])
-    }
-
-    fn put(&mut self, x: i64, y: i64, c: Color) {
-        if let Some(i) = self.index(x, y) {
-            self.data[i..i + 3].copy_from_slice(&c);
-        }
-    }
-
-    /// Blends `c` over the pixel with opacity `a` (0..1).
-    fn blend(&mut self, x: i64, y: i64, c: Color, a: f64) {
-        if a.is_nan() || a <= 0.0 {
-            return;
-        }
-        let a = a.min(1.0);
-        if let Some(i) = self.index(x, y) {
-            for (dst, &src) in self.data[i..i + 3].iter_mut().zip(&c) {
-                let old = *dst as f64;
-                *dst = (old + (src as f64 - old) * a).round().clamp(0.0, 255.0) as u8;
-            }
-        }
-    }
-
-    fn fill_rect(&mut self, x: i64, y: i64, w: i64, h: i64, c: Color) {
-        for yy in y.max(0)..(y + h).min(self.h) {
-            for xx in x.max(0)..(x + w).min(self.w) {
-                self.put(xx, yy, c);
-            }
-        }
-    }
-
-    fn blend_rect(&mut self, x: i64, y: i64, w: i64, h: i64, c: Color, a: f64) {
-        for yy in y.max(0)..(y + h).min(self.h) {
-            for xx in x.max(0)..(x + w).min(self.w) {
-                self.blend(xx, yy, c, a);
-            }
-        }
-    }
-
-    fn rect_outline(&mut self, x: i64, y: i64, w: i64, h: i64, c: Color) {
-        self.fill_rect(x, y, w, 1, c);
-        self.fill_rect(x, y + h - 1, w, 1, c);
-        self.fill_rect(x, y, 1, h, c);
-        self.fill_rect(x + w - 1, y, 1, h, c);
-    }
-
-    /// Anti-aliased line segment of the given width, clipped to `clip`.
-    fn segment(&mut self, a: (f64, f64), b: (f64, f64), width: f64, c: Color, clip: PixRect) {
-        if ![a.0, a.1, b.0, b.1].iter().all(|v| v.is_finite()) {
-            return;
-        }
-        let r = width / 2.0;
-        let pad = r + 1.0;
-        let x0 = ((a.0.min(b.0) - pad).floor().max(clip.x0 as f64)) as i64;
-        let x1 = ((a.0.max(b.0) + pad).ceil().min((clip.x1 - 1) as f64)) as i64;
-        let y0 = ((a.1.min(b.1) - pad).floor().max(clip.y0 as f64)) as i64;
-        let y1 = ((a.1.max(b.1) + pad).ceil().min((clip.y1 - 1) as f64)) as i64;
-        let (dx, dy) = (b.0 - a.0, b.1 - a.1);
-        let len2 = dx * dx + dy * dy;
-        for y in y0..=y1 {
-            for x in x0..=x1 {
-                let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
-                let t = if len2 > 0.0 {
-                    (((px - a.0) * dx + (py - a.1) * dy) / len2).clamp(0.0, 1.0)
-                } else {
-                    0.0
-                };
-                let (qx, qy) = (a.0 + t * dx - px, a.1 + t * dy - py);
-                let d = (qx * qx + qy * qy).sqrt();
-                self.blend(x, y, c, (r + 0.5 - d).clamp(0.0, 1.0));
-            }
-        }
-    }
-
-    /// Filled, anti-aliased marker centred at `p`, clipped to `clip`.
-    fn marker(&mut self, p: (f64, f64), kind: Marker, r: f64, c: Color, clip: PixRect) {
-        if !(p.0.is_finite() && p.1.is_finite() && r > 0.0) {
-            return;
-        }
-        // Convex polygons as lists of vertices (clockwise on screen).
-        let poly: Vec<(f64, f64)> = match kind {
-            Marker::Circle => Vec::new(),
-            Marker::Square => {
-                let s = r * 0.9;
-                vec![(-s, -s), (s, -s), (s, s), (-s, s)]
-            }
-            Marker::Triangle => {
-                let s = r * 1.25;
-                vec![(0.0, -s), (s * 0.95, s * 0.7), (-s * 0.95, s * 0.7)]
-            }
-            Marker::Diamond => {
-                let s = r * 1.3;
-                vec![(0.0, -s), (s, 0.0), (0.0, s), (-s, 0.0)]
-            }
-        };
-        let ext = r * 1.4 + 1.0;
-        let x0 = ((p.0 - ext).floor().max(clip.x0 as f64)) as i64;
-        let x1 = ((p.0 + ext).ceil().min((clip.x1 - 1) as f64)) as i64;
-        let y0 = ((p.1 - ext).floor().max(clip.y0 as f64)) as i64;
-        let y1 = ((p.1 + ext).ceil().min((clip.y1 - 1) as f64)) as i64;
-        for y in y0..=y1 {
-            for x in x0..=x1 {
-                let (dx, dy) = (x as f64 + 0.5 - p.0, y as f64 + 0.5 - p.1);
-                // Signed distance to the shape's edge (positive outside).
-                let sd = if poly.is_empty() {
-                    (dx * dx + dy * dy).sqrt() - r
-                } else {
-                    let mut m = f64::NEG_INFINITY;
-                    for i in 0..poly.len() {
-                        let (a, b) = (poly[i], poly[(i + 1) % poly.len()]);
-                        let (ex, ey) = (b.0 - a.0, b.1 - a.1);
-                        let len = (ex * ex + ey * ey).sqrt();
-                        if len > 0.0 {
-                            // Outward normal for clockwise (screen) winding.
-                            let (nx, ny) = (ey / len, -ex / len);
-                            m = m.max((dx - a.0) * nx + (dy - a.1) * ny);
-                        }
-                    }
-                    m
-                };
-                self.blend(x, y, c, (0.5 - sd).clamp(0.0, 1.0));
-            }
-        }
-    }
-
-    /// Draws `s` with its top-left corner at (x, y).
-    fn text(&mut self, x: i64, y: i64, s: &str, scale: i64, c: Color) {
-        for (i, ch) in s.chars().enumerate() {
-            let g = glyph(ch);
-            let gx = x + i as i64 * ADVANCE * scale;
-            for (row, bits) in g.iter().enumerate() {
-                for col in 0..GLYPH_W {
-                    if bits & (1 << (GLYPH_W - 1 - col)) != 0 {
-                        self.fill_rect(gx + col * scale, y + row as i64 * scale, scale, scale, c);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Draws `s` rotated 90° counter-clockwise (reading bottom to top); (x, y) is
-    /// the bottom-left corner of the rotated text block.
-    fn text_up(&mut self, x: i64, y: i64, s: &str, scale: i64, c: Color) {
-        for (i, ch) in s.chars().enumerate() {
-            let g = glyph(ch);
-            for (row, bits) in g.iter().enumerate() {
-                for col in 0..GLYPH_W {
-                    if bits & (1 << (GLYPH_W - 1 - col)) != 0 {
-                        let tx = i as i64 * ADVANCE + col; // along the text
-                        let ty = row as i64; // across the text
-                        self.fill_rect(x + ty * scale, y - (tx + 1) * scale, scale, scale, c);
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn encode_png(cv: &Canvas) -> Result<Vec<u8>, String> {
-    let (w, h) = (
-        u32::try_from(cv.w).map_err(|e| e.to_string())?,
-        u32::try_from(cv.h).map_err(|e| e.to_string())?,
-    );
-    let mut out = Vec::new();
-    let mut enc = png::Encoder::new(&mut out, w, h);
-    enc.set_color(png::ColorType::Rgb);
-    enc.set_depth(png::BitDepth::Eight);
-    let mut writer = enc.write_header().map_err(|e| e.to_string())?;
-    writer
-        .write_image_data(&cv.data)
-        .map_err(|e| e.to_string())?;
-    writer.finish().map_err(|e| e.to_string())?;
-    Ok(out)
-}
-
-// ---------------------------------------------------------------------------
-// Bitmap font
-// ---------------------------------------------------------------------------
-
-/// Glyph cell: 5 columns; rows 0..=6 are the cap height (baseline under row 6),
-/// rows 7..=8 hold descenders.
-const GLYPH_W: i64 = 5;
-const GLYPH_H: i64 = 7;
-const LINE_H: i64 = 9;
-/// Horizontal advance per character, in font pixels (glyph plus one column gap).
-const ADVANCE: i64 = 6;
-
-/// Width in pixels of `s` drawn at `scale`.
-fn text_width(s: &str, scale: i64) -> i64 {
-    let n = s.chars().count() as i64;
-    if n == 0 {
-        0
-    } else {
-        (n * ADVANCE - 1) * scale
-    }
-}
-
-/// `s`, shortened with "..." so that it fits in `max_px` at `scale`.
-fn fit_text(s: &str, max_px: usize, scale: i64) -> String {
-    let max_px = max_px as i64;
-    if text_width(s, scale) <= max_px {
-        return s.to_string();
-    }
-    let max_chars = ((max_px / scale + 1) / ADVANCE).max(3) as usize;
-    let mut out: String = s.chars().take(max_chars.saturating_sub(3)).collect();
-    out = out.trim_end().to_string();
-    out.push_str("...");
-    out
-}
-
-/// Font table: each glyph as up to 9 rows of 5 cells ('#' = ink), rows separated by '|'.
-const GLYPHS: &[(char, &str)] = &[
-    (' ', ""),
-    ('0', ".###.|#...#|#..##|#.#.#|##..#|#...#|.###."),
-    ('1', "..#..|.##..|..#..|..#..|..#..|..#..|.###."),
-    ('2', ".###.|#...#|....#|...#.|..#..|.#...|#####"),
-    ('3', "####.|....#|....#|.###.|....#|....#|####."),
-    ('4', "...#.|..##.|.#.#.|#..#.|#####|...#.|...#."),
-    ('5', "#####|#....|####.|....#|....#|#...#|.###."),
-    ('6', "..##.|.#...|#....|####.|#...#|#...#|.###."),
-    ('7', "#####|....#|...#.|..#..|.#...|.#...|.#..."),
-    ('8', ".###.|#...#|#...#|.###.|#...#|#...#|.###."),
-    ('9', ".###.|#...#|#...#|.####|....#|...#.|.##.."),
-    ('A', ".###.|#...#|#...#|#####|#...#|#...#|#...#"),
-    ('B', "####.|#...#|#...#|####.|#...#|#...#|####."),
-    ('C', ".###.|#...#|#....|#....|#....|#...#|.###."),
-    ('D', "####.|#...#|#...#|#...#|#...#|#...#|####."),
-    ('E', "#####|#....|#....|####.|#....|#....|#####"),
-    ('F', "#####|#....|#....|####.|#....|#....|#...."),
-    ('G', ".###.|#...#|#....|#.###|#...#|#...#|.####"),
-    ('H', "#...#|#...#|#...#|#####|#...#|#...#|#...#"),
-    ('I', ".###.|..#..|..#..|..#..|..#..|..#..|.###."),
-    ('J', "..###|...#.|...#.|...#.|...#.|#..#.|.##.."),
-    ('K', "#...#|#..#.|#.#..|##...|#.#..|#..#.|#...#"),
-    ('L', "#....|#....|#....|#....|#....|#....|#####"),
-    ('M', "#...#|##.##|#.#.#|#.#.#|#...#|#...#|#...#"),
-    ('N', "#...#|#...#|##..#|#.#.#|#..##|#...#|#...#"),
-    ('O', ".###.|#...#|#...#|#...#|#...#|#...#|.###."),
-    ('P', "####.|#...#|#...#|####.|#....|#....|#...."),
-    ('Q', ".###.|#...#|#...#|#...#|#.#.#|#..#.|.##.#"),
-    ('R', "####.|#...#|#...#|####.|#.#..|#..#.|#...#"),
-    ('S', ".####|#....|#....|.###.|....#|....#|####."),
-    ('T', "#####|..#..|..#..|..#..|..#..|..#..|..#.."),
-    ('U', "#...#|#...#|#...#|#...#|#...#|#...#|.###."),
-    ('V', "#...#|#...#|#...#|#...#|#...#|.#.#.|..#.."),
-    ('W', "#...#|#...#|#...#|#.#.#|#.#.#|#.#.#|.#.#."),
-    ('X', "#...#|#...#|.#.#.|..#..|.#.#.|#...#|#...#"),
-    ('Y', "#...#|#...#|.#.#.|..#..|..#..|..#..|..#.."),
-    ('Z', "#####|....#|...#.|..#..|.#...|#....|#####"),
-    ('a', ".....|.....|.###.|....#|.####|#...#|.####"),
-    ('b', "#....|#....|####.|#...#|#...#|#...#|####."),
-    ('c', ".....|.....|.###.|#....|#....|#....|.###."),
-    ('d', "....#|....#|.####|#...#|#...#|#...#|.####"),
-    ('e', ".....|.....|.###.|#...#|#####|#....|.###."),
-    ('f', "..##.|.#..#|.#...|###..|.#...|.#...|.#..."),
-    ('g', ".....|.....|.####|#...#|#...#|#...#|.####|....#|.###."),
-    ('h', "#....|#....|####.|#...#|#...#|#...#|#...#"),
-    ('i', "..#..|.....|.##..|..#..|..#..|..#..|.###."),
-    ('j', "...#.|.....|..##.|...#.|...#.|...#.|...#.|#..#.|.##.."),
-    ('k', "#....|#....|#..#.|#.#..|##...|#.#..|#..#."),
-    ('l', ".##..|..#..|..#..|..#..|..#..|..#..|.###."),
-    ('m', ".....|.....|##.#.|#.#.#|#.#.#|#.#.#|#.#.#"),
-    ('n', ".....|.....|#.##.|##..#|#...#|#...#|#...#"),
-    ('o', ".....|.....|.###.|#...#|#...#|#...#|.###."),
-    ('p', ".....|.....|####.|#...#|#...#|#...#|####.|#....|#...."),
-    ('q', ".....|.....|.####|#...#|#...#|#...#|.####|....#|....#"),
-    ('r', ".....|.....|#.##.|##..#|#....|#....|#...."),
-    ('s', ".....|.....|.####|#....|.###.|....#|####."),
-    ('t', ".#...|.#...|###..|.#...|.#...|.#..#|..##."),
-    ('u', ".....|.....|#...#|#...#|#...#|#..##|.##.#"),
-    ('v', ".....|.....|#...#|#...#|#...#|.#.#.|..#.."),
-    ('w', ".....|.....|#...#|#...#|#.#.#|#.#.#|.#.#."),
-    ('x', ".....|.....|#...#|.#.#.|..#..|.#.#.|#...#"),
-    ('y', ".....|.....|#...#|#...#|#...#|#...#|.####|....#|.###."),
-    ('z', ".....|.....|#####|...#.|..#..|.#...|#####"),
-    ('µ', ".....|.....|#...#|#...#|#...#|#..##|###.#|#....|#...."),
-    ('.', ".....|.....|.....|.....|.....|.##..|.##.."),
-    (',', ".....|.....|.....|.....|.....|.##..|.##..|..#..|.#..."),
-    ('-', ".....|.....|.....|.###.|.....|.....|....."),
-    ('_', ".....|.....|.....|.....|.....|.....|.....|#####"),
-    ('/', "....#|....#|...#.|..#..|.#...|#....|#...."),
-    ('\\', "#....|#....|.#...|..#..|...#.|....#|....#"),
-    ('(', "...#.|..#..|.#...|.#...|.#...|..#..|...#."),
-    (')', ".#...|..#..|...#.|...#.|...#.|..#..|.#..."),
-    ('[', ".###.|.#...|.#...|.#...|.#...|.#...|.###."),
-    (']', ".###.|...#.|...#.|...#.|...#.|...#.|.###."),
-    ('{', "...##|..#..|..#..|##...|..#..|..#..|...##"),
-    ('}', "##...|..#..|..#..|...##|..#..|..#..|##..."),
-    ('<', "....#|...#.|..#..|.#...|..#..|...#.|....#"),
-    ('>', "#....|.#...|..#..|...#.|..#..|.#...|#...."),
-    (':', ".....|.##..|.##..|.....|.##..|.##..|....."),
-    (';', ".....|.##..|.##..|.....|.##..|.##..|..#..|.#..."),
-    ('%', "##..#|##..#|...#.|..#..|.#...|#..##|#..##"),
-    ('=', ".....|.....|#####|.....|#####|.....|....."),
-    ('+', ".....|..#..|..#..|#####|..#..|..#..|....."),
-    ('*', ".....|#.#.#|.###.|#####|.###.|#.#.#|....."),
-    ('!', "..#..|..#..|..#..|..#..|..#..|.....|..#.."),
-    ('?', ".###.|#...#|....#|...#.|..#..|.....|..#.."),
-    ('"', ".#.#.|.#.#.|.#.#."),
-    ('\'', "..#..|..#..|..#.."),
-    ('`', ".#...|..#.."),
-    ('#', ".#.#.|.#.#.|#####|.#.#.|#####|.#.#.|.#.#."),
-    ('&', ".##..|#..#.|#.#..|.#...|#.#.#|#..#.|.##.#"),
-    ('$', "..#..|.####|#.#..|.###.|..#.#|####.|..#.."),
-    ('@', ".###.|#...#|#.###|#.#.#|#.###|#....|.###."),
-    ('^', "..#..|.#.#.|#...#"),
-    ('~', ".....|.....|.#...|#.#.#|...#.|.....|....."),
-    ('|', "..#..|..#..|..#..|..#..|..#..|..#..|..#..|..#.."),
-];
-
-/// Shown for characters the font does not have.
-const MISSING_GLYPH: &str = "#####|#...#|#...#|#...#|#...#|#...#|#####";
-
-/// Row bitmaps (bit 4 = leftmost column) for `ch`.
-fn glyph(ch: char) -> [u8; 9] {
-    let ch = match ch {
-        'μ' => 'µ', // Greek mu looks the same as the micro sign.
-        '\t' => ' ',
-        c => c,
-    };
-    let pattern = GLYPHS
-        .iter()
-        .find(|(c, _)| *c == ch)
-        .map(|(_, p)| *p)
-        .unwrap_or(MISSING_GLYPH);
-    let mut rows = [0u8; 9];
-    if pattern.is_empty() {
-        return rows;
-    }
-    for (row, line) in rows.iter_mut().zip(pattern.split('|')) {
-        for (col, cell) in line.chars().take(GLYPH_W as usize).enumerate() {
-            if cell == '#' {
-                *row |= 1 << (GLYPH_W as usize - 1 - col);
-            }
-        }
-    }
-    rows
 }
 
 // ---------------------------------------------------------------------------
@@ -1448,15 +1479,21 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn decode(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
-        let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
-        let mut reader = decoder.read_info().expect("valid PNG header");
-        let size = reader.output_buffer_size().expect("buffer size");
-        let mut buf = vec![0u8; size];
-        let info = reader.next_frame(&mut buf).expect("decodable frame");
-        assert_eq!(info.color_type, png::ColorType::Rgb);
-        buf.truncate(info.buffer_size());
-        (info.width, info.height, buf)
+    /// Builds the chart for in-memory inputs named like files.
+    fn chart(inputs: &[(&str, Value)]) -> Result<Chart, String> {
+        let mut parsed = Vec::new();
+        for (name, v) in inputs {
+            parsed.push((PathBuf::from(name), Input::parse(v)?));
+        }
+        Chart::build(parsed).map_err(|e| e.to_string())
+    }
+
+    fn latency(v: &Value) -> LatencyRun {
+        match Input::parse(v) {
+            Ok(Input::Latency(run)) => run,
+            Ok(Input::Inversion(_)) => panic!("parsed as inversion"),
+            Err(e) => panic!("{e}"),
+        }
     }
 
     fn cyclictest_value() -> Value {
@@ -1476,6 +1513,7 @@ mod tests {
         json!({
             "file_version": 1,
             "cmdline:": "cyclictest -q -l 100000 -i 500 -h 200 --json=/tmp/ct.json -m -t 2",
+            "rt_test_version:": "2.40",
             "num_threads": 2,
             "thread": {
                 "0": {"histogram": h0, "cycles": 100000, "min": 20, "avg": 40.5, "max": 90, "cpu": 0},
@@ -1485,153 +1523,342 @@ mod tests {
         })
     }
 
+    /// `lfrt cyclic -N --json` output: ns, with a unit field and lfrt's version.
+    fn lfrt_value() -> Value {
+        json!({
+            "file_version": 1,
+            "cmdline": "lfrt cyclic -N -h 1000000 -t 1 --json=x",
+            "lfrt_version": "0.1.0",
+            "unit": "ns",
+            "thread": {"0": {"histogram": {"20100": 7, "20900": 5, "21500": 40, "90000": 1},
+                             "max": 250000, "group": "cyclic", "priority": 80}}
+        })
+    }
+
     fn inversion_value() -> Value {
         let mut exps = Vec::new();
         for (arch, base, slope) in [
             ("lanes", 18.0, 0.4),
             ("single_pool", 20.0, 9.0),
             ("hsha", 35.0, 3.5),
+            ("custom", 50.0, 1.0),
         ] {
             for n in [0u64, 1, 2, 4, 8, 16] {
                 exps.push(json!({
                     "architecture": arch,
                     "n_low": n,
-                    "high": {"p50_us": base / 2.0, "p99_us": base + slope * n as f64, "max_us": 500.0},
-                    "low": {"p99_us": 1000.0}
+                    "high": {"p50_us": base / 2.0, "p99_us": base + slope * n as f64},
                 }));
             }
         }
-        json!({"experiments": exps, "lock": [{"kind": "pi", "p99_us": 3.0}]})
+        json!({"experiments": exps, "lock": []})
     }
 
-    fn count_color(buf: &[u8], w: u32, region: (u32, u32, u32, u32), c: Color) -> usize {
-        let (x0, y0, x1, y1) = region;
-        let mut n = 0;
-        for y in y0..y1 {
-            for x in x0..x1 {
-                let i = ((y * w + x) * 3) as usize;
-                if buf[i..i + 3] == c {
-                    n += 1;
-                }
+    /// What an SVG holds: its size, its text, and per stroke colour the number of points of
+    /// each polyline drawn in it.
+    struct SvgSummary {
+        size: (u32, u32),
+        texts: Vec<String>,
+        lines: std::collections::HashMap<String, Vec<usize>>,
+    }
+
+    fn summarize_svg(svg: &str) -> SvgSummary {
+        let doc = roxmltree::Document::parse(svg).expect("well-formed SVG");
+        let root = doc.root_element();
+        assert_eq!(root.tag_name().name(), "svg");
+        let dim = |a: &str| root.attribute(a).and_then(|v| v.parse().ok()).expect(a);
+        let mut lines = std::collections::HashMap::<String, Vec<usize>>::new();
+        for n in doc.descendants().filter(|n| n.has_tag_name("polyline")) {
+            let points = n
+                .attribute("points")
+                .unwrap_or("")
+                .split_whitespace()
+                .count();
+            let stroke = n.attribute("stroke").unwrap_or("").to_ascii_uppercase();
+            lines.entry(stroke).or_default().push(points);
+        }
+        let texts = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .map(|n| n.text().unwrap_or("").trim().to_string())
+            .collect();
+        SvgSummary {
+            size: (dim("width"), dim("height")),
+            texts,
+            lines,
+        }
+    }
+
+    fn hex(c: RGBColor) -> String {
+        format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
+    }
+
+    fn system_font(test: &str) -> Option<ab_glyph::FontVec> {
+        match load_font(Path::new(FONT)) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("SKIP {test}: {FONT}: {e} (install {FONT_PACKAGE}; CI does)");
+                None
             }
         }
-        n
+    }
+
+    fn count_color(rgb: &[u8], c: RGBColor) -> usize {
+        rgb.chunks_exact(3)
+            .filter(|p| p == &[c.0, c.1, c.2])
+            .count()
     }
 
     #[test]
-    fn renders_cyclictest_histogram() {
-        let (kind, bytes) = render(&cyclictest_value()).expect("renders");
-        assert_eq!(kind, PlotKind::LatencyHistogram);
-        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
-        let (w, h, buf) = decode(&bytes);
-        assert_eq!((w, h), (WIDTH as u32, HEIGHT as u32));
-        // Plot area (inside the frame) contains lots of ink.
-        let region = (150, PLOT_TOP as u32 + 2, 860, PLOT_BOTTOM as u32 - 2);
-        let white = count_color(&buf, w, region, WHITE);
-        let total = ((region.2 - region.0) * (region.3 - region.1)) as usize;
+    fn latency_svg_has_the_stated_size_one_line_set_per_thread_and_a_legend() {
+        let size = Size {
+            width: 800,
+            height: 500,
+        };
+        let svg = render_svg(&chart(&[("ct.json", cyclictest_value())]).unwrap(), size).unwrap();
+        let s = summarize_svg(&svg);
+        assert_eq!(s.size, (800, 500));
         assert!(
-            total - white > 2000,
-            "only {} non-white pixels",
-            total - white
+            s.texts.iter().any(|t| t == "T0, max 90.0 µs"),
+            "{:?}",
+            s.texts
         );
-        // Both series colours appear.
-        assert!(count_color(&buf, w, region, PALETTE[0]) > 50);
-        assert!(count_color(&buf, w, region, PALETTE[1]) > 50);
-    }
-
-    #[test]
-    fn renders_inversion_chart() {
-        let (kind, bytes) = render(&inversion_value()).expect("renders");
-        assert_eq!(kind, PlotKind::InversionP99);
-        let (w, h, buf) = decode(&bytes);
-        assert_eq!((w, h), (900, 560));
-        let region = (150, PLOT_TOP as u32 + 2, 860, PLOT_BOTTOM as u32 - 2);
-        for c in &PALETTE[..3] {
-            assert!(
-                count_color(&buf, w, region, *c) > 50,
-                "colour {c:?} missing"
-            );
-        }
-    }
-
-    #[test]
-    fn histogram_series_labels_and_ranges() {
-        let chart = histogram_chart(cyclictest_value().as_object().unwrap()).unwrap();
-        assert_eq!(chart.series.len(), 2);
-        assert_eq!(chart.series[0].label, "T0");
-        assert_eq!(chart.series[1].label, "T1 ctrl P80");
-        assert!(chart.title.starts_with("latency histogram: cyclictest -q"));
-        assert_eq!(chart.x_title, "latency (µs)");
-        match chart.x_axis {
-            XSpec::Auto { lo, hi, integer } => {
-                assert_eq!((lo, hi, integer), (0.0, 140.0, true));
+        assert!(s.texts.iter().any(|t| t == "T1 (ctrl P80), max 141 µs"));
+        assert!(s.texts.iter().any(|t| t == "Latency: cyclictest"));
+        assert!(s
+            .texts
+            .iter()
+            .any(|t| t.starts_with("cyclictest -q -l 100000")));
+        assert!(s.texts.iter().any(|t| t.starts_with("latency (µs)")));
+        for (i, c) in PALETTE[..2].iter().enumerate() {
+            let lines = &s.lines[&hex(*c)];
+            // The histogram: a run over the contiguous buckets (T1 also has an isolated
+            // spike at 140 µs, 3 points: floor, count, floor)...
+            let longest = lines.iter().max().unwrap();
+            assert!(*longest > 40, "series {i}: {lines:?}");
+            if i == 1 {
+                assert!(lines.contains(&3), "spike missing: {lines:?}");
             }
-            XSpec::At { .. } => panic!("wrong x axis"),
+            // ... and the dashed max line and the legend sample (2 points each).
+            assert!(lines.iter().filter(|&&n| n == 2).count() >= 2, "{lines:?}");
         }
-        let mut v = cyclictest_value();
-        v["unit"] = json!("ns");
-        let chart = histogram_chart(v.as_object().unwrap()).unwrap();
-        assert_eq!(chart.x_title, "latency (ns)");
+        assert!(!s.lines.contains_key(&hex(PALETTE[2])));
     }
 
     #[test]
-    fn threads_sorted_numerically_and_empty_threads_skipped() {
+    fn inversion_svg_names_every_architecture_with_one_point_per_n() {
+        let svg = render_svg(
+            &chart(&[("inv.json", inversion_value())]).unwrap(),
+            Size::DEFAULT,
+        )
+        .unwrap();
+        let s = summarize_svg(&svg);
+        assert_eq!(s.size, (1000, 600));
+        for (i, name) in ["lfrt lanes", "lfrt shared pool", "HS/HA", "custom"]
+            .iter()
+            .enumerate()
+        {
+            assert!(s.texts.iter().any(|t| t == name), "{name}: {:?}", s.texts);
+            let lines = &s.lines[&hex(PALETTE[i])];
+            assert_eq!(lines.iter().max(), Some(&6), "{name}: {lines:?}");
+        }
+        assert!(s.texts.iter().any(|t| t.contains("p99")));
+        assert!(s.texts.iter().any(|t| t.contains("(N)")));
+    }
+
+    #[test]
+    fn overlay_names_each_files_source_in_the_legend() {
+        let c = chart(&[("a.json", cyclictest_value()), ("b.json", lfrt_value())]).unwrap();
+        let s = summarize_svg(&render_svg(&c, Size::DEFAULT).unwrap());
+        assert!(s
+            .texts
+            .iter()
+            .any(|t| t == "Latency: cyclictest vs lfrt cyclic"));
+        assert!(s.texts.iter().any(|t| t == "cyclictest: T0, max 90.0 µs"));
+        assert!(s
+            .texts
+            .iter()
+            .any(|t| t == "cyclictest: T1 (ctrl P80), max 141 µs"));
+        // 250000 ns; the buckets are 1 µs: 20100 and 20900 ns share bucket 20.
+        assert!(
+            s.texts
+                .iter()
+                .any(|t| t == "lfrt cyclic: T0 (cyclic P80), max 250 µs"),
+            "{:?}",
+            s.texts
+        );
+        // Cool colours for the first file, warm ones for the second.
+        for c in [FILE_COLORS[0][0], FILE_COLORS[0][1], FILE_COLORS[1][0]] {
+            assert!(s.lines.contains_key(&hex(c)), "{c:?}");
+        }
+        // Two files from the same source are told apart by their names.
+        let c = chart(&[("x.json", lfrt_value()), ("y.json", lfrt_value())]).unwrap();
+        let s = summarize_svg(&render_svg(&c, Size::DEFAULT).unwrap());
+        assert!(s
+            .texts
+            .iter()
+            .any(|t| t.starts_with("lfrt cyclic (x.json): T0")));
+        assert!(s
+            .texts
+            .iter()
+            .any(|t| t.starts_with("lfrt cyclic (y.json): T0")));
+    }
+
+    #[test]
+    fn png_has_the_stated_size_and_every_series_colour() {
+        let Some(font) = system_font("png_has_the_stated_size_and_every_series_colour") else {
+            return;
+        };
+        let size = Size {
+            width: 640,
+            height: 400,
+        };
+        /// Inputs, and the colours their series must show in.
+        type Case<'a> = (&'a [(&'a str, Value)], &'a [RGBColor]);
+        let cases: [Case; 3] = [
+            (&[("ct.json", cyclictest_value())], &PALETTE[..2]),
+            (&[("inv.json", inversion_value())], &PALETTE[..4]),
+            (
+                &[("a.json", cyclictest_value()), ("b.json", lfrt_value())],
+                &[FILE_COLORS[0][0], FILE_COLORS[0][1], FILE_COLORS[1][0]],
+            ),
+        ];
+        for (inputs, colors) in cases {
+            let rgb = render_rgb(&chart(inputs).unwrap(), size, &font).unwrap();
+            assert_eq!(rgb.len(), 640 * 400 * 3);
+            for c in colors {
+                let n = count_color(&rgb, *c);
+                assert!(n > 100, "{c:?}: {n} pixels");
+            }
+            // Text was drawn: the title's dark ink in the top band.
+            let dark = rgb[..640 * 40 * 3]
+                .chunks_exact(3)
+                .filter(|p| p.iter().all(|&v| v < 100))
+                .count();
+            assert!(dark > 50, "title ink: {dark}");
+        }
+    }
+
+    /// plotters' own ab_glyph text drops each glyph's left side bearing; GlyphBitmap keeps it.
+    #[test]
+    fn png_text_keeps_each_glyphs_side_bearing() {
+        let Some(font) = system_font("png_text_keeps_each_glyphs_side_bearing") else {
+            return;
+        };
+        let (w, h) = (200u32, 100u32);
+        let mut rgb = vec![255u8; (w * h * 3) as usize];
+        {
+            let root = GlyphBitmap {
+                inner: BitMapBackend::with_buffer(&mut rgb, (w, h)),
+                font: &font,
+            }
+            .into_drawing_area();
+            let style = TextStyle::from((FAMILY, 62.0).into_font())
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Left, VPos::Top));
+            root.draw(&Text::new("1", (20, 10), style)).unwrap();
+            root.present().unwrap();
+        }
+        let first_ink = (0..w)
+            .find(|&x| (0..h).any(|y| rgb[((y * w + x) * 3) as usize] < 128))
+            .expect("ink");
+        // DejaVu's '1' starts 0.11 em right of the pen; 62 / 1.24 = 50 px per em.
+        use ab_glyph::{Font, ScaleFont};
+        let em = 62.0 / 1.24;
+        let scale = em * font.height_unscaled() / font.units_per_em().unwrap();
+        let bearing = font.as_scaled(scale).h_side_bearing(font.glyph_id('1'));
+        assert!(bearing > 3.0, "{bearing}");
+        assert!(
+            (first_ink as f32 - (20.0 + bearing)).abs() <= 1.5,
+            "ink starts at {first_ink}, pen 20, bearing {bearing}"
+        );
+    }
+
+    #[test]
+    fn nanoseconds_are_detected_and_rebucketed_to_whole_microseconds() {
+        // Real cyclictest says -N only in its command line.
+        let mut v = json!({
+            "cmdline:": "cyclictest -m -p 80 -qN -h 2000000 --json=x",
+            "thread": {"0": {"histogram": {"5601": 1, "5999": 2, "6000": 4, "9000": 1}, "max": 3106247}}
+        });
+        let run = latency(&v);
+        assert_eq!(run.source, "cyclictest");
+        assert_eq!(run.threads[0].buckets, [(5.0, 3.0), (6.0, 4.0), (9.0, 1.0)]);
+        assert_eq!(run.threads[0].max_us, Some(3106.247));
+        for cmd in ["cyclictest -N", "cyclictest --nsecs -q", "cyclictest -mN"] {
+            v["cmdline:"] = json!(cmd);
+            assert_eq!(latency(&v).threads[0].buckets[0].0, 5.0, "{cmd}");
+        }
+        for cmd in [
+            "cyclictest -q",
+            "cyclictest --json=/tmp/-N",
+            "cyclictest -h2000N",
+        ] {
+            v["cmdline:"] = json!(cmd);
+            assert_eq!(latency(&v).threads[0].buckets[0].0, 5601.0, "{cmd}");
+        }
+        // lfrt's unit field decides over the command line.
+        v["unit"] = json!("us");
+        v["cmdline:"] = json!("lfrt cyclic -N");
+        assert_eq!(latency(&v).threads[0].buckets[0].0, 5601.0);
+        v["unit"] = json!("ns");
+        assert_eq!(latency(&v).threads[0].buckets[0].0, 5.0);
+        v["unit"] = json!("ms");
+        let err = Input::parse(&v).err().unwrap();
+        assert!(err.contains("\"unit\" is \"ms\""), "{err}");
+        // The file's max wins when it lies past the histogram (overflowed samples); the last
+        // bucket stands in when there is no max.
+        let run = latency(&json!({"thread": {"0": {"histogram": {"3": 1, "7": 2}}}}));
+        assert_eq!(run.threads[0].max_us, Some(7.0));
+        assert_eq!(run.source, "cyclictest");
+        assert_eq!(latency(&lfrt_value()).source, "lfrt cyclic");
+    }
+
+    #[test]
+    fn bucket_runs_rise_from_and_return_to_the_floor() {
+        let b = [
+            (3.0, 5.0),
+            (4.0, 6.0),
+            (5.0, 2.0),
+            (9.0, 1.0),
+            (11.0, 4.0),
+            (12.0, 1.0),
+        ];
+        assert_eq!(
+            bucket_runs(&b, 0.5),
+            [
+                vec![(3.0, 0.5), (3.0, 5.0), (4.0, 6.0), (5.0, 2.0), (5.0, 0.5)],
+                vec![(9.0, 0.5), (9.0, 1.0), (9.0, 0.5)],
+                vec![(11.0, 0.5), (11.0, 4.0), (12.0, 1.0), (12.0, 0.5)],
+            ]
+        );
+        assert!(bucket_runs(&[], 0.5).is_empty());
+    }
+
+    #[test]
+    fn threads_sorted_numerically_and_threads_without_histogram_skipped() {
         let v = json!({"thread": {
             "10": {"histogram": {"5": 1}},
             "2": {"histogram": {"3": 4}},
             "3": {"cycles": 5},
+            "4": {"histogram": {"7": 0}},
         }});
-        let chart = histogram_chart(v.as_object().unwrap()).unwrap();
-        let labels: Vec<_> = chart.series.iter().map(|s| s.label.as_str()).collect();
-        assert_eq!(labels, ["T2", "T10"]);
+        let labels: Vec<_> = latency(&v).threads.into_iter().map(|t| t.label).collect();
+        assert_eq!(labels, ["T2", "T4 (no samples)", "T10"]);
     }
 
     #[test]
-    fn single_bucket_and_single_point_render() {
-        for v in [
-            json!({"thread": {"0": {"histogram": {"0": 1}}}}),
-            json!({"thread": {"0": {"histogram": {"17": 123456}}}}),
-            json!({"thread": {"0": {"histogram": {"17": 5, "18": 0}}, "1": {"histogram": {}}}}),
-            json!({"experiments": [{"architecture": "lanes", "n_low": 4, "high": {"p99_us": 12.5}}]}),
-            json!({"experiments": [{"architecture": "hsha", "n_low": 0, "high": {"p99_us": 0.0}}]}),
-        ] {
-            let (_, bytes) = render(&v).unwrap_or_else(|e| panic!("{v}: {e}"));
-            let (w, h, _) = decode(&bytes);
-            assert_eq!((w, h), (900, 560));
-        }
-    }
-
-    #[test]
-    fn extreme_values_do_not_panic() {
-        for v in [
-            json!({"thread": {"0": {"histogram": {"1e300": 1, "0": 1.5e300}}}}),
-            json!({"thread": {"0": {"histogram": {"-5": 3, "5": 0.001}}}}),
-            json!({"thread": {"0": {"histogram": {"18446744073709551615": 18446744073709551615u64}}}}),
-            json!({"experiments": [{"architecture": "a", "n_low": 1e308, "high": {"p99_us": -1e308}},
-                                   {"architecture": "b", "n_low": -1e308, "high": {"p99_us": 1e308}}]}),
-            json!({"experiments": [{"architecture": "a\u{1}\n", "n_low": 1, "high": {"p99_us": 1e-300}}]}),
-        ] {
-            let _ = render(&v);
-        }
-        let many: Map<String, Value> = (0..100)
-            .map(|i| (i.to_string(), json!({"histogram": {"1": i + 1, "2": 1}})))
-            .collect();
-        let (_, bytes) = render(&json!({ "thread": many })).expect("renders many threads");
-        decode(&bytes);
-    }
-
-    #[test]
-    fn bad_shapes_are_errors() {
+    fn bad_shapes_are_errors_naming_the_field() {
         let cases = [
             (json!([1, 2]), "not an object"),
-            (json!({"foo": 1}), "expected either"),
+            (json!({"foo": 1}), "expected cyclictest"),
             (json!({"thread": 5}), "\"thread\" is a number"),
             (json!({"thread": {}}), "-h/--histogram"),
             (
                 json!({"thread": {"0": {"cycles": 10, "min": 1}}}),
                 "-h/--histogram",
             ),
-            (json!({"thread": {"0": 7}}), "thread \"0\""),
+            (json!({"thread": {"0": 7}}), "thread \"0\" is a number"),
             (
                 json!({"thread": {"0": {"histogram": []}}}),
                 "\"histogram\" is an array",
@@ -1640,6 +1867,7 @@ mod tests {
                 json!({"thread": {"0": {"histogram": {"abc": 1}}}}),
                 "\"abc\"",
             ),
+            (json!({"thread": {"0": {"histogram": {"-5": 1}}}}), "\"-5\""),
             (
                 json!({"thread": {"0": {"histogram": {"1": -4}}}}),
                 "non-negative",
@@ -1649,157 +1877,190 @@ mod tests {
                 "non-negative",
             ),
             (json!({"thread": {"0": {"histogram": {"1": 0}}}}), "empty"),
+            (
+                json!({"thread": {"0": {"histogram": {"1": 1}, "max": "x"}}}),
+                "\"max\"",
+            ),
+            (
+                json!({"thread": {"0": {"histogram": {"1": 1}}}, "unit": 3}),
+                "\"unit\"",
+            ),
             (json!({"experiments": {}}), "expected an array"),
             (json!({"experiments": []}), "empty"),
+            (json!({"experiments": [1]}), "experiments[0] is a number"),
             (
-                json!({"experiments": [{"architecture": "lanes"}]}),
-                "p99_us",
+                json!({"experiments": [{"n_low": 1}]}),
+                "missing \"architecture\"",
             ),
-            (json!({"experiments": [1, "x", null]}), "p99_us"),
+            (
+                json!({"experiments": [{"architecture": "a", "n_low": "2", "high": {"p99_us": 1}}]}),
+                "experiments[0].n_low",
+            ),
+            (
+                json!({"experiments": [{"architecture": "a", "n_low": 1, "high": {"p99_us": 1}},
+                                       {"architecture": "b", "n_low": 1, "high": {}}]}),
+                "experiments[1]: missing \"high.p99_us\"",
+            ),
         ];
         for (v, needle) in cases {
-            let err = render(&v).expect_err(&v.to_string());
+            let err = match Input::parse(&v) {
+                Ok(_) => panic!("{v}: parsed"),
+                Err(e) => e,
+            };
             assert!(err.contains(needle), "{v}: {err:?} lacks {needle:?}");
         }
+        // Inversion results cannot be overlaid.
+        let err = chart(&[
+            ("ct.json", cyclictest_value()),
+            ("inv.json", inversion_value()),
+        ])
+        .err()
+        .unwrap();
+        assert!(
+            err.starts_with("inv.json: cannot plot") && err.contains("overlaid"),
+            "{err}"
+        );
     }
 
     #[test]
-    fn log_axis_helpers() {
-        assert_eq!(log_decades(1.0, 216.0), (0, 3));
-        assert_eq!(log_decades(1.0, 1.0), (0, 1));
-        assert_eq!(log_decades(1.0, 1000.0), (0, 3));
-        assert_eq!(log_decades(3.0, 1001.0), (0, 4));
-        assert_eq!(log_decades(0.05, 10.0), (-2, 1));
-        assert_eq!(log_decades(f64::INFINITY, 0.0), (0, 1));
-        assert_eq!(fmt_pow10(0), "1");
-        assert_eq!(fmt_pow10(3), "1000");
-        assert_eq!(fmt_pow10(6), "1e6");
-        assert_eq!(fmt_pow10(-2), "0.01");
-
-        let axis = log_axis(0, 4, 400.0);
-        assert!(axis.log);
-        let majors: Vec<_> = axis.ticks.iter().filter(|t| t.major).collect();
-        assert_eq!(majors.len(), 5);
-        assert_eq!(majors[2].label.as_deref(), Some("100"));
-        assert_eq!(axis.ticks.iter().filter(|t| !t.major).count(), 4 * 8);
-        // 10 lies halfway between 1 and 100; zero and negatives are not drawable.
-        let f = |v: f64| axis.frac(axis.coord(v).unwrap());
-        assert!((f(10.0) - (f(1.0) + f(100.0)) / 2.0).abs() < 1e-12);
-        assert!(f(1.0) > 0.0 && f(10000.0) < 1.0);
-        assert_eq!(axis.coord(0.0), None);
-        assert_eq!(axis.coord(-3.0), None);
-        // Many decades: labels thinned out, no minor ticks.
-        let wide = log_axis(0, 19, 200.0);
-        let labelled = wide.ticks.iter().filter(|t| t.label.is_some()).count();
-        assert!((2..20).contains(&labelled));
-        assert!(wide.ticks.iter().all(|t| t.major));
-    }
-
-    #[test]
-    fn linear_axis_helpers() {
-        assert_eq!(nice_step(0.3), 0.5);
-        assert_eq!(nice_step(17.0), 20.0);
-        assert_eq!(nice_step(100.0), 100.0);
-        assert_eq!(nice_step(0.0), 1.0);
-        assert_eq!(fmt_tick(0.30000000000000004, 0.1), "0.3");
-        assert_eq!(fmt_tick(-0.0, 1.0), "0");
-        assert_eq!(fmt_tick(250.0, 50.0), "250");
-        assert_eq!(fmt_tick(2e9, 5e8), "2.0e9");
-        assert_eq!(fmt_tick(3e12, 1e12), "3e12");
-        let a = linear_axis(0.0, 137.0, true, 0.02, 700.0, true).unwrap();
-        assert_eq!(a.lo, 0.0);
-        assert!(a.hi >= 137.0);
-        assert!(a.ticks.len() >= 3 && a.ticks.len() <= 11);
-        let a = linear_axis(0.0, 0.0, true, 0.02, 700.0, true).unwrap();
-        assert!(a.hi > a.lo && a.ticks.iter().all(|t| t.pos.fract() == 0.0));
-        assert!(linear_axis(0.0, f64::INFINITY, false, 0.0, 100.0, false).is_err());
-    }
-
-    #[test]
-    fn glyph_table_is_well_formed() {
-        for (i, (c, p)) in GLYPHS.iter().enumerate() {
+    fn odd_but_valid_values_render() {
+        let many: Map<String, Value> = (0..40)
+            .map(|i| (i.to_string(), json!({"histogram": {"1": i + 1, "2": 1}})))
+            .collect();
+        for v in [
+            json!({"thread": {"0": {"histogram": {"0": 1}}}}),
+            json!({"thread": {"0": {"histogram": {"17": 123456}}}}),
+            json!({"thread": {"0": {"histogram": {"5": 0.001, "6": 2.5}}}}),
+            json!({"thread": {"0": {"histogram": {"18446744073709551615": 18446744073709551615u64}}}}),
+            json!({"thread": {"0": {"histogram": {"1e300": 1, "0": 3}}}}),
+            json!({"thread": {"0": {"histogram": {"1e308": 1}, "max": 1.7e308}}}),
+            json!({ "thread": many }),
+            json!({"experiments": [{"architecture": "lanes", "n_low": 4, "high": {"p99_us": 12.5}}]}),
+            json!({"experiments": [{"architecture": "a\u{1}\n", "n_low": 0, "high": {"p99_us": 0.0}}]}),
+            json!({"experiments": [{"architecture": "a", "n_low": 0.5, "high": {"p99_us": -3.0}},
+                                   {"architecture": "b", "n_low": 1e12, "high": {"p99_us": 1e12}}]}),
+        ] {
+            let c = chart(&[("x.json", v.clone())]).unwrap_or_else(|e| panic!("{v}: {e}"));
+            let s = summarize_svg(&render_svg(&c, Size::MIN).unwrap());
+            assert_eq!(s.size, (400, 300), "{v}");
+        }
+        // Too large to draw is an error, not a panic or a hang.
+        for v in [
+            json!({"thread": {"0": {"histogram": {"1e308": 1}, "max": 1.79e308}}}),
+            json!({"thread": {"0": {"histogram": {"1": 1.5e300}}}}),
+            json!({"thread": {"0": {"histogram": {"1": 1e20, "2": 1}}}}),
+            json!({"experiments": [{"architecture": "a", "n_low": 1, "high": {"p99_us": -1e308}},
+                                   {"architecture": "b", "n_low": 2, "high": {"p99_us": 1e308}}]}),
+            json!({"experiments": [{"architecture": "a", "n_low": -1e308, "high": {"p99_us": 1}},
+                                   {"architecture": "a", "n_low": 1e308, "high": {"p99_us": 1}}]}),
+        ] {
+            let err = chart(&[("x.json", v.clone())])
+                .err()
+                .unwrap_or_else(|| panic!("{v} drew"));
             assert!(
-                GLYPHS[..i].iter().all(|(d, _)| d != c),
-                "duplicate glyph {c:?}"
+                err.starts_with("x.json: cannot plot") && err.contains("too large"),
+                "{v}: {err}"
             );
-            if p.is_empty() {
-                continue;
-            }
-            let rows: Vec<_> = p.split('|').collect();
-            assert!(rows.len() <= LINE_H as usize, "{c:?} too tall");
-            for r in rows {
-                assert_eq!(r.len(), 5, "{c:?} row {r:?}");
-                assert!(r.chars().all(|x| x == '#' || x == '.'), "{c:?} row {r:?}");
-            }
         }
-        for c in ('0'..='9')
-            .chain('A'..='Z')
-            .chain('a'..='z')
-            .chain(".,-_/():%µ".chars())
-        {
-            assert!(GLYPHS.iter().any(|(g, _)| *g == c), "missing glyph {c:?}");
-        }
-        assert_eq!(glyph('1')[0], 0b00100);
-        assert_eq!(glyph('μ'), glyph('µ'));
-        assert_eq!(glyph('\u{2603}'), glyph('\u{2604}'));
-        assert_eq!(text_width("", 2), 0);
-        assert_eq!(text_width("ab", 1), 11);
-        assert_eq!(fit_text("short", 100, 1), "short");
-        let fitted = fit_text(&"x".repeat(100), 120, 2);
-        assert!(fitted.ends_with("...") && text_width(&fitted, 2) <= 120);
     }
 
     #[test]
-    fn canvas_drawing_is_clipped() {
-        let mut cv = Canvas::new(20, 20, WHITE);
-        let clip = PixRect {
-            x0: 5,
-            y0: 5,
-            x1: 15,
-            y1: 15,
-        };
-        cv.segment((-100.0, 10.0), (100.0, 10.0), 3.0, BLACK, clip);
-        cv.marker((5.0, 5.0), Marker::Triangle, 4.0, BLACK, clip);
-        cv.segment((f64::NAN, 0.0), (1.0, 1.0), 3.0, BLACK, clip);
-        assert_eq!(cv.get(2, 10), Some(WHITE));
-        assert_eq!(cv.get(17, 10), Some(WHITE));
-        assert_eq!(cv.get(10, 10), Some(BLACK));
-        assert_eq!(cv.get(4, 4), Some(WHITE));
-        assert_eq!(cv.get(99, 0), None);
-        cv.text(-3, -3, "µs 1", 2, BLACK);
-        cv.text_up(100, 100, "x", 1, BLACK);
+    fn size_and_format_come_from_the_command_line() {
+        assert_eq!(
+            "1200x700".parse::<Size>(),
+            Ok(Size {
+                width: 1200,
+                height: 700
+            })
+        );
+        assert_eq!(
+            "640X400".parse::<Size>().map(|s| s.to_string()),
+            Ok("640x400".into())
+        );
+        for bad in ["", "1200", "x700", "12a0x700", "-1x700", "1200x700x3"] {
+            let err = bad.parse::<Size>().unwrap_err();
+            assert!(err.contains("WIDTHxHEIGHT"), "{bad}: {err}");
+        }
+        for bad in ["100x100", "9000x600"] {
+            assert!(
+                bad.parse::<Size>().unwrap_err().contains("outside"),
+                "{bad}"
+            );
+        }
+        assert_eq!(Format::of(Path::new("a/b.svg")).unwrap(), Format::Svg);
+        assert_eq!(Format::of(Path::new("b.PNG")).unwrap(), Format::Png);
+        for bad in ["b.jpg", "b", "b.svg.txt"] {
+            let err = Format::of(Path::new(bad)).unwrap_err().to_string();
+            assert!(
+                err.contains("-o/--output") && err.contains(".svg or .png"),
+                "{err}"
+            );
+        }
     }
 
     #[test]
-    fn plot_file_reads_and_writes() {
-        let dir = std::env::temp_dir().join(format!("lfrt-plot-test-{}", std::process::id()));
+    fn a_missing_font_names_the_package_to_install() {
+        let err = load_font(Path::new("/nonexistent/DejaVuSans.ttf")).unwrap_err();
+        assert!(err.contains("cannot read"), "{err}");
+        let not_a_font = load_font(Path::new(env!("CARGO_MANIFEST_PATH"))).unwrap_err();
+        assert!(not_a_font.contains("not a TrueType"), "{not_a_font}");
+        let shown = PlotError::Font {
+            path: PathBuf::from(FONT),
+            reason: err,
+        }
+        .to_string();
+        assert!(
+            shown.contains(FONT_PACKAGE) && shown.contains(FONT),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn plot_files_writes_only_finished_charts_and_names_the_bad_file() {
+        let dir = std::env::temp_dir().join(format!("lfrt-plot-unit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let input = dir.join("in.json");
-        let output = dir.join("out.png");
         std::fs::write(&input, inversion_value().to_string()).unwrap();
-        assert_eq!(plot_file(&input, &output).unwrap(), PlotKind::InversionP99);
-        let bytes = std::fs::read(&output).unwrap();
-        assert_eq!(decode(&bytes).0, 900);
+        let svg = dir.join("out.svg");
+        let kind = plot_files(std::slice::from_ref(&input), &svg, Size::DEFAULT).unwrap();
+        assert_eq!(kind, PlotKind::InversionP99);
+        assert_eq!(
+            summarize_svg(&std::fs::read_to_string(&svg).unwrap()).size,
+            (1000, 600)
+        );
 
         let missing = dir.join("missing.json");
-        let err = plot_file(&missing, &output).unwrap_err();
+        let err = plot_files(&[missing], &svg, Size::DEFAULT).unwrap_err();
         assert!(matches!(err, PlotError::Io { .. }));
         assert!(err.to_string().contains("missing.json"));
 
         std::fs::write(&input, "{not json").unwrap();
-        let err = plot_file(&input, &output).unwrap_err();
+        let err = plot_files(std::slice::from_ref(&input), &svg, Size::DEFAULT).unwrap_err();
         assert!(matches!(err, PlotError::Json { .. }));
         assert!(err.to_string().contains("in.json"));
 
         std::fs::write(&input, "{\"thread\": {}}").unwrap();
-        let err = plot_file(&input, &dir.join("never.png")).unwrap_err();
+        let never = dir.join("never.svg");
+        let err = plot_files(std::slice::from_ref(&input), &never, Size::DEFAULT).unwrap_err();
         assert!(matches!(err, PlotError::Shape { .. }));
         assert!(err.to_string().contains("in.json") && err.to_string().contains("-h"));
-        assert!(!dir.join("never.png").exists());
+        assert!(!never.exists());
+
+        // The extension is checked before any input is read.
+        let err = plot_files(
+            &[dir.join("missing.json")],
+            &dir.join("x.gif"),
+            Size::DEFAULT,
+        )
+        .unwrap_err();
+        assert!(matches!(err, PlotError::Usage(_)), "{err}");
+        let three = vec![input.clone(), input.clone(), input.clone()];
+        let err = plot_files(&three, &svg, Size::DEFAULT).unwrap_err();
+        assert!(err.to_string().contains("got 3"), "{err}");
 
         std::fs::write(&input, cyclictest_value().to_string()).unwrap();
-        let err = plot_file(&input, &dir).unwrap_err();
-        assert!(matches!(err, PlotError::Io { .. }));
+        let err = plot_files(&[input], &dir.join("sub").join("x.svg"), Size::DEFAULT).unwrap_err();
+        assert!(matches!(err, PlotError::Io { .. }), "{err}");
         std::fs::remove_dir_all(&dir).ok();
     }
 }

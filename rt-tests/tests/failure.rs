@@ -68,7 +68,10 @@ fn a_listener_out_of_descriptors_pauses_counts_and_recovers() {
     let _l = util::rt_lock();
     let have_prlimit = Command::new("prlimit").arg("--version").output().is_ok();
     if !have_prlimit {
-        eprintln!("SKIP a_listener_out_of_descriptors_pauses_counts_and_recovers: prlimit (util-linux) not installed");
+        util::skip(
+            "a_listener_out_of_descriptors_pauses_counts_and_recovers",
+            "prlimit (util-linux) not installed",
+        );
         return;
     }
     let port = TcpListener::bind("127.0.0.1:0")

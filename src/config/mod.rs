@@ -805,11 +805,15 @@ impl RuntimeConfig {
         Ok(())
     }
 
-    /// The preallocated total against the machine's memory and, with `lock_memory`, against
-    /// what `mlockall` may lock. The error names the largest group's largest share.
+    /// The preallocated total against the machine's memory and, with `lock_memory` and
+    /// `rt = "required"`, against what `mlockall` may lock (with `"best-effort"` a failed
+    /// `mlockall` is a warning at start, so it is not refused here). The error names the
+    /// largest group's largest share.
     fn check_memory(&self, machine: &Machine) -> Result<(), Invalid> {
         let total = self.preallocated_bytes();
-        let memlock = machine.memlock_limit.filter(|_| self.lock_memory);
+        let memlock = machine
+            .memlock_limit
+            .filter(|_| self.lock_memory && self.rt == RtMode::Required);
         let over = [
             (machine.mem_total, "this machine's memory (MemTotal)", ""),
             (
@@ -1085,6 +1089,9 @@ mod tests {
         };
         c.validate_on(&m).unwrap();
         c.lock_memory = true;
+        c.rt = RtMode::BestEffort;
+        c.validate_on(&m).unwrap(); // mlockall may fail: a warning at start
+        c.rt = RtMode::Required;
         let e = c.validate_on(&m).unwrap_err();
         assert_eq!(e.path(), "group[0].buffer_bytes");
         assert!(e.message.contains("RLIMIT_MEMLOCK"), "{}", e.message);
