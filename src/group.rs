@@ -16,8 +16,8 @@
 use crate::alloc_count;
 use crate::config::{GroupConfig, RtMode};
 use crate::error::Error;
-use crate::handle_set::{Dispatched, HandleSet, Registry, Wait};
-use crate::handler::{Context, Event};
+use crate::handle_set::Wait;
+use crate::handler::{self, Context, Dispatched, Event, Handles, Registry};
 use crate::leader::{Joined, Promoted, Protocol};
 use crate::metrics::Counters;
 use crate::pi_mutex::PiMutex;
@@ -128,14 +128,14 @@ pub(crate) struct Group {
     pub(crate) index: u16,
     pub(crate) cfg: GroupConfig,
     pub(crate) protocol: Protocol,
-    pub(crate) handles: Arc<HandleSet>,
+    pub(crate) handles: Arc<Handles>,
     pub(crate) counters: Counters,
     pub(crate) threads: Box<[ThreadSlot]>,
 }
 
 impl Group {
     pub(crate) fn new(index: u16, cfg: GroupConfig) -> Result<Group, Error> {
-        let handles = HandleSet::new(cfg.max_handles).map_err(|e| Error::Io {
+        let handles = Handles::new(cfg.max_handles).map_err(|e| Error::Io {
             context: "creating the group's epoll instance",
             source: e,
         })?;
@@ -326,7 +326,7 @@ fn run(
         let start_ns = sys::now_ns();
         slot.busy_token.store(token.raw(), Relaxed);
         slot.busy_since.store(start_ns, SeqCst);
-        let outcome = group.handles.dispatch(&event, ctx);
+        let outcome = handler::dispatch(&group.handles, &event, ctx);
         slot.busy_since.store(0, SeqCst);
         slot.restore_if_demoted(group);
         let end_ns = sys::now_ns();

@@ -19,10 +19,16 @@
 //!   handle set is that slot's handler (`handle`, `after_panic`, `interest` in
 //!   [`HandleSet::dispatch`]). So a deregistration that finds its slot lock held by the calling
 //!   thread (the error-checking [`PiMutex`] reports the relock) comes from the handler of that
-//!   very slot, and is deferred to the end of its dispatch instead of deadlocking.
+//!   very slot, and is deferred to the end of its dispatch instead of deadlocking;
+//! * a handler's `Drop` runs outside every slot lock, and a panic in it is caught and counted
+//!   (`drop_panics`), so dropping a handler can neither deadlock nor kill a pool thread.
+//!
+//! The set is generic over what it stores (`H`, in practice `dyn EventHandler`): it knows
+//! handles, tokens and epoll, not what a handler is or how it runs. [`crate::handler`] builds
+//! the handler API (the `Registry`, the dispatch of one event) on top of it, so the two modules
+//! depend one way only.
 
 use crate::error::Error;
-use crate::handler::{Context, Disposition, Event, EventHandler};
 use crate::metrics::IncidentCounters;
 use crate::pi_mutex::PiMutex;
 use crate::sys::{epoll, fd::EventFd};
@@ -31,7 +37,6 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
-use std::sync::Arc;
 
 /// Identifies one registered handle within its group: slot index and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,15 +66,14 @@ impl Token {
 /// The epoll data word of the shutdown eventfd (no slot can have it: index < max_handles).
 const SHUTDOWN: u64 = u64::MAX;
 
-struct Entry {
-    handler: Box<dyn EventHandler>,
+struct Entry<H: ?Sized> {
+    handler: Box<H>,
     fd: RawFd,
-    events: u32,
 }
 
-struct Slot {
+struct Slot<H: ?Sized> {
     generation: AtomicU32,
-    entry: PiMutex<Option<Entry>>,
+    entry: PiMutex<Option<Entry<H>>>,
     /// Set by the slot's own handler deregistering its handle while it is dispatched; read and
     /// cleared by the same thread before the dispatch unlocks the slot (so `Relaxed`).
     deregister_pending: AtomicBool,
@@ -83,41 +87,57 @@ pub(crate) enum Wait {
     Interrupted,
 }
 
-/// What dispatching one event did.
+/// What to do with a handle after its handler ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Dispatched {
-    Handled,
-    Closed,
-    Panicked,
-    Stale,
+pub(crate) enum Next {
+    /// Re-arm it for these epoll events (`ONESHOT` is added).
+    Rearm(u32),
+    /// Remove it and drop its handler.
+    Close,
 }
 
-pub(crate) struct HandleSet {
+/// What [`HandleSet::dispatch`] did with one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ran<R> {
+    /// The token's slot was emptied (and maybe reused) since the event was detected.
+    Stale,
+    /// The handler ran and returned `value`; the handle was re-armed or removed.
+    Ran {
+        value: R,
+        rearmed: bool,
+        /// The handler deregistered its own handle while it ran.
+        deregistered: bool,
+    },
+}
+
+pub(crate) struct HandleSet<H: ?Sized> {
     epoll: epoll::Epoll,
-    slots: Box<[Slot]>,
+    slots: Box<[Slot<H>]>,
     /// Free slot indices. Capacity is reserved for every slot, so pushes never reallocate.
     free: PiMutex<Vec<u32>>,
     shutdown: EventFd,
     pub(crate) stale: AtomicU64,
     pub(crate) closed: AtomicU64,
+    /// Handlers whose `Drop` panicked (caught; the slot was freed all the same).
+    pub(crate) drop_panics: AtomicU64,
     /// What this set's handlers counted through `Context::count`.
     pub(crate) incidents: IncidentCounters,
 }
 
-impl fmt::Debug for HandleSet {
+impl<H: ?Sized> fmt::Debug for HandleSet<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad("HandleSet { .. }")
     }
 }
 
-impl HandleSet {
+impl<H: ?Sized> HandleSet<H> {
     /// Bytes [`new`](Self::new) allocates for the table: the slots and the free list.
     pub(crate) fn table_bytes(max_handles: usize) -> u64 {
-        let per_slot = std::mem::size_of::<Slot>() + std::mem::size_of::<u32>();
+        let per_slot = std::mem::size_of::<Slot<H>>() + std::mem::size_of::<u32>();
         (max_handles as u64).saturating_mul(per_slot as u64)
     }
 
-    pub(crate) fn new(max_handles: usize) -> io::Result<HandleSet> {
+    pub(crate) fn new(max_handles: usize) -> io::Result<HandleSet<H>> {
         let epoll = epoll::Epoll::new()?;
         let shutdown = EventFd::new()?;
         // Level-triggered and never read: once written, every later leader sees it at once.
@@ -137,27 +157,23 @@ impl HandleSet {
             shutdown,
             stale: AtomicU64::new(0),
             closed: AtomicU64::new(0),
+            drop_panics: AtomicU64::new(0),
             incidents: IncidentCounters::default(),
         })
     }
 
-    pub(crate) fn register(&self, handler: Box<dyn EventHandler>) -> Result<Token, Error> {
+    /// Stores `handler` in a free slot and arms `fd` for `events` (`ONESHOT` is added).
+    pub(crate) fn register(&self, handler: Box<H>, fd: RawFd, events: u32) -> Result<Token, Error> {
         let index = self.free.lock().pop().ok_or(Error::TooManyHandles {
             max: self.slots.len(),
         })?;
         let slot = &self.slots[index as usize];
         let token = Token::new(index, slot.generation.load(Acquire));
-        let fd = handler.source().as_raw_fd();
-        let events = handler.interest().bits() | epoll::ONESHOT;
-        *slot.entry.lock() = Some(Entry {
-            handler,
-            fd,
-            events,
-        });
-        if let Err(e) = self.epoll.add(fd, events, token.0) {
+        *slot.entry.lock() = Some(Entry { handler, fd });
+        if let Err(e) = self.epoll.add(fd, events | epoll::ONESHOT, token.0) {
             let entry = slot.entry.lock().take();
             self.free.lock().push(index);
-            drop(entry);
+            self.discard(entry);
             return Err(Error::Io {
                 context: "epoll_ctl(ADD) of a new handle",
                 source: e,
@@ -187,13 +203,20 @@ impl HandleSet {
         }
         let entry = self.vacate(slot, &mut g, token);
         drop(g);
-        drop(entry);
+        self.discard(entry);
         true
+    }
+
+    /// Drops a removed handler (after its slot was unlocked), catching a panic in its `Drop`.
+    fn discard(&self, entry: Option<Entry<H>>) {
+        if entry.is_some() && catch_unwind(AssertUnwindSafe(move || drop(entry))).is_err() {
+            self.drop_panics.fetch_add(1, Relaxed);
+        }
     }
 
     /// Empties a slot (caller holds its lock): stop waiting on the fd, bump the generation,
     /// free the index. The handler is returned so the caller drops it after unlocking.
-    fn vacate(&self, slot: &Slot, g: &mut Option<Entry>, token: Token) -> Option<Entry> {
+    fn vacate(&self, slot: &Slot<H>, g: &mut Option<Entry<H>>, token: Token) -> Option<Entry<H>> {
         let entry = g.take();
         if let Some(e) = &entry {
             let _ = self.epoll.delete(e.fd);
@@ -238,56 +261,44 @@ impl HandleSet {
         self.epoll.delete(fd)
     }
 
-    /// Runs the handler of `event.token` and re-arms or removes its handle.
-    pub(crate) fn dispatch(&self, event: &Event, ctx: &mut Context) -> Dispatched {
-        let Some(slot) = self.slots.get(event.token.index()) else {
+    /// Runs `run` on the handler of `token` under its slot lock, then re-arms the handle or
+    /// removes it as `run` decided (or as the handler's own deregistration asked).
+    pub(crate) fn dispatch<R>(
+        &self,
+        token: Token,
+        run: impl FnOnce(&mut H) -> (R, Next),
+    ) -> Ran<R> {
+        let Some(slot) = self.slots.get(token.index()) else {
             self.stale.fetch_add(1, Relaxed);
-            return Dispatched::Stale;
+            return Ran::Stale;
         };
         let mut g = slot.entry.lock();
         let entry = match g.as_mut() {
-            Some(e) if slot.generation.load(Acquire) == event.token.generation() => e,
+            Some(e) if slot.generation.load(Acquire) == token.generation() => e,
             _ => {
                 self.stale.fetch_add(1, Relaxed);
-                return Dispatched::Stale;
+                return Ran::Stale;
             }
         };
-        let (disposition, panicked) =
-            match catch_unwind(AssertUnwindSafe(|| entry.handler.handle(event, ctx))) {
-                Ok(d) => (d, false),
-                Err(_) => (
-                    catch_unwind(AssertUnwindSafe(|| entry.handler.after_panic()))
-                        .unwrap_or(Disposition::Close),
-                    true,
-                ),
-            };
-        // Interest is read again so a handler may switch it (e.g. to writable while it has
-        // unsent bytes).
-        entry.events = entry.handler.interest().bits() | epoll::ONESHOT;
+        let (value, next) = run(&mut entry.handler);
         // The handler deregistered its own handle: remove it now, whatever it returned.
         let deregistered = slot.deregister_pending.swap(false, Relaxed);
-        let rearmed = !deregistered
-            && disposition == Disposition::Rearm
-            && self
+        let rearmed = match next {
+            Next::Rearm(events) if !deregistered => self
                 .epoll
-                .modify(entry.fd, entry.events, event.token.0)
-                .is_ok();
-        if rearmed {
-            return if panicked {
-                Dispatched::Panicked
-            } else {
-                Dispatched::Handled
-            };
+                .modify(entry.fd, events | epoll::ONESHOT, token.0)
+                .is_ok(),
+            _ => false,
+        };
+        if !rearmed {
+            let entry = self.vacate(slot, &mut g, token);
+            drop(g);
+            self.discard(entry);
         }
-        let entry = self.vacate(slot, &mut g, event.token);
-        drop(g);
-        drop(entry);
-        if panicked {
-            Dispatched::Panicked
-        } else if deregistered && disposition == Disposition::Rearm {
-            Dispatched::Handled
-        } else {
-            Dispatched::Closed
+        Ran::Ran {
+            value,
+            rearmed,
+            deregistered,
         }
     }
 
@@ -304,66 +315,12 @@ impl HandleSet {
                 let token = Token::new(i as u32, slot.generation.load(Acquire));
                 let e = self.vacate(slot, &mut g, token);
                 drop(g);
-                drop(e);
+                self.discard(e);
             }
         }
     }
 
     pub(crate) fn len(&self) -> usize {
         self.slots.len() - self.free.lock().len()
-    }
-}
-
-/// A cloneable handle to one group's handle set: register and deregister handles from any
-/// thread, also while the group runs and from inside handlers.
-#[derive(Clone)]
-pub struct Registry {
-    pub(crate) set: Arc<HandleSet>,
-}
-
-impl Registry {
-    /// Adds a handler; its [`EventHandler::source`] is armed at once.
-    ///
-    /// # Errors
-    /// [`Error::TooManyHandles`] when all `max_handles` slots are used; [`Error::Io`] if epoll
-    /// rejects the fd.
-    ///
-    /// # Real-time safety
-    /// Takes the group's free-list lock (priority-inheriting) and calls `epoll_ctl`; the
-    /// `Box` is the caller's allocation.
-    pub fn register(&self, handler: Box<dyn EventHandler>) -> Result<Token, Error> {
-        self.set.register(handler)
-    }
-
-    /// Removes a handle and drops its handler (closing its fd). If the handler is running on
-    /// another thread this waits until it returns. Returns false if already removed.
-    ///
-    /// A handler may deregister its own handle (the token of the event it is handling): the
-    /// call returns true at once and the removal is deferred until the handler returns; the
-    /// handle is then removed and the handler dropped whatever [`Disposition`] it returned,
-    /// as if it had returned [`Disposition::Close`] (but counted as a deregistration, not in
-    /// `handles_closed_by_handler`). Calling it again before returning gives false.
-    ///
-    /// Two handlers that deregister each other's handles at the same moment wait for each
-    /// other: the process aborts (see [`PiMutex`](crate::PiMutex)). Return
-    /// [`Disposition::Close`] or coordinate through your own state instead.
-    pub fn deregister(&self, token: Token) -> bool {
-        self.set.deregister(token)
-    }
-
-    /// Number of registered handles.
-    pub fn len(&self) -> usize {
-        self.set.len()
-    }
-
-    /// True if no handle is registered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl fmt::Debug for Registry {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad("Registry { .. }")
     }
 }

@@ -1,9 +1,14 @@
 //! The event handler interface and what a handler sees: the event and its thread's context.
 
-use crate::handle_set::{Registry, Token};
+use crate::error::Error;
+use crate::handle_set::{HandleSet, Next, Ran, Token};
+use crate::metrics::Incident;
 use crate::sys::net::DatagramBatch;
 use crate::sys::{epoll, mem};
-use std::os::fd::BorrowedFd;
+use std::fmt;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 /// Which readiness a handle is registered for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,24 +101,6 @@ pub trait EventHandler: Send + 'static {
     fn after_panic(&mut self) -> Disposition {
         Disposition::Rearm
     }
-}
-
-/// A failure that a handler counts in its group's metrics with [`Context::count`]: work
-/// dropped or deferred that would otherwise go unseen. Each variant names the
-/// [`GroupMetrics`] field that counts it.
-///
-/// [`GroupMetrics`]: crate::GroupMetrics
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Incident {
-    /// A listener could not accept for lack of file descriptors or memory and paused: count
-    /// one per episode (`accept_exhausted`).
-    AcceptExhausted,
-    /// An accepted connection was closed unserved, e.g. because the handle table was full
-    /// (`connections_refused`).
-    ConnectionRefused,
-    /// A datagram longer than its slot was dropped (`datagrams_truncated`).
-    DatagramTruncated,
 }
 
 /// Slots in each pool thread's [`DatagramBatch`]: the most datagrams one event handles.
@@ -237,5 +224,117 @@ impl Context {
     /// Records `n` missed periods of a timer for this event.
     pub fn add_missed_periods(&mut self, n: u64) {
         self.missed_periods += n;
+    }
+}
+
+/// A group's (or a bound pool's) handle set, holding event handlers.
+pub(crate) type Handles = HandleSet<dyn EventHandler>;
+
+/// What dispatching one event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dispatched {
+    Handled,
+    Closed,
+    Panicked,
+    Stale,
+}
+
+/// Runs the handler of `event`'s handle on this thread: `handle`, then `interest` for the next
+/// arming. A panic in either (or in `after_panic`) is caught, so a handler cannot take its pool
+/// thread down; the handle is then re-armed if `after_panic` says so and `interest` answered,
+/// else removed.
+pub(crate) fn dispatch(handles: &Handles, event: &Event, ctx: &mut Context) -> Dispatched {
+    let ran = handles.dispatch(event.token, |handler| {
+        let (disposition, mut panicked) =
+            match catch_unwind(AssertUnwindSafe(|| handler.handle(event, ctx))) {
+                Ok(d) => (d, false),
+                Err(_) => (
+                    catch_unwind(AssertUnwindSafe(|| handler.after_panic()))
+                        .unwrap_or(Disposition::Close),
+                    true,
+                ),
+            };
+        // Interest is read again so a handler may switch it (e.g. to writable while it has
+        // unsent bytes).
+        let next = match catch_unwind(AssertUnwindSafe(|| handler.interest())) {
+            Ok(interest) if disposition == Disposition::Rearm => Next::Rearm(interest.bits()),
+            Ok(_) => Next::Close,
+            Err(_) => {
+                panicked = true;
+                Next::Close
+            }
+        };
+        ((disposition, panicked), next)
+    });
+    match ran {
+        Ran::Stale => Dispatched::Stale,
+        Ran::Ran {
+            value: (_, true), ..
+        } => Dispatched::Panicked,
+        Ran::Ran { rearmed: true, .. } => Dispatched::Handled,
+        // Removed because the handler deregistered itself while asking to stay: not a close
+        // by the handler.
+        Ran::Ran {
+            value: (Disposition::Rearm, false),
+            deregistered: true,
+            ..
+        } => Dispatched::Handled,
+        Ran::Ran { .. } => Dispatched::Closed,
+    }
+}
+
+/// A cloneable handle to one group's handle set: register and deregister handles from any
+/// thread, also while the group runs and from inside handlers.
+#[derive(Clone)]
+pub struct Registry {
+    pub(crate) set: Arc<Handles>,
+}
+
+impl Registry {
+    /// Adds a handler; its [`EventHandler::source`] is armed at once.
+    ///
+    /// # Errors
+    /// [`Error::TooManyHandles`] when all `max_handles` slots are used; [`Error::Io`] if epoll
+    /// rejects the fd.
+    ///
+    /// # Real-time safety
+    /// Takes the group's free-list lock (priority-inheriting) and calls `epoll_ctl`; the
+    /// `Box` is the caller's allocation.
+    pub fn register(&self, handler: Box<dyn EventHandler>) -> Result<Token, Error> {
+        let fd = handler.source().as_raw_fd();
+        let events = handler.interest().bits();
+        self.set.register(handler, fd, events)
+    }
+
+    /// Removes a handle and drops its handler (closing its fd). If the handler is running on
+    /// another thread this waits until it returns. Returns false if already removed.
+    ///
+    /// A handler may deregister its own handle (the token of the event it is handling): the
+    /// call returns true at once and the removal is deferred until the handler returns; the
+    /// handle is then removed and the handler dropped whatever [`Disposition`] it returned,
+    /// as if it had returned [`Disposition::Close`] (but counted as a deregistration, not in
+    /// `handles_closed_by_handler`). Calling it again before returning gives false.
+    ///
+    /// Two handlers that deregister each other's handles at the same moment wait for each
+    /// other: the process aborts (see [`PiMutex`](crate::PiMutex)). Return
+    /// [`Disposition::Close`] or coordinate through your own state instead.
+    pub fn deregister(&self, token: Token) -> bool {
+        self.set.deregister(token)
+    }
+
+    /// Number of registered handles.
+    pub fn len(&self) -> usize {
+        self.set.len()
+    }
+
+    /// True if no handle is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Registry { .. }")
     }
 }

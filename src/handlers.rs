@@ -11,7 +11,8 @@
 
 use crate::error::Error;
 use crate::handler::DATAGRAM_BATCH;
-use crate::handler::{Context, Disposition, Event, EventHandler, Incident, Interest};
+use crate::handler::{Context, Disposition, Event, EventHandler, Interest};
+use crate::metrics::Incident;
 use crate::source::Timer;
 use crate::sys::{self, epoll::Epoll};
 use std::io::{self, Read, Write};

@@ -1,6 +1,5 @@
 //! Per-group counters (updated on the dispatch path with relaxed atomics) and their snapshot.
 
-use crate::handler::Incident;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -48,7 +47,8 @@ pub struct GroupMetrics {
     pub followers: usize,
     /// Threads running a handler right now.
     pub processing: u64,
-    /// Handler panics caught.
+    /// Panics caught in handlers (`handle`, `after_panic`, `interest`, or a handler's `Drop`);
+    /// the pool thread survives each.
     pub handler_panics: u64,
     /// Handles removed for any reason: their handler returned `Close`, re-arming failed, or
     /// they were deregistered.
@@ -95,6 +95,29 @@ pub struct GroupMetrics {
     pub connections_refused: u64,
     /// Datagrams dropped because they were longer than a slot (`buffer_bytes`).
     pub datagrams_truncated: u64,
+    /// Values a full lane inbox of this group handed back to their senders
+    /// ([`Inbox`](crate::inbox::Inbox)), counted when the inbox next drains.
+    pub inbox_refused: u64,
+}
+
+/// A failure that a handler counts in its group's metrics with [`Context::count`](crate::Context::count): work
+/// dropped or deferred that would otherwise go unseen. Each variant names the
+/// [`GroupMetrics`] field that counts it.
+///
+/// [`GroupMetrics`]: crate::GroupMetrics
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Incident {
+    /// A listener could not accept for lack of file descriptors or memory and paused: count
+    /// one per episode (`accept_exhausted`).
+    AcceptExhausted,
+    /// An accepted connection was closed unserved, e.g. because the handle table was full
+    /// (`connections_refused`).
+    ConnectionRefused,
+    /// A datagram longer than its slot was dropped (`datagrams_truncated`).
+    DatagramTruncated,
+    /// A lane inbox was full and handed a value back to its sender (`inbox_refused`).
+    InboxRefused,
 }
 
 /// The counters behind [`Incident`]: kept in each handle set (a group's, or a bound pool's),
@@ -104,6 +127,7 @@ pub(crate) struct IncidentCounters {
     pub(crate) accept_exhausted: AtomicU64,
     pub(crate) connections_refused: AtomicU64,
     pub(crate) datagrams_truncated: AtomicU64,
+    pub(crate) inbox_refused: AtomicU64,
 }
 
 impl IncidentCounters {
@@ -114,6 +138,7 @@ impl IncidentCounters {
             Incident::AcceptExhausted => &self.accept_exhausted,
             Incident::ConnectionRefused => &self.connections_refused,
             Incident::DatagramTruncated => &self.datagrams_truncated,
+            Incident::InboxRefused => &self.inbox_refused,
         };
         c.fetch_add(n, Relaxed).wrapping_add(n)
     }

@@ -4,8 +4,8 @@ use crate::alloc_count;
 use crate::config::{HandlerConfig, RtMode, RuntimeConfig};
 use crate::error::Error;
 use crate::group::{pool_thread, Group, Setup, ThreadSlot};
-use crate::handle_set::Registry;
 use crate::handler::EventHandler;
+use crate::handler::Registry;
 use crate::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
 use crate::metrics::GroupMetrics;
 use crate::source::Timer;
@@ -393,7 +393,7 @@ impl Runtime {
                     leader_present,
                     followers,
                     processing: c.processing.load(Relaxed),
-                    handler_panics: c.panics.load(Relaxed),
+                    handler_panics: c.panics.load(Relaxed) + g.handles.drop_panics.load(Relaxed),
                     handles_closed: g.handles.closed.load(Relaxed),
                     handles_closed_by_handler: c.closed_by_handler.load(Relaxed),
                     stale_events: g.handles.stale.load(Relaxed),
@@ -416,6 +416,7 @@ impl Runtime {
                     accept_exhausted: g.handles.incidents.accept_exhausted.load(Relaxed),
                     connections_refused: g.handles.incidents.connections_refused.load(Relaxed),
                     datagrams_truncated: g.handles.incidents.datagrams_truncated.load(Relaxed),
+                    inbox_refused: g.handles.incidents.inbox_refused.load(Relaxed),
                 }
             })
             .collect()

@@ -127,8 +127,8 @@ pub use crate::follower_queue::Promotion;
 pub use frame::{decode_header, encode_header, HEADER_LEN};
 
 use crate::error::Error;
-use crate::handle_set::{HandleSet, Registry, Token, Wait};
-use crate::handler::{Context, Event};
+use crate::handle_set::{Token, Wait};
+use crate::handler::{self, Context, Event, Handles, Registry};
 use crate::pi_mutex::{PiMutex, PiMutexGuard};
 use crate::sys::{self, epoll, errno, net};
 use frame::{Next, Reader};
@@ -338,7 +338,7 @@ struct Inner {
     bufs: Box<[PiMutex<Box<[u8]>>]>,
     /// Serialises writers so frames never interleave.
     send_lock: PiMutex<()>,
-    handles: Arc<HandleSet>,
+    handles: Arc<Handles>,
 }
 
 /// A group of threads sharing one multiplexed connection (and, optionally, a set of unbound
@@ -466,7 +466,7 @@ impl BoundPool {
             context: "disabling Nagle on the bound connection",
             source: e,
         })?;
-        let handles = HandleSet::new(cfg.max_handles).map_err(|e| Error::Io {
+        let handles = Handles::new(cfg.max_handles).map_err(|e| Error::Io {
             context: "creating the bound pool's epoll instance",
             source: e,
         })?;
@@ -857,7 +857,7 @@ impl BoundPool {
             woke_ns: ev.woke_ns,
         };
         NESTING.with(|n| n.set(n.get() + 1));
-        let _ = self.inner.handles.dispatch(&event, ctx);
+        let _ = handler::dispatch(&self.inner.handles, &event, ctx);
         NESTING.with(|n| n.set(n.get() - 1));
     }
 }

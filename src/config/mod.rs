@@ -16,8 +16,8 @@ mod file;
 pub use file::{load, parse};
 
 use crate::follower_queue::{Promotion, MAX_GROUP_THREADS};
-use crate::handle_set::HandleSet;
 use crate::handler::Context;
+use crate::handler::Handles;
 use crate::sys::{mem, sched};
 use crate::telemetry;
 use crate::Error;
@@ -256,7 +256,7 @@ impl GroupConfig {
             stack: self.stack_bytes as u64,
             buffers: Context::allocated_bytes(self.buffer_bytes),
             telemetry: (telemetry::RING_CAPACITY * std::mem::size_of::<telemetry::Sample>()) as u64,
-            handle_table: HandleSet::table_bytes(self.max_handles),
+            handle_table: Handles::table_bytes(self.max_handles),
         }
     }
 
