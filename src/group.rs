@@ -23,6 +23,7 @@ use crate::metrics::Counters;
 use crate::pi_mutex::PiMutex;
 use crate::sys::{self, mem, sched, sched::Sched};
 use crate::telemetry::Sample;
+use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
 use std::sync::Arc;
 
@@ -41,6 +42,9 @@ pub(crate) struct ThreadSlot {
     pub(crate) tid: AtomicI32,
     /// The thread's `pthread_t` (what [`sched::set_thread`] takes), 0 before it started.
     pub(crate) pthread: AtomicU64,
+    /// The policy and level the kernel reported after set-up ([`Applied`]), so a snapshot
+    /// shows what runs, not what was asked for (a best-effort lane may run time-shared).
+    pub(crate) applied: AtomicU64,
     /// Handler start time (ns) while a handler runs, 0 otherwise.
     pub(crate) busy_since: AtomicU64,
     /// Token of the event being processed.
@@ -65,6 +69,7 @@ impl ThreadSlot {
             priority,
             tid: AtomicI32::new(0),
             pthread: AtomicU64::new(0),
+            applied: AtomicU64::new(Applied::NOT_STARTED),
             busy_since: AtomicU64::new(0),
             busy_token: AtomicU64::new(0),
             allocs_now: AtomicU64::new(0),
@@ -120,6 +125,42 @@ impl ThreadSlot {
             }
         }
     }
+}
+
+/// A pool thread's scheduling as read back from the kernel after set-up, packed in one word:
+/// the policy and its level (the RT priority, or the nice value for `SCHED_OTHER`).
+pub(crate) struct Applied;
+
+impl Applied {
+    pub(crate) const NOT_STARTED: u64 = u64::MAX;
+
+    fn pack(sched: io::Result<Sched>, nice: io::Result<i32>) -> u64 {
+        match sched {
+            Ok(Sched::Fifo(p)) => 1 << 32 | u64::from(p),
+            Ok(Sched::Rr(p)) => 2 << 32 | u64::from(p),
+            Ok(Sched::Other) => 3 << 32 | u64::from(nice.unwrap_or(0) as u32),
+            Err(_) => Self::NOT_STARTED - 1,
+        }
+    }
+
+    /// `fifo 80`, `rr 10`, `other nice 5`, or why there is nothing to show.
+    pub(crate) fn describe(word: u64) -> String {
+        let level = word as u32;
+        match word >> 32 {
+            1 => format!("fifo {level}"),
+            2 => format!("rr {level}"),
+            3 => format!("other nice {}", level as i32),
+            _ if word == Self::NOT_STARTED => "not started".to_owned(),
+            _ => "unreadable".to_owned(),
+        }
+    }
+}
+
+/// The nice value a best-effort lane runs at when the kernel refuses its RT priority, so the
+/// lanes keep their order under time-sharing: priority 99 → nice 0 … priority 1 → nice 19.
+/// (Without CAP_SYS_NICE a thread may raise its nice value but not lower it below 0.)
+pub(crate) fn best_effort_nice(priority: u8) -> i32 {
+    (i32::from(99u8.saturating_sub(priority.min(99))) * 19 + 49) / 99
 }
 
 /// A group's shared state.
@@ -228,8 +269,11 @@ pub(crate) fn pool_thread(
             }
             rt_applied = false;
             rt_error = Some(e);
+            let _ = sched::set_current_nice(best_effort_nice(slot.priority));
         }
     }
+    slot.applied
+        .store(Applied::pack(sched::read_back(0), sched::nice(0)), Release);
     if let Some(cpus) = &group.cfg.cpus {
         if let Err(e) = sched::set_current_affinity(cpus) {
             let _ = ready.send(Setup::Failed(Error::Sched {

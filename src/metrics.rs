@@ -31,8 +31,12 @@ impl Counters {
 pub struct GroupMetrics {
     /// Group name.
     pub name: String,
-    /// Group priority.
+    /// Group priority (as configured).
     pub priority: u8,
+    /// Each pool thread's policy as the kernel reported it after set-up: `fifo 80`, `rr 10`,
+    /// or `other nice 5` (a best-effort lane refused its RT priority runs time-shared, ordered
+    /// against the other lanes only by its nice value), `not started` before `start`.
+    pub kernel_sched: Vec<String>,
     /// Threads in the pool.
     pub threads: usize,
     /// Events dispatched to handlers (stale events not included).

@@ -3,7 +3,7 @@
 use crate::alloc_count;
 use crate::config::{HandlerConfig, RtMode, RuntimeConfig};
 use crate::error::Error;
-use crate::group::{pool_thread, Group, Setup, ThreadSlot};
+use crate::group::{pool_thread, Applied, Group, Setup, ThreadSlot};
 use crate::handler::EventHandler;
 use crate::handler::Registry;
 use crate::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
@@ -348,8 +348,10 @@ impl Runtime {
                                 error = %error.map(|e| e.to_string()).unwrap_or_default(),
                                 cap_sys_nice = p.cap_sys_nice,
                                 rlimit_rtprio = p.rlimit_rtprio,
-                                "real-time scheduling refused; rt = \"best-effort\": running at normal priority \
-                                 (grant CAP_SYS_NICE or raise RLIMIT_RTPRIO for SCHED_FIFO)"
+                                "real-time scheduling refused; rt = \"best-effort\": every lane runs time-shared \
+                                 (SCHED_OTHER), ordered only by nice values, so the lanes are NOT isolated: \
+                                 a busy low lane delays a high one (grant CAP_SYS_NICE or raise \
+                                 RLIMIT_RTPRIO for SCHED_FIFO)"
                             );
                         }
                         report.rt_applied = false;
@@ -386,6 +388,11 @@ impl Runtime {
                 GroupMetrics {
                     name: g.cfg.name.clone(),
                     priority: g.cfg.priority,
+                    kernel_sched: g
+                        .threads
+                        .iter()
+                        .map(|t| Applied::describe(t.applied.load(Acquire)))
+                        .collect(),
                     threads: g.cfg.threads,
                     dispatched: c.dispatched.load(Relaxed),
                     promotions: c.promotions.load(Relaxed),

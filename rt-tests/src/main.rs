@@ -330,6 +330,10 @@ fn run(
         );
         out.push(serde_json::json!({"metrics": m, "latency_ns": lat}));
     }
+    // What the kernel runs, which differs from the plan when best-effort lanes were refused.
+    for m in &metrics {
+        println!("{:<12} kernel: {}", m.name, m.kernel_sched.join(", "));
+    }
     // Work the handlers dropped or deferred: printed only for a group where something was.
     for m in &metrics {
         if m.accept_exhausted + m.connections_refused + m.datagrams_truncated > 0 {

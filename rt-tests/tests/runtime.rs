@@ -7,7 +7,7 @@ use lfrt::os::Sched;
 use lfrt::*;
 use std::net::UdpSocket;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -306,6 +306,161 @@ fn handler_panic_keeps_the_pool_serving() {
     std::panic::set_hook(prev);
     let m = rt.shutdown().unwrap();
     assert_eq!(m[0].handler_panics, 3);
+}
+
+/// A handler that panics in `interest()` (after a good `handle`) or in its `Drop`.
+struct Fragile {
+    n: Notifier,
+    in_interest: Arc<AtomicBool>,
+    in_drop: bool,
+}
+impl EventHandler for Fragile {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.n.as_fd()
+    }
+    fn interest(&self) -> Interest {
+        if self.in_interest.load(SeqCst) {
+            panic!("interest exploded");
+        }
+        Interest::READABLE
+    }
+    fn handle(&mut self, _e: &Event, _c: &mut Context) -> Disposition {
+        let _ = self.n.take();
+        Disposition::Rearm
+    }
+}
+impl Drop for Fragile {
+    fn drop(&mut self) {
+        if self.in_drop {
+            panic!("drop exploded");
+        }
+    }
+}
+
+/// Hardening item 9: a panic in a handler's `interest()` or `Drop` killed its pool thread.
+/// Both are now caught and counted like a panic in `handle()`; the handle is removed and the
+/// one-thread pool keeps serving its other handles.
+#[test]
+fn panics_in_interest_and_drop_do_not_kill_the_pool_thread() {
+    let _l = util::rt_lock();
+    let mut g = GroupConfig::new("p", 10);
+    g.threads = 1;
+    let mut rt = Runtime::new(cfg(vec![g])).unwrap();
+    let reg = rt.registry("p").unwrap();
+    rt.start().unwrap();
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {})); // keep the expected panics quiet
+                                            // The handlers own their Notifiers; the test writes to a duplicate of each eventfd.
+    let flag = Arc::new(AtomicBool::new(false));
+    let a = Notifier::new().unwrap();
+    let a_fd = a.as_fd().try_clone_to_owned().unwrap();
+    reg.register(Box::new(Fragile {
+        n: a,
+        in_interest: flag.clone(),
+        in_drop: true,
+    }))
+    .unwrap();
+    flag.store(true, SeqCst); // the next re-arm panics in interest(), then Drop panics
+    nix_write(&a_fd);
+    let before = rt.metrics()[0].dispatched;
+    assert!(util::wait_until(10, || rt.metrics()[0].handles == 0));
+    // The same (only) thread still serves a healthy handle.
+    let b = Notifier::new().unwrap();
+    let b_fd = b.as_fd().try_clone_to_owned().unwrap();
+    reg.register(Box::new(Fragile {
+        n: b,
+        in_interest: Arc::new(AtomicBool::new(false)),
+        in_drop: false,
+    }))
+    .unwrap();
+    for _ in 0..3 {
+        let d = rt.metrics()[0].dispatched;
+        nix_write(&b_fd);
+        assert!(util::wait_until(10, || rt.metrics()[0].dispatched > d));
+    }
+    std::panic::set_hook(prev);
+    let m = rt.shutdown().unwrap();
+    assert!(m[0].dispatched >= before + 3);
+    assert_eq!(m[0].handler_panics, 2, "interest() and Drop: {:?}", m[0]);
+}
+
+fn nix_write(fd: &std::os::fd::OwnedFd) {
+    nix::unistd::write(fd, &1u64.to_ne_bytes()).unwrap();
+}
+
+/// Hardening item 7: without RT privilege, best-effort lanes used to run at SCHED_OTHER while
+/// the summary still printed their FIFO priorities. Now each lane falls back to a nice value
+/// that keeps the lanes' order, the summary and JSON show what the kernel reports, and a
+/// warning says the lanes are not isolated.
+#[test]
+fn best_effort_without_privilege_reports_the_kernels_policy_and_keeps_lane_order() {
+    let test = "best_effort_without_privilege_reports_the_kernels_policy_and_keeps_lane_order";
+    if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        util::skip(test, "setpriv (util-linux) not installed");
+        return;
+    }
+    let _l = util::rt_lock();
+    let dir = std::env::temp_dir().join(format!("lfrt-be-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("be.json");
+    let out = std::process::Command::new("prlimit")
+        .args([
+            "--rtprio=0:0",
+            "setpriv",
+            "--inh-caps=-sys_nice",
+            "--bounding-set=-sys_nice",
+            "--",
+        ])
+        .arg(env!("CARGO_BIN_EXE_lfrt"))
+        .args(["run", "--duration", "300ms", "--json"])
+        .arg(&json)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../configs/default.toml"
+        ))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("NOT isolated"), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let sched = |name: &str| -> Vec<String> {
+        v["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| &g["metrics"])
+            .find(|m| m["name"] == name)
+            .unwrap()["kernel_sched"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let nice = |s: &str| -> i32 {
+        s.strip_prefix("other nice ")
+            .unwrap_or_else(|| panic!("{s}"))
+            .parse()
+            .unwrap()
+    };
+    let (control, bulk) = (sched("control"), sched("bulk"));
+    assert_eq!(control.len(), 2, "{control:?}");
+    // control (priority 80) stays ahead of bulk (priority 20).
+    assert!(
+        control
+            .iter()
+            .all(|c| bulk.iter().all(|b| nice(c) < nice(b))),
+        "{control:?} vs {bulk:?}"
+    );
+    assert!(stdout.contains("other nice"), "{stdout}");
 }
 
 #[test]

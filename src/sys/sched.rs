@@ -61,6 +61,29 @@ pub fn set_current(s: Sched) -> io::Result<()> {
     set_thread(current_thread(), s)
 }
 
+/// Sets the calling thread's nice value (`setpriority(PRIO_PROCESS, gettid(), nice)`). Without
+/// `CAP_SYS_NICE` a thread may only raise its nice value (lower its weight).
+pub(crate) fn set_current_nice(nice: i32) -> io::Result<()> {
+    let tid = super::gettid() as libc::id_t;
+    syscall!(setpriority(libc::PRIO_PROCESS, tid, nice)).map(drop)
+}
+
+/// A thread's nice value as the kernel reports it (`getpriority`); `tid` 0 is the caller.
+pub fn nice(tid: i32) -> io::Result<i32> {
+    let tid = if tid == 0 { super::gettid() } else { tid } as libc::id_t;
+    // getpriority may legitimately return -1: errno tells an error apart.
+    // SAFETY: errno_location returns the calling thread's errno; getpriority has no
+    // memory-safety preconditions.
+    unsafe { *libc::__errno_location() = 0 };
+    // SAFETY: as above.
+    let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, tid) };
+    let e = io::Error::last_os_error();
+    if n == -1 && e.raw_os_error() != Some(0) {
+        return Err(e);
+    }
+    Ok(n)
+}
+
 /// Reads a thread's policy and static priority back from the kernel (`sched_getscheduler`,
 /// `sched_getparam`); `tid` 0 is the caller. A policy lfrt does not use (`SCHED_BATCH`,
 /// `SCHED_IDLE`, `SCHED_DEADLINE`) is an `InvalidData` error naming it.
