@@ -28,7 +28,7 @@
 //! for every value at least one of them sees the other: either the handler's pops find it, or
 //! the poster's swap finds `false` and rings. A value is therefore never left in the queue with
 //! no wake-up pending. The loom model `loom_tests::every_post_is_delivered` checks this with
-//! two posters against the real [`Doorbell`].
+//! two posters against the real `Doorbell`.
 
 use crate::handler::{Context, Disposition, Event, EventHandler};
 use crate::metrics::Incident;

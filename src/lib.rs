@@ -47,9 +47,25 @@
 //! # Ok::<(), lfrt::Error>(())
 //! ```
 //!
-//! ## Modules
-//! The runtime types are re-exported at the root. The harnesses behind the `lfrt` binary's
-//! subcommands are public modules.
+//! ## Public API
+//! A small surface, re-exported at the root; everything else is private.
+//!
+//! | purpose | items |
+//! |---|---|
+//! | run groups | [`Runtime`] (`new`, `registry`, `start`, `metrics`, `stopper`, `shutdown`), [`Stopper`], [`StartReport`], [`SHUTDOWN_TIMEOUT`] |
+//! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`; errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
+//! | write handlers | [`EventHandler`], [`Event`], [`Interest`], [`Disposition`], [`Context`] (thread-specific storage), [`Registry`], [`Token`], [`Incident`] |
+//! | event sources | [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots) |
+//! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer, and [`handlers::cpu_work`] |
+//! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]) |
+//! | share state across lanes | [`PiMutex`], [`PiMutexGuard`] (priority inheritance) |
+//! | observe | [`GroupMetrics`], [`telemetry`] (latency histograms), [`CountingAlloc`], [`thread_allocations`], [`counting_alloc_active`], [`WARMUP_DISPATCHES`] |
+//! | the Linux facade | [`os`]: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits |
+//!
+//! The measuring side — the `lfrt` command (`check`, `run`, `cyclic`, `inversion`, `plot`,
+//! `doctor`), the Half-Sync/Half-Reactive baseline, the load generator, benchmarks, examples
+//! and integration tests — lives in the workspace's `rt-tests` crate, which uses only this
+//! API.
 
 #![deny(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
