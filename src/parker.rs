@@ -113,11 +113,16 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// A token given before the park is kept: the park returns with it (and does not wait
+    /// out its deadline), and consumes it.
     #[test]
     fn unpark_before_park_is_kept() {
         let p = Parker::new();
         p.unpark();
-        p.park(); // returns at once
+        let deadline = crate::sys::now_ns() + 10_000_000_000;
+        assert!(p.park_until(deadline), "the early token was lost");
+        assert!(crate::sys::now_ns() < deadline, "waited for the deadline");
+        assert!(!p.park_until(0), "the token was not consumed");
     }
 
     #[test]
@@ -132,20 +137,32 @@ mod tests {
         assert!(!p.park_until(0));
     }
 
+    /// 10,000 hand-offs between two threads: every wake-up arrives (each wait is bounded, so a
+    /// lost wake-up fails the test instead of hanging it), and no token is left over.
     #[test]
     fn ping_pong() {
+        const ROUNDS: u32 = 10_000;
         let a = Arc::new((Parker::new(), Parker::new()));
         let b = a.clone();
+        let bounded = |p: &Parker| p.park_until(crate::sys::now_ns() + 10_000_000_000);
         let t = std::thread::spawn(move || {
-            for _ in 0..10_000 {
-                b.0.park();
+            let mut woken = 0;
+            for _ in 0..ROUNDS {
+                woken += u32::from(bounded(&b.0));
                 b.1.unpark();
             }
+            woken
         });
-        for _ in 0..10_000 {
+        let mut woken = 0;
+        for _ in 0..ROUNDS {
             a.0.unpark();
-            a.1.park();
+            woken += u32::from(bounded(&a.1));
         }
-        t.join().unwrap();
+        assert_eq!(woken, ROUNDS, "this side lost a wake-up");
+        assert_eq!(t.join().unwrap(), ROUNDS, "the other side lost a wake-up");
+        assert!(
+            !a.0.park_until(0) && !a.1.park_until(0),
+            "a token was left over"
+        );
     }
 }
