@@ -77,6 +77,7 @@ compile_error!("lfrt supports Linux only");
 mod sys;
 
 mod alloc_count;
+pub mod band;
 pub mod bound;
 mod config;
 mod error;

@@ -20,6 +20,7 @@ pub(crate) mod futex;
 pub(crate) mod mem;
 pub(crate) mod net;
 pub(crate) mod pthread;
+pub(crate) mod reuseport;
 pub(crate) mod sched;
 pub(crate) mod signal;
 
