@@ -25,8 +25,8 @@
 /// The most threads one group may have (validated by the configuration).
 pub const MAX_GROUP_THREADS: usize = 64;
 
-/// Which follower a leader promotes (`promotion = "priority" | "lifo" | "fifo"` in a
-/// configuration file).
+/// Which follower a leader promotes (`promotion = "priority" | "lifo" | "fifo" | "concurrent"`
+/// in a configuration file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Promotion {
@@ -37,6 +37,13 @@ pub enum Promotion {
     Lifo,
     /// First in, first out: the thread that waited the longest.
     Fifo,
+    /// No leader and no promotion: every idle thread of the group waits in `epoll_wait` on
+    /// the group's ONESHOT epoll set at once, and the kernel hands each ready event to one of
+    /// them (the POSA2 variant *Relaxing Serialization Constraints*; see `group.rs`). Removes
+    /// the hand-off (a futex wake and a futex wait) from every event. Gives up the follower
+    /// queue's order: which idle thread takes an event is the kernel's choice (the most
+    /// recent waiter in current kernels), not thread priority. Unbound groups only.
+    Concurrent,
 }
 
 /// `pos` value of a thread that is not queued.
@@ -84,7 +91,8 @@ impl FollowerQueue {
         }
         self.arrivals += 1;
         let key = match self.promotion {
-            Promotion::Priority => (priority, self.arrivals),
+            // A concurrent group never queues a thread; the bound pool does not offer it.
+            Promotion::Priority | Promotion::Concurrent => (priority, self.arrivals),
             Promotion::Lifo => (0, self.arrivals),
             Promotion::Fifo => (0, u64::MAX - self.arrivals),
         };
@@ -332,7 +340,7 @@ mod tests {
                         if !queued {
                             arrivals += 1;
                             let key = match promotion {
-                                Promotion::Priority => (prio, arrivals),
+                                Promotion::Priority | Promotion::Concurrent => (prio, arrivals),
                                 Promotion::Lifo => (0, arrivals),
                                 Promotion::Fifo => (0, u64::MAX - arrivals),
                             };

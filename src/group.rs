@@ -8,6 +8,42 @@
 //! rejoins while a sibling is mid-handler, so a sibling preempted while holding its disarmed
 //! handle finishes first.
 //!
+//! # Concurrent mode (`promotion = "concurrent"`)
+//!
+//! The POSA2 variant *Relaxing Serialization Constraints*: an epoll set whose handles are all
+//! `EPOLLONESHOT` is a concurrent handle set, so the group needs no leader. Every idle thread
+//! waits in `epoll_wait` (one event per call) on the same epoll instance:
+//!
+//! ```text
+//!   ┌─► WAITING (in epoll_wait, any number of threads at once) ── one event ──► PROCESSING ─┐
+//!   │                              │ shutdown event: pass it on, return                        │
+//!   └──────────────────────────────┴───────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! Invariants, and what carries each:
+//! * **a handle is dispatched on at most one thread at a time**: the wait that reports an event
+//!   disarms its handle (ONESHOT), and it is re-armed only inside its dispatch, under its slot
+//!   lock, after the handler returned; a thread that gets the next event of that handle before
+//!   the dispatch released the lock blocks on that (PI) lock, it never runs the handler beside
+//!   it (`handle_set.rs`);
+//! * **every event is dispatched exactly once**: the kernel's ready list holds each armed
+//!   handle once and `epoll_wait` removes what it returns under the epoll instance's own lock,
+//!   so an event goes to exactly one waiter; a stale token is dropped by the slot generation as
+//!   in the leader mode;
+//! * **no lost wake-up**: epoll queues its waiters exclusively and wakes one per ready event;
+//!   an event that becomes ready while no thread waits stays on the ready list, and the next
+//!   thread to call `epoll_wait` takes it without sleeping;
+//! * **shutdown from every state**: the shutdown eventfd is level-triggered and never read, so
+//!   every later `epoll_wait` reports it; a processing thread sees it at its next wait, and a
+//!   thread that sees it writes it once more before it returns, which wakes one more exclusive
+//!   waiter, so the threads asleep in `epoll_wait` are woken one after the other.
+//!
+//! What it gives up: the [`Protocol`] is not used (no leader, no follower queue, no promotion
+//! counters): "at most one leader" becomes "up to `threads` waiters", and the follower queue's
+//! order (priority, LIFO, FIFO) becomes the kernel's choice of waiter, so per-thread priorities
+//! no longer decide which thread takes the next event. It is a per-group mode, not the
+//! mechanism under the heap, because that order is the point of the other three.
+//!
 //! # Real-time safety of the loop
 //! No allocation, no formatting, no logging, no lock other than the group's PI locks; it blocks
 //! only in `epoll_wait` (as leader), `futex` (as follower) or the handler. A test counts the
@@ -16,6 +52,7 @@
 use crate::alloc_count;
 use crate::config::{GroupConfig, RtMode};
 use crate::error::Error;
+use crate::follower_queue::Promotion;
 use crate::handle_set::Wait;
 use crate::handler::{self, Context, Dispatched, Event, Handles, Registry};
 use crate::leader::{Joined, Promoted, Protocol};
@@ -304,64 +341,116 @@ pub(crate) fn pool_thread(
 
     // Time-shared: SCHED_OTHER by configuration, or RT refused in best-effort mode.
     let time_shared = slot.sched == Sched::Other || !rt_applied;
-    run(&group, idx, slot, time_shared, &mut ctx, &mut ring);
+    let mut t = PoolThread {
+        group: &group,
+        idx,
+        slot,
+        ctx: &mut ctx,
+        ring: &mut ring,
+        dispatches: 0,
+    };
+    if group.cfg.promotion == Promotion::Concurrent {
+        t.run_concurrent();
+    } else {
+        t.run(time_shared);
+    }
 
     slot.faults_final.store(mem::thread_minor_faults(), Release);
     slot.allocs_now
         .store(alloc_count::thread_allocations(), Release);
 }
 
-/// The Leader/Followers loop (activities 3–5). See the module docs for its real-time contract.
-fn run(
-    group: &Group,
+/// One pool thread's loop state.
+struct PoolThread<'a> {
+    group: &'a Group,
     idx: u16,
-    slot: &ThreadSlot,
-    time_shared: bool,
-    ctx: &mut Context,
-    ring: &mut rtrb::Producer<Sample>,
-) {
-    let c = &group.counters;
-    let mut dispatches = 0u64;
-    loop {
-        // A handle stays disarmed until its handler returns. Under time-sharing the scheduler
-        // can preempt a sibling in the middle of its handler (typically: this thread woke as
-        // leader on the sibling's CPU), and that handle's events then wait out a time slice.
-        // Yielding before rejoining lets such a sibling finish first. Equal-priority FIFO/RR
-        // siblings never preempt each other, so real-time threads skip this.
-        if time_shared && c.processing.load(Relaxed) > 0 {
-            std::thread::yield_now();
-        }
-        if group.protocol.join(idx, slot.priority) == Joined::Shutdown {
-            return;
-        }
-        // Leader: wait for one event on the handle set. ONESHOT disarms its handle.
-        let (token, readiness) = match group.handles.wait() {
-            Ok(Wait::Event { token, readiness }) => (token, readiness),
-            Ok(Wait::Shutdown) => {
-                group.protocol.resign(idx);
-                continue;
+    slot: &'a ThreadSlot,
+    ctx: &'a mut Context,
+    ring: &'a mut rtrb::Producer<Sample>,
+    dispatches: u64,
+}
+
+impl PoolThread<'_> {
+    /// The Leader/Followers loop (activities 3–5). See the module docs for its real-time
+    /// contract.
+    fn run(&mut self, time_shared: bool) {
+        let group = self.group;
+        let c = &group.counters;
+        loop {
+            // A handle stays disarmed until its handler returns. Under time-sharing the
+            // scheduler can preempt a sibling in the middle of its handler (typically: this
+            // thread woke as leader on the sibling's CPU), and that handle's events then wait
+            // out a time slice. Yielding before rejoining lets such a sibling finish first.
+            // Equal-priority FIFO/RR siblings never preempt each other, so real-time threads
+            // skip this.
+            if time_shared && c.processing.load(Relaxed) > 0 {
+                std::thread::yield_now();
             }
-            Ok(Wait::Interrupted) => continue, // still the leader: join() returns Leader again
-            Err(e) => {
-                // The epoll fd itself failed: nothing can be waited on any more. Exceptional,
-                // so it is logged even though this is a pool thread.
-                tracing::error!(group = %group.cfg.name, error = %e, "epoll_wait failed; stopping the group");
-                group.stop();
-                group.protocol.resign(idx);
-                continue;
+            if group.protocol.join(self.idx, self.slot.priority) == Joined::Shutdown {
+                return;
             }
-        };
-        let woke_ns = sys::now_ns();
-        // Promote before processing, so the handle set is never left without a leader
-        // while there is a follower.
-        match group.protocol.promote(idx) {
-            Promoted::Follower(_) => Counters::add(&c.promotions, 1),
-            Promoted::Vacant => Counters::add(&c.vacant, 1),
+            // Leader: wait for one event on the handle set. ONESHOT disarms its handle.
+            let (token, readiness) = match group.handles.wait() {
+                Ok(Wait::Event { token, readiness }) => (token, readiness),
+                Ok(Wait::Shutdown) => {
+                    group.protocol.resign(self.idx);
+                    continue;
+                }
+                Ok(Wait::Interrupted) => continue, // still the leader: join() returns Leader again
+                Err(e) => {
+                    self.epoll_failed(&e);
+                    group.protocol.resign(self.idx);
+                    continue;
+                }
+            };
+            let woke_ns = sys::now_ns();
+            // Promote before processing, so the handle set is never left without a leader
+            // while there is a follower.
+            match group.protocol.promote(self.idx) {
+                Promoted::Follower(_) => Counters::add(&c.promotions, 1),
+                Promoted::Vacant => Counters::add(&c.vacant, 1),
+            }
+            self.process(token, readiness, woke_ns);
         }
-        // Processing.
+    }
+
+    /// The concurrent loop (module docs, *Concurrent mode*): wait, process, until shutdown.
+    fn run_concurrent(&mut self) {
+        let group = self.group;
+        loop {
+            match group.handles.wait() {
+                Ok(Wait::Event { token, readiness }) => {
+                    self.process(token, readiness, sys::now_ns())
+                }
+                Ok(Wait::Shutdown) => {
+                    // Wake one more sleeping waiter (epoll wakes its waiters one at a time).
+                    group.handles.wake_for_shutdown();
+                    return;
+                }
+                Ok(Wait::Interrupted) => {}
+                Err(e) => {
+                    self.epoll_failed(&e);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The epoll fd itself failed: nothing can be waited on any more. Exceptional, so it is
+    /// logged even though this is a pool thread.
+    #[cold]
+    fn epoll_failed(&self, e: &std::io::Error) {
+        tracing::error!(group = %self.group.cfg.name, error = %e, "epoll_wait failed; stopping the group");
+        self.group.stop();
+    }
+
+    /// Processing: dispatches one event, counts it and records its sample.
+    fn process(&mut self, token: crate::handle_set::Token, readiness: u32, woke_ns: u64) {
+        let (group, slot, idx) = (self.group, self.slot, self.idx);
+        let c = &group.counters;
         c.processing.fetch_add(1, Relaxed);
-        ctx.origin_ns = 0;
-        ctx.missed_periods = 0;
+        self.ctx.origin_ns = 0;
+        self.ctx.missed_periods = 0;
         let event = Event {
             token,
             readiness,
@@ -370,13 +459,13 @@ fn run(
         let start_ns = sys::now_ns();
         slot.busy_token.store(token.raw(), Relaxed);
         slot.busy_since.store(start_ns, SeqCst);
-        let outcome = handler::dispatch(&group.handles, &event, ctx);
+        let outcome = handler::dispatch(&group.handles, &event, self.ctx);
         slot.busy_since.store(0, SeqCst);
         slot.restore_if_demoted(group);
         let end_ns = sys::now_ns();
         c.processing.fetch_sub(1, Relaxed);
         match outcome {
-            Dispatched::Stale => continue,
+            Dispatched::Stale => return,
             Dispatched::Panicked => {
                 Counters::add(&c.panics, 1);
                 // Exceptional path only (the panic itself already allocated and wrote to
@@ -392,26 +481,26 @@ fn run(
             Dispatched::Handled => {}
         }
         Counters::add(&c.dispatched, 1);
-        dispatches += 1;
+        self.dispatches += 1;
 
         let sample = Sample {
             group: group.index,
             thread: idx,
             token: token.raw(),
-            origin_ns: ctx.origin_ns,
+            origin_ns: self.ctx.origin_ns,
             woke_ns,
             start_ns,
             end_ns,
-            missed_periods: ctx.missed_periods.min(u64::from(u32::MAX)) as u32,
+            missed_periods: self.ctx.missed_periods.min(u64::from(u32::MAX)) as u32,
         };
         slot.samples.fetch_add(1, Relaxed);
-        if ring.push(sample).is_err() {
+        if self.ring.push(sample).is_err() {
             slot.samples_dropped.fetch_add(1, Relaxed);
         }
 
         slot.allocs_now
             .store(alloc_count::thread_allocations(), Relaxed);
-        if dispatches == WARMUP_DISPATCHES {
+        if self.dispatches == WARMUP_DISPATCHES {
             slot.faults_base.store(mem::thread_minor_faults(), Release);
             slot.allocs_base
                 .store(alloc_count::thread_allocations(), Release);

@@ -1,17 +1,20 @@
 //! Throughput and overhead of one UDP echo service under three architectures, measured side
 //! by side in one run: an lfrt Leader/Followers group, the Half-Sync/Half-Reactive pool
 //! (`rt_tests::hsha`), and a tokio multi-thread runtime with the same number of threads. lfrt runs
-//! twice: `lfrt` with its built-in `UdpEcho` (one `recvmmsg`/`sendmmsg` per event) and
+//! three times: `lfrt-cc` is `lfrt` with `promotion = "concurrent"` (no leader: every idle
+//! thread waits in `epoll_wait`, issue 13); `lfrt` with its built-in `UdpEcho` (one `recvmmsg`/`sendmmsg` per event) and
 //! `lfrt-dg` with one `recvfrom`/`sendto` per datagram like the other two, which separates the
 //! effect of the architecture from that of syscall batching.
 //!
 //! The load comes from `lfrt-loadgen`, a separate process (closed loop, W outstanding per port,
-//! P ports), so the server process's `getrusage` counts only the servers.
+//! P ports, `--gen-threads` threads, batched with `recvmmsg`/`sendmmsg`), so the server process's
+//! `getrusage` counts only the servers; `gen%` is the generator's own CPU time (the child
+//! process's `getrusage`) in % of one CPU, to show it is not the bottleneck.
 //!
 //! ```text
 //! cargo bench --bench echo -- [--duration 5s] [--threads 2] [--ports 4] [--window 8]
 //!                             [--work 0,5,50] [--fifo PRIO] [--pin] [--json FILE] [--quick]
-//!                             [--arch lfrt,lfrt-dg,hsha,tokio]
+//!                             [--arch lfrt,lfrt-cc,lfrt-dg,hsha,tokio] [--gen-threads N]
 //! ```
 //! Per architecture and handler work: throughput, RTT p50/p99/p99.9, context switches per
 //! message (voluntary + involuntary), allocations per message, CPU time per message.
@@ -63,11 +66,15 @@ struct Opts {
     pin: bool,
     json: Option<String>,
     archs: Vec<Arch>,
+    /// Threads of the load generator.
+    gen_threads: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Arch {
     Lfrt,
+    /// `Lfrt` with `promotion = "concurrent"`: no leader, no hand-off per event.
+    LfrtConcurrent,
     /// The same lfrt group with a handler that makes one `recvfrom` and one `sendto` per
     /// datagram, as HS/HA and tokio do: the difference to `Lfrt` is syscall batching alone.
     LfrtPerDatagram,
@@ -79,6 +86,7 @@ impl Arch {
     fn name(self) -> &'static str {
         match self {
             Arch::Lfrt => "lfrt",
+            Arch::LfrtConcurrent => "lfrt-cc",
             Arch::LfrtPerDatagram => "lfrt-dg",
             Arch::Hsha => "hsha",
             Arch::Tokio => "tokio",
@@ -96,7 +104,14 @@ fn parse_opts() -> Opts {
         fifo: None,
         pin: false,
         json: None,
-        archs: vec![Arch::Lfrt, Arch::LfrtPerDatagram, Arch::Hsha, Arch::Tokio],
+        archs: vec![
+            Arch::Lfrt,
+            Arch::LfrtConcurrent,
+            Arch::LfrtPerDatagram,
+            Arch::Hsha,
+            Arch::Tokio,
+        ],
+        gen_threads: 1,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -120,6 +135,7 @@ fn parse_opts() -> Opts {
                     .map(|w| w.parse().expect("--work 0,5,50"))
                     .collect()
             }
+            "--gen-threads" => o.gen_threads = val(i).parse().expect("--gen-threads N"),
             "--fifo" => o.fifo = Some(val(i).parse().expect("--fifo PRIO")),
             "--json" => o.json = Some(val(i)),
             "--arch" => {
@@ -127,6 +143,7 @@ fn parse_opts() -> Opts {
                     .split(',')
                     .map(|a| match a {
                         "lfrt" => Arch::Lfrt,
+                        "lfrt-cc" => Arch::LfrtConcurrent,
                         "lfrt-dg" => Arch::LfrtPerDatagram,
                         "hsha" => Arch::Hsha,
                         "tokio" => Arch::Tokio,
@@ -178,7 +195,7 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
         .map(|s| s.local_addr().unwrap().port())
         .collect();
     match arch {
-        Arch::Lfrt | Arch::LfrtPerDatagram => {
+        Arch::Lfrt | Arch::LfrtConcurrent | Arch::LfrtPerDatagram => {
             let mut g = lfrt::GroupConfig::new("echo", o.fifo.unwrap_or(0));
             g.policy = if o.fifo.is_some() {
                 lfrt::Policy::Fifo
@@ -186,6 +203,9 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
                 lfrt::Policy::Other
             };
             g.threads = o.threads;
+            if arch == Arch::LfrtConcurrent {
+                g.promotion = lfrt::Promotion::Concurrent;
+            }
             g.buffer_bytes = 2048;
             g.cpus = o.pin.then(|| vec![SERVER_CPU]);
             let cfg = lfrt::RuntimeConfig {
@@ -196,7 +216,7 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
             let mut rt = lfrt::Runtime::new(cfg).expect("runtime");
             let reg = rt.registry("echo").unwrap();
             for s in socks {
-                let h: Box<dyn lfrt::EventHandler> = if arch == Arch::Lfrt {
+                let h: Box<dyn lfrt::EventHandler> = if arch != Arch::LfrtPerDatagram {
                     Box::new(lfrt::handlers::UdpEcho::new(s, work_us).unwrap())
                 } else {
                     s.set_nonblocking(true).unwrap();
@@ -363,6 +383,8 @@ fn run_one(arch: Arch, o: &Opts, work_us: u64) -> serde_json::Value {
             "closed",
             "--window",
             &o.window.to_string(),
+            "--threads",
+            &o.gen_threads.to_string(),
         ])
         .args([
             "--duration",
@@ -418,10 +440,11 @@ fn main() {
         lfrt::os::set_current_affinity(&[0]).expect("--pin needs CPUs 0 and 1");
     }
     println!(
-        "# UDP echo: {} server threads, {} ports, closed loop window {} per port, {} s per run, {}, {} ({} CPUs, kernel {})",
+        "# UDP echo: {} server threads, {} ports, closed loop window {} per port, {} generator thread(s), {} s per run, {}, {} ({} CPUs, kernel {})",
         o.threads,
         o.ports,
         o.window,
+        o.gen_threads,
         o.duration.as_secs_f64(),
         o.fifo.map(|p| format!("SCHED_FIFO {p}")).unwrap_or_else(|| "SCHED_OTHER".into()),
         if o.pin { "servers on CPU 1, load generator on CPU 0" } else { "unpinned" },
@@ -467,7 +490,7 @@ fn main() {
     }
     if let Some(p) = &o.json {
         let v = serde_json::json!({"benchmark": "udp-echo", "threads": o.threads, "ports": o.ports, "window": o.window,
-            "duration_s": o.duration.as_secs_f64(), "fifo": o.fifo, "pinned": o.pin, "results": rows});
+            "duration_s": o.duration.as_secs_f64(), "fifo": o.fifo, "pinned": o.pin, "gen_threads": o.gen_threads, "results": rows});
         std::fs::write(p, serde_json::to_string_pretty(&v).unwrap()).expect("write --json");
         println!("# wrote {p}");
     }

@@ -4,6 +4,13 @@
 //! and drives them all from one epoll loop per thread (a `timerfd` provides
 //! sub-millisecond wake-ups for pacing and timeouts).
 //!
+//! Its own cost per datagram must stay well below a server's, or a benchmark
+//! measures the generator (issue 13: one `recv` and one `send` per datagram
+//! saturated a CPU at 0 µs of server work). So datagrams move in batches:
+//! one `recvmmsg` takes up to [`IO_BATCH`] echoes of a port, the sends they
+//! trigger are queued in that port's outbox and leave in one `sendmmsg` just
+//! before the thread waits again (or when the outbox is full).
+//!
 //! # Wire format
 //!
 //! Every datagram is `size` bytes (20..=65000) laid out as:
@@ -45,13 +52,17 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use nix::errno::Errno;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use nix::sys::socket::{setsockopt, sockopt};
+use nix::sys::socket::{
+    recvmmsg, sendmmsg, setsockopt, sockopt, MsgFlags, MultiHeaders, SockaddrStorage,
+};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{
     ClockId as TimerClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags,
 };
 use nix::time::{clock_gettime, ClockId};
 use serde::Serialize;
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::AsRawFd;
 
 /// Length of the datagram header (sequence, timestamp, port index).
 pub const HEADER_LEN: usize = 20;
@@ -86,6 +97,8 @@ const CATCHUP_LAG_NS: u64 = 10_000_000;
 const MAX_BURST: usize = 64;
 /// At most this many `recv` calls per socket readiness event.
 const RECV_BATCH: usize = 64;
+/// Datagrams per `recvmmsg` / `sendmmsg` call.
+pub const IO_BATCH: usize = 32;
 /// Safety cap on one `epoll_wait` (the timerfd normally wakes us earlier).
 const SAFETY_WAIT_MS: u16 = 100;
 /// Requested socket receive buffer (best effort, capped by `rmem_max`).
@@ -468,7 +481,27 @@ struct Target {
     port: u16,
     /// Index of the port in `LoadConfig::ports` (written into each datagram).
     index: u32,
+    /// Datagrams queued for the next `sendmmsg`: `IO_BATCH` slots of the datagram size.
+    outbox: Vec<u8>,
+    /// Local sequence index of each queued datagram.
+    queued: Vec<u64>,
+    send_headers: Headers,
 }
+
+/// Preallocated `mmsghdr`s for one `recvmmsg` / `sendmmsg` site.
+struct Headers(MultiHeaders<SockaddrStorage>);
+
+impl Headers {
+    fn new() -> Headers {
+        Headers(MultiHeaders::preallocate(IO_BATCH, None))
+    }
+}
+
+// SAFETY: `MultiHeaders` is `!Send` only because `mmsghdr` holds raw pointers. Those point into
+// its own heap buffers (the address slots, which move with it) or at the I/O slices of the call
+// in progress (rewritten by every call), never at thread-local data; a worker's headers are
+// used by one thread at a time, the one that owns the worker.
+unsafe impl Send for Headers {}
 
 fn open_target(ip: IpAddr, port: u16, index: u32) -> io::Result<Target> {
     let local: SocketAddr = match ip {
@@ -483,28 +516,58 @@ fn open_target(ip: IpAddr, port: u16, index: u32) -> io::Result<Target> {
         .map_err(|e| with_context(e, ctx("set nonblocking")))?;
     // Best effort: a larger receive buffer absorbs bursts of echoes.
     let _ = setsockopt(&sock, sockopt::RcvBuf, &SOCKET_RCVBUF);
-    Ok(Target { sock, port, index })
+    Ok(Target {
+        sock,
+        port,
+        index,
+        outbox: Vec::new(),
+        queued: Vec::with_capacity(IO_BATCH),
+        send_headers: Headers::new(),
+    })
 }
 
-/// Sends one datagram. `Ok(true)`: handed to the kernel. `Ok(false)`: refused
-/// by the kernel (a pending ICMP error reported twice, a full buffer).
-fn try_send(sock: &UdpSocket, buf: &[u8]) -> io::Result<bool> {
+/// Sends the datagrams of `target`'s outbox (each `size` bytes) with as few
+/// `sendmmsg` calls as the kernel allows. Returns how many of them, from the
+/// front, the kernel took; the rest were refused (a pending ICMP error
+/// reported twice, a full buffer).
+fn send_batch(target: &mut Target, size: usize) -> io::Result<usize> {
+    let n = target.queued.len();
+    let fd = target.sock.as_raw_fd();
+    let mut done = 0;
     let mut refused = false;
-    loop {
-        match sock.send(buf) {
-            Ok(n) => return Ok(n == buf.len()),
-            Err(e) => match e.kind() {
-                io::ErrorKind::Interrupted => continue,
-                // A connected UDP socket reports an earlier ICMP "port
-                // unreachable" on the next send, which then is not
-                // transmitted; retry once.
-                io::ErrorKind::ConnectionRefused if !refused => refused = true,
-                io::ErrorKind::ConnectionRefused | io::ErrorKind::WouldBlock => return Ok(false),
-                _ if e.raw_os_error() == Some(libc::ENOBUFS) => return Ok(false),
-                _ => return Err(e),
-            },
+    while done < n {
+        let slices: Vec<[IoSlice<'_>; 1]> = target.outbox[done * size..n * size]
+            .chunks(size)
+            .map(|d| [IoSlice::new(d)])
+            .collect();
+        // Connected sockets: no destination addresses.
+        let addrs = vec![None::<SockaddrStorage>; slices.len()];
+        let r = sendmmsg(
+            fd,
+            &mut target.send_headers.0,
+            &slices,
+            addrs,
+            [],
+            MsgFlags::MSG_DONTWAIT,
+        );
+        match r {
+            Ok(res) => {
+                let sent = res.count();
+                if sent == 0 {
+                    break;
+                }
+                done += sent;
+            }
+            Err(Errno::EINTR) => {}
+            // A connected UDP socket reports an earlier ICMP "port
+            // unreachable" on the next send, which then is not transmitted;
+            // retry once.
+            Err(Errno::ECONNREFUSED) if !refused => refused = true,
+            Err(Errno::ECONNREFUSED | Errno::EAGAIN | Errno::ENOBUFS) => break,
+            Err(e) => return Err(io::Error::from(e)),
         }
     }
+    Ok(done)
 }
 
 fn splitmix64(state: &mut u64) -> u64 {
@@ -601,8 +664,10 @@ struct Worker {
     next_slot: u64,
     late_slack_ns: u64,
     catchup_lag_ns: u64,
-    sbuf: Vec<u8>,
-    rbuf: Vec<u8>,
+    /// `IO_BATCH` receive buffers, one byte longer than the datagram size so
+    /// oversized echoes are detected.
+    rbufs: Vec<Vec<u8>>,
+    recv_headers: Headers,
     hist: Histogram<u64>,
     c: Counters,
     last_recv_ns: u64,
@@ -637,6 +702,10 @@ impl Worker {
             ),
         };
         let prealloc = estimate.min(max_attempts).min(MAX_PREALLOC) as usize;
+        let mut targets = targets;
+        for t in &mut targets {
+            t.outbox = vec![0; IO_BATCH * cfg.size];
+        }
         Ok(Worker {
             in_window: vec![0; targets.len()],
             targets,
@@ -654,9 +723,8 @@ impl Worker {
             next_slot: 0,
             late_slack_ns,
             catchup_lag_ns,
-            sbuf: vec![0; cfg.size],
-            // One byte more than expected so oversized echoes are detected.
-            rbuf: vec![0; MAX_SIZE + 1],
+            rbufs: vec![vec![0; cfg.size + 1]; IO_BATCH],
+            recv_headers: Headers::new(),
             hist: new_histogram()?,
             c: Counters::default(),
             last_recv_ns: start_ns,
@@ -721,6 +789,8 @@ impl Worker {
         }
 
         loop {
+            // Queued sends leave before anything waits or counts on them.
+            self.flush_all()?;
             let now = now_ns();
             if drain_end.is_none() && !self.can_send(now) {
                 send_stop_ns = now;
@@ -753,6 +823,7 @@ impl Worker {
                 }
             };
 
+            self.flush_all()?;
             let timeout = if wake <= now_ns() {
                 EpollTimeout::ZERO
             } else {
@@ -783,6 +854,7 @@ impl Worker {
             }
         }
 
+        self.flush_all()?;
         // Final accounting, re-derived from the per-sequence states.
         let (mut sent, mut received) = (0u64, 0u64);
         for &s in &self.states {
@@ -816,17 +888,18 @@ impl Worker {
         let local = self.attempts();
         let seq = local * self.seq_stride + self.seq_offset;
         let now = now_ns();
-        let target = &self.targets[t];
-        encode(&mut self.sbuf, seq, now, target.index);
-        let ok = try_send(&target.sock, &self.sbuf)
-            .map_err(|e| with_context(e, format!("port {}: send", target.port)))?;
-        if ok {
-            self.states.push(ST_OUTSTANDING);
-            self.c.sent += 1;
-        } else {
-            self.states.push(ST_FAILED);
-            self.c.send_errors += 1;
-        }
+        let size = self.size;
+        let target = &mut self.targets[t];
+        let k = target.queued.len();
+        encode(
+            &mut target.outbox[k * size..(k + 1) * size],
+            seq,
+            now,
+            target.index,
+        );
+        target.queued.push(local);
+        // Counted as sent (or failed) when the outbox is flushed.
+        self.states.push(ST_OUTSTANDING);
         if let Mode::Closed { .. } = self.mode {
             self.in_window[t] += 1;
             self.pending.push_back(Pending {
@@ -834,6 +907,34 @@ impl Worker {
                 target: t,
                 deadline_ns: now + self.timeout_ns,
             });
+        }
+        if self.targets[t].queued.len() == IO_BATCH {
+            self.flush(t)?;
+        }
+        Ok(())
+    }
+
+    /// Sends target `t`'s queued datagrams; those the kernel refuses are
+    /// counted as send errors.
+    fn flush(&mut self, t: usize) -> io::Result<()> {
+        let target = &mut self.targets[t];
+        if target.queued.is_empty() {
+            return Ok(());
+        }
+        let ok = send_batch(target, self.size)
+            .map_err(|e| with_context(e, format!("port {}: send", target.port)))?;
+        self.c.sent += ok as u64;
+        for &local in &target.queued[ok..] {
+            self.states[local as usize] = ST_FAILED;
+            self.c.send_errors += 1;
+        }
+        target.queued.clear();
+        Ok(())
+    }
+
+    fn flush_all(&mut self) -> io::Result<()> {
+        for t in 0..self.targets.len() {
+            self.flush(t)?;
         }
         Ok(())
     }
@@ -902,32 +1003,58 @@ impl Worker {
         Ok(())
     }
 
-    /// Reads up to `RECV_BATCH` datagrams from target `t`.
+    /// Reads up to `RECV_BATCH` datagrams from target `t`, `IO_BATCH` per
+    /// `recvmmsg`.
     fn receive(&mut self, t: usize) -> io::Result<()> {
-        for _ in 0..RECV_BATCH {
-            match self.targets[t].sock.recv(&mut self.rbuf) {
-                Ok(len) => {
-                    let now = now_ns();
-                    self.on_datagram(t, len, now)?;
-                }
-                Err(e) => match e.kind() {
-                    io::ErrorKind::WouldBlock => break,
+        let fd = self.targets[t].sock.as_raw_fd();
+        let mut lens = [0usize; IO_BATCH];
+        for _ in 0..RECV_BATCH.div_ceil(IO_BATCH) {
+            let got = {
+                let mut iovs: Vec<[IoSliceMut<'_>; 1]> = self
+                    .rbufs
+                    .iter_mut()
+                    .map(|b| [IoSliceMut::new(b)])
+                    .collect();
+                match recvmmsg(
+                    fd,
+                    &mut self.recv_headers.0,
+                    &mut iovs,
+                    MsgFlags::MSG_DONTWAIT,
+                    None,
+                ) {
+                    Ok(res) => {
+                        let mut n = 0;
+                        for (len, r) in lens.iter_mut().zip(res) {
+                            *len = r.bytes;
+                            n += 1;
+                        }
+                        n
+                    }
+                    Err(Errno::EAGAIN) => break,
                     // ICMP errors from earlier sends; not a datagram.
-                    io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted => {}
-                    _ => {
-                        return Err(with_context(
+                    Err(Errno::ECONNREFUSED | Errno::EINTR) => continue,
+                    Err(e) => {
+                        return Err(errno_context(
                             e,
-                            format!("port {}: recv", self.targets[t].port),
+                            &format!("port {}: recvmmsg", self.targets[t].port),
                         ))
                     }
-                },
+                }
+            };
+            let now = now_ns();
+            for (k, &len) in lens[..got].iter().enumerate() {
+                self.on_datagram(t, k, len, now)?;
+            }
+            if got < IO_BATCH {
+                break;
             }
         }
         Ok(())
     }
 
-    fn on_datagram(&mut self, t: usize, len: usize, now: u64) -> io::Result<()> {
-        let Some(local) = self.match_echo(t, len, now) else {
+    /// Echo `len` bytes long in receive buffer `k`, from target `t`.
+    fn on_datagram(&mut self, t: usize, k: usize, len: usize, now: u64) -> io::Result<()> {
+        let Some(local) = self.match_echo(t, k, len, now) else {
             self.c.corrupt += 1;
             return Ok(());
         };
@@ -938,7 +1065,7 @@ impl Worker {
                 self.states[local] = ST_RECEIVED;
                 self.c.received += 1;
                 self.last_recv_ns = now;
-                let (_, ts, _) = header(&self.rbuf[..len]);
+                let (_, ts, _) = header(&self.rbufs[k][..len]);
                 self.hist.saturating_record((now - ts).max(1));
                 if was_outstanding {
                     if let Mode::Closed { .. } = self.mode {
@@ -954,11 +1081,11 @@ impl Worker {
     }
 
     /// The local sequence index of an intact echo, or `None` if it is corrupt.
-    fn match_echo(&self, t: usize, len: usize, now: u64) -> Option<usize> {
+    fn match_echo(&self, t: usize, k: usize, len: usize, now: u64) -> Option<usize> {
         if len != self.size {
             return None;
         }
-        let buf = &self.rbuf[..len];
+        let buf = &self.rbufs[k][..len];
         let (seq, ts, idx) = header(buf);
         if idx != self.targets[t].index
             || seq % self.seq_stride != self.seq_offset

@@ -1,7 +1,7 @@
 //! The command line (cyclictest's options) and the plan it maps to: groups and timers.
 
 use lfrt::MAX_GROUP_THREADS;
-use lfrt::{GroupConfig, HandlerConfig, Policy, RtMode, RuntimeConfig};
+use lfrt::{GroupConfig, HandlerConfig, Policy, Promotion, RtMode, RuntimeConfig};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -58,6 +58,11 @@ pub struct CyclicArgs {
     /// Pool threads of the group [default: the number of timers, at most 64].
     #[arg(long = "pool-threads", value_name = "N")]
     pub pool_threads: Option<usize>,
+
+    /// How the group's threads share its events: priority, lifo, fifo (a leader promotes the
+    /// next follower) or concurrent (every idle thread waits in epoll_wait) [default: priority].
+    #[arg(long = "promotion", value_name = "NAME", value_parser = parse_promotion)]
+    pub promotion: Option<Promotion>,
 
     /// Pin the group's threads to CPUSET (e.g. 1 or 0-1,3); without CPUSET, to every
     /// available CPU [default: not pinned].
@@ -121,6 +126,16 @@ pub struct CyclicArgs {
     /// are measured in their own group, at that group's priority.
     #[arg(long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
+}
+
+fn parse_promotion(s: &str) -> Result<Promotion, String> {
+    match s {
+        "priority" => Ok(Promotion::Priority),
+        "lifo" => Ok(Promotion::Lifo),
+        "fifo" => Ok(Promotion::Fifo),
+        "concurrent" => Ok(Promotion::Concurrent),
+        _ => Err(format!("`{s}`: use priority, lifo, fifo or concurrent")),
+    }
 }
 
 fn parse_policy(s: &str) -> Result<Policy, String> {
@@ -312,6 +327,7 @@ pub(crate) fn from_flags(
     let mut g = GroupConfig::new(GROUP_NAME, priority);
     g.policy = policy;
     g.threads = pool;
+    g.promotion = a.promotion.unwrap_or_default();
     g.buffer_bytes = BUFFER_BYTES;
     g.max_handles = timers;
     g.cpus = match a.affinity.as_deref() {
@@ -381,6 +397,7 @@ fn from_file(
         (a.distance.is_some(), "-d"),
         (a.threads.is_some(), "-t"),
         (a.pool_threads.is_some(), "--pool-threads"),
+        (a.promotion.is_some(), "--promotion"),
         (a.affinity.is_some(), "-a"),
     ];
     if let Some((_, flag)) = conflicting.iter().find(|(set, _)| *set) {
