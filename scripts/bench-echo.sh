@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"/..
 mkdir -p results
-exec flock /tmp/lfrt-rt-tests.lock cargo bench --bench echo -- --json results/echo.json "$@"
+exec flock /tmp/lfrt-rt-tests.lock cargo bench --bench echo -- --json "$PWD/benches/results/echo.json" "$@"

@@ -15,3 +15,7 @@ RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
 # themselves: 3 for the 3-thread models and 2 for the 4-thread one (about 20 s in all).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p lfrt --release --lib bound::table::loom_tests -- --test-threads=1 "$@"
+
+# The lane inbox's doorbell (src/inbox.rs): two posters against one draining handler.
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo test -p lfrt --release --lib inbox::loom_tests -- --test-threads=1 "$@"

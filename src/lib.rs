@@ -124,6 +124,7 @@ pub mod os {
     pub use crate::sys::mem::{
         children_cpu_ns, mem_total, process_usage, thread_cpu_ns, thread_minor_faults, MemLock,
     };
+    pub use crate::sys::reuseport::set_tos;
     pub use crate::sys::sched::{
         affinity, available_cpus, current_cpu, effective_rt_priority, minor_faults, online_cpus,
         read_back, set_current as set_current_sched, set_current_affinity, RtPrivilege, Sched,

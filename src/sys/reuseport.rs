@@ -130,7 +130,7 @@ fn attach(sock: &UdpSocket, program: &[Insn]) -> io::Result<()> {
 
 /// Sets the IPv4 TOS byte of a sending socket (`IP_TOS`), so tests and clients can mark their
 /// traffic.
-pub(crate) fn set_tos(sock: &UdpSocket, tos: u8) -> io::Result<()> {
+pub fn set_tos(sock: &UdpSocket, tos: u8) -> io::Result<()> {
     let v = libc::c_int::from(tos);
     syscall!(setsockopt(
         sock.as_raw_fd(),
