@@ -176,6 +176,10 @@ impl Applied {
             Ok(Sched::Fifo(p)) => 1 << 32 | u64::from(p),
             Ok(Sched::Rr(p)) => 2 << 32 | u64::from(p),
             Ok(Sched::Other) => 3 << 32 | u64::from(nice.unwrap_or(0) as u32),
+            // Runtime in µs (the period and deadline are the configuration's).
+            Ok(Sched::Deadline { runtime_ns, .. }) => {
+                4 << 32 | (runtime_ns / 1000).min(u64::from(u32::MAX))
+            }
             Err(_) => Self::NOT_STARTED - 1,
         }
     }
@@ -187,6 +191,7 @@ impl Applied {
             1 => format!("fifo {level}"),
             2 => format!("rr {level}"),
             3 => format!("other nice {}", level as i32),
+            4 => format!("deadline runtime {level} us"),
             _ if word == Self::NOT_STARTED => "not started".to_owned(),
             _ => "unreadable".to_owned(),
         }
@@ -224,6 +229,14 @@ impl Group {
                     crate::config::Policy::Fifo => Sched::Fifo(p),
                     crate::config::Policy::Rr => Sched::Rr(p),
                     crate::config::Policy::Other => Sched::Other,
+                    crate::config::Policy::Deadline => {
+                        let d = cfg.deadline.unwrap_or_default();
+                        Sched::Deadline {
+                            runtime_ns: d.runtime_us * 1000,
+                            deadline_ns: d.deadline_us * 1000,
+                            period_ns: d.period_us * 1000,
+                        }
+                    }
                 };
                 ThreadSlot::new(s, p)
             })

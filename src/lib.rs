@@ -101,7 +101,7 @@ pub use alloc_count::{is_active as counting_alloc_active, thread_allocations, Co
 #[cfg(feature = "toml")]
 pub use config::{load as load_config, parse as parse_config};
 pub use config::{
-    Bytes, GroupConfig, GroupMemory, HandlerConfig, Invalid, OnOverrun, Policy, RtMode,
+    Bytes, Deadline, GroupConfig, GroupMemory, HandlerConfig, Invalid, OnOverrun, Policy, RtMode,
     RuntimeConfig, Section,
 };
 pub use error::Error;

@@ -363,6 +363,11 @@ fn group_sched(g: &GroupConfig) -> Option<Sched> {
         Policy::Fifo => Some(Sched::Fifo(top)),
         Policy::Rr => Some(Sched::Rr(top)),
         Policy::Other => None,
+        Policy::Deadline => g.deadline.map(|d| Sched::Deadline {
+            runtime_ns: d.runtime_us * 1000,
+            deadline_ns: d.deadline_us * 1000,
+            period_ns: d.period_us * 1000,
+        }),
     }
 }
 
@@ -536,6 +541,15 @@ fn sched_name(s: Sched) -> String {
         Sched::Fifo(p) => format!("SCHED_FIFO {p}"),
         Sched::Rr(p) => format!("SCHED_RR {p}"),
         Sched::Other => "SCHED_OTHER".into(),
+        Sched::Deadline {
+            runtime_ns,
+            period_ns,
+            ..
+        } => format!(
+            "SCHED_DEADLINE {} us every {} us",
+            runtime_ns / 1000,
+            period_ns / 1000
+        ),
     }
 }
 
@@ -553,6 +567,9 @@ fn diagnose(m: &Machine, cfg: Option<(&Path, &RuntimeConfig)>) -> Report {
             .map(|s| match s {
                 Sched::Fifo(p) | Sched::Rr(p) => p,
                 Sched::Other => 0,
+                // SCHED_DEADLINE needs CAP_SYS_NICE (no RLIMIT_RTPRIO grants it); the probe
+                // thread finds out. Ranked as the top RT priority here.
+                Sched::Deadline { .. } => 99,
             })
             .max()
             .unwrap_or(0)
@@ -1089,6 +1106,7 @@ fn rt_need(m: &Machine, c: &RuntimeConfig) -> Finding {
         .map(|((_, s), _)| match s {
             Sched::Fifo(p) | Sched::Rr(p) => *p,
             Sched::Other => 0,
+            Sched::Deadline { .. } => 99,
         })
         .max()
         .unwrap_or(1);

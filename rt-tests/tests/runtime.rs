@@ -367,6 +367,55 @@ fn handler_panic_keeps_the_pool_serving() {
     assert_eq!(m[0].handler_panics, 3);
 }
 
+/// Issue 15 item 3: a `policy = "deadline"` lane runs its threads under SCHED_DEADLINE with the
+/// configured reservation, read back from the kernel (`sched_getattr`), and serves its timer.
+#[test]
+fn deadline_lane_runs_under_sched_deadline_with_its_reservation() {
+    if !util::rt_allowed(
+        "deadline_lane_runs_under_sched_deadline_with_its_reservation",
+        99,
+    ) {
+        return;
+    }
+    let _l = util::rt_lock();
+    let mut g = GroupConfig::new("ctl", 90);
+    g.policy = Policy::Deadline;
+    g.threads = 2;
+    g.deadline = Some(Deadline {
+        runtime_us: 200,
+        deadline_us: 1000,
+        period_us: 1000,
+    });
+    g.handlers.push(HandlerConfig::Timer {
+        interval_us: 1000,
+        count: 1,
+        distance_us: 0,
+    });
+    let mut rt = Runtime::new(RuntimeConfig {
+        rt: RtMode::Required,
+        lock_memory: false,
+        groups: vec![g],
+    })
+    .unwrap();
+    rt.start().unwrap();
+    let want = Sched::Deadline {
+        runtime_ns: 200_000,
+        deadline_ns: 1_000_000,
+        period_ns: 1_000_000,
+    };
+    for (_, _, tid) in rt.thread_ids() {
+        assert_eq!(lfrt::os::read_back(tid).unwrap(), want);
+    }
+    assert!(util::wait_until(5, || rt.metrics()[0].dispatched >= 20));
+    let m = rt.shutdown().unwrap();
+    assert_eq!(
+        m[0].kernel_sched,
+        vec!["deadline runtime 200 us"; 2],
+        "{:?}",
+        m[0]
+    );
+}
+
 /// A handler that panics in `interest()` (after a good `handle`) or in its `Drop`.
 struct Fragile {
     n: Notifier,

@@ -48,6 +48,25 @@ pub enum Policy {
     Rr,
     /// `SCHED_OTHER`: the normal time-sharing policy (`priority` then only orders followers).
     Other,
+    /// `SCHED_DEADLINE` with the group's [`Deadline`] parameters: guaranteed CPU bandwidth for
+    /// periodic work, and a runaway handler is throttled by the kernel. Deadline threads run
+    /// ahead of every FIFO/RR thread; `priority` (1..=99) then only ranks the lane in the plan
+    /// and orders its followers.
+    Deadline,
+}
+
+/// A deadline lane's reservation (`deadline = { runtime_us = 200, deadline_us = 1000,
+/// period_us = 1000 }`): each thread may run `runtime_us` in every `period_us`, within
+/// `deadline_us` of the period's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Deadline {
+    /// CPU time per period (µs), at least 1.
+    pub runtime_us: u64,
+    /// Relative deadline (µs), `runtime_us ≤ deadline_us ≤ period_us`.
+    pub deadline_us: u64,
+    /// Period (µs).
+    pub period_us: u64,
 }
 
 /// What the overrun watchdog does when a handler exceeds its group's `budget_us`
@@ -160,6 +179,9 @@ pub struct GroupConfig {
     /// Scheduling policy.
     #[serde(default)]
     pub policy: Policy,
+    /// The reservation of a `policy = "deadline"` group (required then, refused otherwise).
+    #[serde(default)]
+    pub deadline: Option<Deadline>,
     /// Number of pool threads (1..=64).
     #[serde(default = "GroupConfig::default_threads")]
     pub threads: usize,
@@ -209,6 +231,7 @@ impl GroupConfig {
             name: name.into(),
             priority,
             policy: Policy::Fifo,
+            deadline: None,
             threads: DEFAULT_THREADS,
             cpus: None,
             promotion: Promotion::Priority,
@@ -544,8 +567,100 @@ impl RuntimeConfig {
 
     fn validate_on(&self, machine: &Machine) -> Result<(), Invalid> {
         self.check_settings(&machine.cpus)?;
+        self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
         self.check_memory(machine)?;
         self.check_binds()
+    }
+
+    /// Deadline lanes: parameters present exactly for `policy = "deadline"`, `1 ≤ runtime ≤
+    /// deadline ≤ period`, no CPU restriction (the kernel admits a deadline thread only with an
+    /// affinity spanning its root domain), no demotion (the kernel throttles instead), and the
+    /// total bandwidth (threads × runtime / period, over every deadline lane) within the RT
+    /// limit `bandwidth` × CPUs, which the kernel's admission control enforces with `EBUSY`.
+    fn check_deadlines(&self, cpus: &[usize], bandwidth: Option<f64>) -> Result<(), Invalid> {
+        let bad = |g: usize, field: &'static str, message: String| Invalid {
+            section: Section::Group(g),
+            field,
+            message,
+        };
+        let mut total = 0.0;
+        for (gi, g) in self.groups.iter().enumerate() {
+            let d = match (g.policy, g.deadline) {
+                (Policy::Deadline, Some(d)) => d,
+                (Policy::Deadline, None) => {
+                    return Err(bad(
+                        gi,
+                        "deadline",
+                        "missing: policy \"deadline\" needs \
+                        deadline = { runtime_us = …, deadline_us = …, period_us = … }"
+                            .into(),
+                    ))
+                }
+                (_, Some(_)) => {
+                    return Err(bad(
+                        gi,
+                        "deadline",
+                        "only a policy = \"deadline\" group takes \
+                        deadline parameters"
+                            .into(),
+                    ))
+                }
+                (_, None) => continue,
+            };
+            if d.runtime_us == 0 || d.runtime_us > d.deadline_us || d.deadline_us > d.period_us {
+                return Err(bad(
+                    gi,
+                    "deadline",
+                    format!(
+                    "runtime_us {} ≤ deadline_us {} ≤ period_us {} does not hold (and runtime_us \
+                     must be at least 1)", d.runtime_us, d.deadline_us, d.period_us),
+                ));
+            }
+            if d.period_us > 1 << 40 {
+                return Err(bad(
+                    gi,
+                    "deadline",
+                    format!("period_us {} is too long", d.period_us),
+                ));
+            }
+            if let Some(own) = &g.cpus {
+                if cpus.iter().any(|c| !own.contains(c)) {
+                    return Err(bad(
+                        gi,
+                        "cpus",
+                        format!(
+                            "{own:?} does not span every CPU {cpus:?}: the kernel admits a \
+                         SCHED_DEADLINE thread only with an affinity covering its root domain; \
+                         leave `cpus` out"
+                        ),
+                    ));
+                }
+            }
+            if g.on_overrun == OnOverrun::Demote {
+                return Err(bad(
+                    gi,
+                    "on_overrun",
+                    "\"demote\" does not apply to a deadline \
+                    lane: the kernel throttles a thread that overruns its runtime"
+                        .into(),
+                ));
+            }
+            total += g.threads as f64 * d.runtime_us as f64 / d.period_us as f64;
+            if let Some(bw) = bandwidth {
+                let limit = bw * cpus.len().max(1) as f64;
+                if total > limit {
+                    return Err(bad(
+                        gi,
+                        "deadline",
+                        format!(
+                        "the deadline lanes reserve {total:.2} CPUs (threads × runtime / period), \
+                         more than the {limit:.2} the kernel admits (sched_rt_runtime_us / \
+                         sched_rt_period_us × {} CPUs)", cpus.len()),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Ranges, names, priorities, lanes, CPUs and address collisions.
@@ -597,14 +712,14 @@ impl RuntimeConfig {
                         ),
                     ));
                 }
-                Policy::Fifo | Policy::Rr if g.priority == 0 => {
+                Policy::Fifo | Policy::Rr | Policy::Deadline if g.priority == 0 => {
                     return Err(bad(
                         gi,
                         "priority",
                         "missing or 0: SCHED_FIFO/RR groups need a priority 1..=99".into(),
                     ));
                 }
-                Policy::Fifo | Policy::Rr if g.priority > 99 => {
+                Policy::Fifo | Policy::Rr | Policy::Deadline if g.priority > 99 => {
                     return Err(bad(
                         gi,
                         "priority",
@@ -1078,6 +1193,70 @@ mod tests {
             ..machine()
         };
         c.validate_on(&m).unwrap();
+    }
+
+    #[test]
+    fn deadline_lanes_are_checked_against_the_kernels_rules() {
+        let dl = |runtime_us, deadline_us, period_us| {
+            let mut g = GroupConfig::new("ctl", 90);
+            g.policy = Policy::Deadline;
+            g.threads = 1;
+            g.deadline = Some(Deadline {
+                runtime_us,
+                deadline_us,
+                period_us,
+            });
+            g
+        };
+        let cpus = [0, 1];
+        let check = |groups: Vec<GroupConfig>, bw| cfg(groups).check_deadlines(&cpus, bw);
+        check(vec![dl(200, 1000, 1000)], Some(0.95)).unwrap();
+        for (g, field) in [
+            (dl(0, 1000, 1000), "deadline"),
+            (dl(500, 400, 1000), "deadline"),
+            (dl(200, 2000, 1000), "deadline"),
+            (
+                GroupConfig {
+                    deadline: None,
+                    ..dl(1, 1, 1)
+                },
+                "deadline",
+            ),
+            (
+                GroupConfig {
+                    cpus: Some(vec![1]),
+                    ..dl(200, 1000, 1000)
+                },
+                "cpus",
+            ),
+            (
+                GroupConfig {
+                    on_overrun: OnOverrun::Demote,
+                    ..dl(200, 1000, 1000)
+                },
+                "on_overrun",
+            ),
+        ] {
+            assert_eq!(
+                check(vec![g.clone()], Some(0.95)).unwrap_err().field,
+                field,
+                "{g:?}"
+            );
+        }
+        // Parameters on a FIFO group are refused too.
+        let mut fifo = GroupConfig::new("f", 50);
+        fifo.deadline = Some(Deadline {
+            runtime_us: 1,
+            deadline_us: 1,
+            period_us: 1,
+        });
+        assert_eq!(check(vec![fifo], None).unwrap_err().field, "deadline");
+        // Bandwidth: 4 threads × 0.5 = 2 CPUs > 0.95 × 2 CPUs; fine without throttling.
+        let mut heavy = dl(500, 1000, 1000);
+        heavy.threads = 4;
+        let e = check(vec![heavy.clone()], Some(0.95)).unwrap_err();
+        assert!(e.message.contains("reserve 2.00 CPUs"), "{}", e.message);
+        check(vec![heavy], None).unwrap();
     }
 
     #[test]

@@ -11,6 +11,70 @@ pub enum Sched {
     Rr(u8),
     /// `SCHED_OTHER` (time-shared, priority 0).
     Other,
+    /// `SCHED_DEADLINE`: `runtime_ns` of CPU in every `period_ns`, finished within
+    /// `deadline_ns` of each period's start; the kernel admits it only if the total bandwidth
+    /// fits, and throttles a thread that overruns its runtime.
+    Deadline {
+        /// CPU time per period (ns).
+        runtime_ns: u64,
+        /// Relative deadline (ns), `runtime_ns ≤ deadline_ns ≤ period_ns`.
+        deadline_ns: u64,
+        /// Period (ns).
+        period_ns: u64,
+    },
+}
+
+/// `struct sched_attr` (linux/sched/types.h), the argument of `sched_setattr`/`sched_getattr`.
+#[repr(C)]
+#[derive(Default)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+}
+
+/// `SCHED_DEADLINE` (linux/sched.h; not in the libc crate).
+const SCHED_DEADLINE: i32 = 6;
+
+/// Sets the calling thread to `SCHED_DEADLINE` with `sched_setattr`.
+///
+/// Hand-written although `thread-priority` has a deadline setter: in 3.1.1 that setter passes the
+/// `pthread_t` it is given as the kernel tid (so it addresses the wrong thread or none) and
+/// reports every failure as errno -1. The raw call on tid 0 (the caller) has neither problem.
+fn set_current_deadline(runtime_ns: u64, deadline_ns: u64, period_ns: u64) -> io::Result<()> {
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        policy: SCHED_DEADLINE as u32,
+        runtime: runtime_ns,
+        deadline: deadline_ns,
+        period: period_ns,
+        ..SchedAttr::default()
+    };
+    syscall!(syscall(
+        libc::SYS_sched_setattr,
+        0,
+        &attr as *const SchedAttr,
+        0
+    ))
+    .map(drop)
+}
+
+/// `sched_getattr` of thread `tid` (0: the caller).
+fn get_attr(tid: i32) -> io::Result<SchedAttr> {
+    let mut attr = SchedAttr::default();
+    syscall!(syscall(
+        libc::SYS_sched_getattr,
+        tid,
+        &mut attr as *mut SchedAttr,
+        std::mem::size_of::<SchedAttr>() as u32,
+        0
+    ))?;
+    Ok(attr)
 }
 
 /// The one way lfrt sets a thread's policy and priority: `thread-priority`'s
@@ -18,7 +82,22 @@ pub enum Sched {
 /// changes `nice`). `thread` is a `pthread_t` as [`current_thread`] returns it.
 pub(crate) fn set_thread(thread: u64, s: Sched) -> io::Result<()> {
     use thread_priority::*;
+    if let Sched::Deadline {
+        runtime_ns,
+        deadline_ns,
+        period_ns,
+    } = s
+    {
+        if thread != current_thread() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "SCHED_DEADLINE is set by the thread itself",
+            ));
+        }
+        return set_current_deadline(runtime_ns, deadline_ns, period_ns);
+    }
     let (policy, prio) = match s {
+        Sched::Deadline { .. } => unreachable!("handled above"),
         Sched::Fifo(p) => (
             ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
             p,
@@ -85,8 +164,8 @@ pub fn nice(tid: i32) -> io::Result<i32> {
 }
 
 /// Reads a thread's policy and static priority back from the kernel (`sched_getscheduler`,
-/// `sched_getparam`); `tid` 0 is the caller. A policy lfrt does not use (`SCHED_BATCH`,
-/// `SCHED_IDLE`, `SCHED_DEADLINE`) is an `InvalidData` error naming it.
+/// `sched_getparam`, and `sched_getattr` for `SCHED_DEADLINE`); `tid` 0 is the caller. A policy
+/// lfrt does not use (`SCHED_BATCH`, `SCHED_IDLE`) is an `InvalidData` error naming it.
 pub fn read_back(tid: i32) -> io::Result<Sched> {
     let policy = syscall!(sched_getscheduler(tid))? & !libc::SCHED_RESET_ON_FORK;
     let mut param = libc::sched_param { sched_priority: 0 };
@@ -96,6 +175,14 @@ pub fn read_back(tid: i32) -> io::Result<Sched> {
         libc::SCHED_FIFO => Ok(Sched::Fifo(prio)),
         libc::SCHED_RR => Ok(Sched::Rr(prio)),
         libc::SCHED_OTHER => Ok(Sched::Other),
+        SCHED_DEADLINE => {
+            let a = get_attr(tid)?;
+            Ok(Sched::Deadline {
+                runtime_ns: a.runtime,
+                deadline_ns: a.deadline,
+                period_ns: a.period,
+            })
+        }
         other => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("thread {tid} runs under scheduling policy {other}, which lfrt does not use"),
@@ -209,4 +296,19 @@ impl RtPrivilege {
 pub fn current_cpu() -> i32 {
     // SAFETY: sched_getcpu takes no arguments and has no preconditions.
     unsafe { libc::sched_getcpu() }
+}
+
+/// The RT bandwidth limit (`/proc/sys/kernel/sched_rt_runtime_us` over `sched_rt_period_us`)
+/// as a fraction of one CPU; `None` if throttling is off (`-1`) or unreadable. SCHED_DEADLINE
+/// admission keeps the total deadline bandwidth of a root domain under this × its CPUs.
+pub fn rt_bandwidth() -> Option<f64> {
+    let read = |f: &str| -> Option<i64> {
+        std::fs::read_to_string(format!("/proc/sys/kernel/{f}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let (runtime, period) = (read("sched_rt_runtime_us")?, read("sched_rt_period_us")?);
+    (runtime >= 0 && period > 0).then(|| runtime as f64 / period as f64)
 }

@@ -178,6 +178,7 @@ fn policy_name(p: Policy) -> &'static str {
         Policy::Fifo => "fifo",
         Policy::Rr => "rr",
         Policy::Other => "other",
+        Policy::Deadline => "deadline",
     }
 }
 
