@@ -1,0 +1,1230 @@
+//! Config fuzzer: generated TOML configurations against what `lfrt check` and `lfrt run` do
+//! with them. Both load a file with `lfrt::load_config` (whose text half is
+//! `lfrt::parse_config`); `run` then builds the runtime (`Runtime::new`: epoll sets, telemetry
+//! rings, sockets bound) and starts it.
+//!
+//! Properties:
+//! * (a) `parse_config` never panics, and every error is an `Error::Config` whose field is a
+//!   path as the README's errors name them (`toml` for syntax errors, `runtime.rt`,
+//!   `group[1].priority`, `group[0].handler[2].bind`, …) with group and handler indices that
+//!   exist in the document, and a line inside the text. A single value of the wrong type or
+//!   range, or an unknown key, is reported at its own path.
+//! * (b) Whatever `parse_config` accepts, `Runtime::new` builds (then it is dropped), and a few
+//!   accepted configurations whose groups are all `policy = "other"` are started and shut down.
+//!
+//! # The generator
+//! Documents follow the real grammar (src/config, configs/*.toml, the README's configuration
+//! reference): `[runtime]` with `rt` and `lock_memory`; 1 to 3 `[[group]]`s with distinct names
+//! and priorities, every optional key sometimes left out, `thread_priorities` inside the
+//! group's lane; 0 to 3 `[[group.handler]]`s each: `udp-echo` / `tcp-echo` bound to
+//! loopback and wildcard addresses (port 0, two free ports shared between handlers so that
+//! duplicates and wildcard collisions occur, IPv6 and v4-mapped forms, a port this test holds
+//! so it is in use, an address that is not local, unparseable ones) and `timer`s with interval,
+//! count and distance. Then mutations: a key set to a value of another type, out of range, a
+//! boundary value or a huge one (`Set`, on known and unknown keys of every section), a key
+//! removed, a group given another group's name, a table turned into another shape; and for
+//! (a) text mutations as well (truncation, a line duplicated or dropped, a junk line).
+//!
+//! # Bounds
+//! Values inside the valid ranges are capped by the generator: at most 4 threads per group,
+//! `buffer_bytes` ≤ 64 KiB, `max_handles` ≤ 4096, `stack_bytes` ≤ 1 MiB, ≤ 4 timers per
+//! handler. Mutations may write the range boundaries (64 threads, `max_handles` = 2^20,
+//! `buffer_bytes` = 64 MiB, …), which validation accepts but which are not built unless the
+//! handle tables `Runtime::new` writes total ≤ [`BUILD_CAP_TABLE_BYTES`] (the stacks and
+//! buffers are only allocated by `start`); starts are limited to [`MAX_STARTS`] configurations
+//! preallocating ≤ [`START_CAP_BYTES`], without `lock_memory` (it would pin this whole test
+//! process) and with timers delivering ≤ [`START_CAP_TIMER_RATE`] events/s, each run for
+//! 20 ms. Case counts: [`PARSE_CASES`] for (a), [`BUILD_CASES`] for (b); both finish in a few
+//! seconds.
+//!
+//! # Reproducing
+//! The seed is fixed ([`DEFAULT_SEED`]), so CI runs the same cases every time. Set
+//! `PROPTEST_RNG_SEED=<u64>` for other cases and `PROPTEST_CASES=<n>` for more, e.g.
+//! `PROPTEST_RNG_SEED=7 PROPTEST_CASES=5000 cargo test --release -p lfrt-rt-tests
+//! --test config_fuzz -- --nocapture`. A failure prints the shrunk input, the document text and
+//! both results.
+
+use lfrt::{Error, HandlerConfig, Policy, Runtime, RuntimeConfig};
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+use toml::{Table, Value};
+
+/// Cases of property (a).
+const PARSE_CASES: u32 = 1024;
+/// Cases of property (b).
+const BUILD_CASES: u32 = 256;
+/// The seed unless `PROPTEST_RNG_SEED` is set.
+const DEFAULT_SEED: u64 = 0x1f_2026;
+/// Accepted configurations are built only if their handle tables total at most this.
+const BUILD_CAP_TABLE_BYTES: u64 = 128 << 20;
+/// At most this many accepted configurations are started (property (b)).
+const MAX_STARTS: usize = 6;
+/// Only configurations preallocating at most this are started.
+const START_CAP_BYTES: u64 = 64 << 20;
+/// Only configurations whose timers deliver at most this many events/s are started.
+const START_CAP_TIMER_RATE: f64 = 20_000.0;
+
+// ---------------------------------------------------------------------------------------------
+// The environment: CPUs, and the addresses handlers bind.
+
+/// Held by each property test for its whole run: both bind the same free ports, and one's
+/// bind probe must not take a port the other is about to bind (when run in parallel).
+static PORTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn ports() -> std::sync::MutexGuard<'static, ()> {
+    PORTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the generator draws addresses and CPUs from; holds the "in use" port for the run.
+struct Env {
+    cpus: Vec<usize>,
+    /// Addresses that never collide with anything (port 0).
+    ephemeral: Vec<String>,
+    /// Every address, valid or not.
+    all: Vec<String>,
+    _held: (UdpSocket, TcpListener),
+}
+
+/// A port in 20000..32000 (below Linux's default ephemeral range, so nothing else is handed it
+/// by the kernel while the test runs) free for UDP and TCP on every address of both families.
+fn free_port(after: u16) -> u16 {
+    let start = 20_000 + (std::process::id() % 6000) as u16;
+    (start.max(after + 1)..32_000)
+        .find(|&p| {
+            ["0.0.0.0", "[::]"].iter().all(|ip| {
+                let a: SocketAddr = format!("{ip}:{p}").parse().unwrap();
+                UdpSocket::bind(a).is_ok() && TcpListener::bind(a).is_ok()
+            })
+        })
+        .expect("a free port in 20000..32000")
+}
+
+/// Holds one port on 127.0.0.1 for both UDP and TCP.
+fn hold_port() -> (UdpSocket, TcpListener) {
+    for _ in 0..100 {
+        let t = TcpListener::bind("127.0.0.1:0").unwrap();
+        if let Ok(u) = UdpSocket::bind(t.local_addr().unwrap()) {
+            return (u, t);
+        }
+    }
+    panic!("no port free for both UDP and TCP");
+}
+
+impl Env {
+    fn new() -> Env {
+        let (p1, held) = (free_port(0), hold_port());
+        let p2 = free_port(p1);
+        let h = held.0.local_addr().unwrap().port();
+        let ephemeral: Vec<String> = [
+            "127.0.0.1:0",
+            "127.0.0.2:0",
+            "[::1]:0",
+            "0.0.0.0:0",
+            "[::]:0",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut all = ephemeral.clone();
+        all.extend([
+            format!("127.0.0.1:{p1}"),
+            format!("0.0.0.0:{p1}"),
+            format!("[::]:{p1}"),
+            format!("[::1]:{p1}"),
+            format!("[::ffff:127.0.0.1]:{p1}"),
+            format!("127.0.0.1:{p2}"),
+            format!("127.0.0.3:{p2}"),
+            format!("[::ffff:0.0.0.0]:{p2}"),
+            format!("127.0.0.1:{h}"),
+            format!("127.0.0.2:{h}"),
+            "192.0.2.1:0".to_string(), // TEST-NET-1: not an address of this machine
+            "127.0.0.1:99999".to_string(),
+            "localhost:0".to_string(),
+            "127.0.0.1".to_string(),
+        ]);
+        Env {
+            cpus: lfrt::os::online_cpus(),
+            ephemeral,
+            all,
+            _held: held,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model: a document close to the real grammar.
+
+#[derive(Debug, Clone)]
+enum HandlerModel {
+    Echo {
+        tcp: bool,
+        bind: String,
+        work_us: Option<i64>,
+    },
+    Timer {
+        interval_us: i64,
+        count: Option<i64>,
+        distance_us: Option<i64>,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct GroupModel {
+    policy: Option<&'static str>,
+    /// Leave `priority` out (a FIFO/RR group then has priority 0: invalid).
+    omit_priority: bool,
+    threads: Option<i64>,
+    /// Raw draws mapped into the group's lane when rendered (only for RT groups).
+    thread_priorities: Option<Vec<u8>>,
+    cpus: Option<Vec<Index>>,
+    promotion: Option<&'static str>,
+    buffer_bytes: Option<i64>,
+    max_handles: Option<i64>,
+    stack_bytes: Option<i64>,
+    budget_us: Option<i64>,
+    on_overrun: Option<&'static str>,
+    handlers: Vec<HandlerModel>,
+}
+
+#[derive(Debug, Clone)]
+struct DocModel {
+    /// Write a `[runtime]` table at all.
+    runtime: bool,
+    rt: Option<&'static str>,
+    lock_memory: Option<bool>,
+    /// Offset into [`NAMES`]: group `i` is named `NAMES[(name_base + i) % len]` (distinct).
+    name_base: usize,
+    /// Distinct RT priorities, one per group (used by FIFO/RR groups).
+    priorities: Vec<u8>,
+    groups: Vec<GroupModel>,
+}
+
+const NAMES: [&str; 5] = ["control", "bulk", "io", "lane-2", "x_y"];
+
+fn handler_model(env: &Env) -> impl Strategy<Value = HandlerModel> {
+    let bind = prop_oneof![
+        7 => prop::sample::select(env.ephemeral.clone()),
+        3 => prop::sample::select(env.all.clone()),
+    ];
+    prop_oneof![
+        (
+            any::<bool>(),
+            bind,
+            prop::option::of(prop_oneof![Just(0i64), 0..=100i64])
+        )
+            .prop_map(|(tcp, bind, work_us)| HandlerModel::Echo { tcp, bind, work_us }),
+        (
+            prop_oneof![
+                prop::sample::select(vec![50i64, 1000, 2000, 10_000, 10_000_000]),
+                1000..=100_000i64
+            ],
+            prop::option::of(1..=4i64),
+            prop::option::of(prop::sample::select(vec![0i64, 250, 1000])),
+        )
+            .prop_map(|(interval_us, count, distance_us)| HandlerModel::Timer {
+                interval_us,
+                count,
+                distance_us
+            }),
+    ]
+}
+
+fn group_model(env: &Env) -> impl Strategy<Value = GroupModel> {
+    let policy = prop::option::weighted(
+        0.8,
+        prop::sample::select(vec!["fifo", "fifo", "rr", "other", "other"]),
+    );
+    let enums = (
+        prop::option::of(prop::sample::select(vec!["priority", "lifo", "fifo"])),
+        prop::option::weighted(0.3, 1..=20_000i64),
+        prop::option::weighted(0.3, prop::sample::select(vec!["report", "demote"])),
+    );
+    let sizes = (
+        prop::option::of(1..=4i64),
+        prop::option::weighted(0.2, prop::collection::vec(any::<u8>(), 1..=4)),
+        prop::option::weighted(0.3, prop::collection::vec(any::<Index>(), 1..=3)),
+        prop::option::of(prop::sample::select(vec![64i64, 100, 2048, 4096, 65536])),
+        prop::option::of(prop::sample::select(vec![1i64, 2, 8, 16, 1024, 4096])),
+        prop::option::weighted(0.2, prop::sample::select(vec![65_536i64, 131_072, 1 << 20])),
+    );
+    (
+        policy,
+        prop::bool::weighted(0.05),
+        enums,
+        sizes,
+        prop::collection::vec(handler_model(env), 0..=3),
+    )
+        .prop_map(
+            |(
+                policy,
+                omit_priority,
+                (promotion, budget_us, on_overrun),
+                (threads, thread_priorities, cpus, buffer_bytes, max_handles, stack_bytes),
+                handlers,
+            )| GroupModel {
+                policy,
+                omit_priority,
+                threads,
+                thread_priorities,
+                cpus,
+                promotion,
+                buffer_bytes,
+                max_handles,
+                stack_bytes,
+                budget_us,
+                on_overrun,
+                handlers,
+            },
+        )
+}
+
+fn doc_model(env: &Env) -> impl Strategy<Value = DocModel> {
+    (
+        prop::bool::weighted(0.8),
+        prop::option::of(prop::sample::select(vec!["best-effort", "required"])),
+        prop::option::weighted(0.5, prop::bool::weighted(0.2)),
+        0..NAMES.len(),
+        prop::sample::subsequence(vec![1u8, 10, 20, 30, 40, 50, 60, 70, 80, 90, 99], 3)
+            .prop_shuffle(),
+        prop::collection::vec(group_model(env), 1..=3),
+    )
+        .prop_map(
+            |(runtime, rt, lock_memory, name_base, priorities, groups)| DocModel {
+                runtime,
+                rt,
+                lock_memory,
+                name_base,
+                priorities,
+                groups,
+            },
+        )
+}
+
+impl DocModel {
+    fn is_rt(g: &GroupModel) -> bool {
+        g.policy != Some("other")
+    }
+
+    fn render(&self, env: &Env) -> Table {
+        let mut doc = Table::new();
+        if self.runtime {
+            let mut rt = Table::new();
+            if let Some(m) = self.rt {
+                rt.insert("rt".into(), m.into());
+            }
+            if let Some(l) = self.lock_memory {
+                rt.insert("lock_memory".into(), l.into());
+            }
+            doc.insert("runtime".into(), Value::Table(rt));
+        }
+        let rt_prios: Vec<u8> = self
+            .groups
+            .iter()
+            .zip(&self.priorities)
+            .filter(|(g, _)| Self::is_rt(g))
+            .map(|(_, &p)| p)
+            .collect();
+        let mut groups = Vec::new();
+        for (i, g) in self.groups.iter().enumerate() {
+            let mut t = Table::new();
+            let int = |v: i64| Value::Integer(v);
+            t.insert(
+                "name".into(),
+                NAMES[(self.name_base + i) % NAMES.len()].into(),
+            );
+            let priority = if Self::is_rt(g) {
+                self.priorities[i]
+            } else {
+                0
+            };
+            if !g.omit_priority {
+                t.insert("priority".into(), int(priority.into()));
+            }
+            if let Some(p) = g.policy {
+                t.insert("policy".into(), p.into());
+            }
+            if let Some(n) = g.threads {
+                t.insert("threads".into(), int(n));
+            }
+            if let (Some(raw), true) = (&g.thread_priorities, Self::is_rt(g)) {
+                // One per thread, inside the lane (floor, priority].
+                let floor = rt_prios
+                    .iter()
+                    .copied()
+                    .filter(|&p| p < priority)
+                    .max()
+                    .unwrap_or(0);
+                let width = (priority - floor).max(1);
+                let n = g.threads.unwrap_or(2) as usize;
+                let tp: Vec<Value> = (0..n)
+                    .map(|k| int((floor + 1 + raw[k % raw.len()] % width).into()))
+                    .collect();
+                t.insert("thread_priorities".into(), Value::Array(tp));
+            }
+            if let Some(c) = &g.cpus {
+                let c = c.iter().map(|ix| int(*ix.get(&env.cpus) as i64)).collect();
+                t.insert("cpus".into(), Value::Array(c));
+            }
+            if let Some(p) = g.promotion {
+                t.insert("promotion".into(), p.into());
+            }
+            for (key, v) in [
+                ("buffer_bytes", g.buffer_bytes),
+                ("max_handles", g.max_handles),
+                ("stack_bytes", g.stack_bytes),
+                ("budget_us", g.budget_us),
+            ] {
+                if let Some(v) = v {
+                    t.insert(key.into(), int(v));
+                }
+            }
+            if let Some(o) = g.on_overrun {
+                t.insert("on_overrun".into(), o.into());
+            }
+            if !g.handlers.is_empty() {
+                let hs = g
+                    .handlers
+                    .iter()
+                    .map(|h| Value::Table(h.render()))
+                    .collect();
+                t.insert("handler".into(), Value::Array(hs));
+            }
+            groups.push(Value::Table(t));
+        }
+        doc.insert("group".into(), Value::Array(groups));
+        doc
+    }
+
+    /// Whether every value the model writes is one serde reads (the binds all parse).
+    fn serde_clean(&self) -> bool {
+        self.groups
+            .iter()
+            .flat_map(|g| &g.handlers)
+            .all(|h| match h {
+                HandlerModel::Echo { bind, .. } => bind.parse::<SocketAddr>().is_ok(),
+                HandlerModel::Timer { .. } => true,
+            })
+    }
+}
+
+impl HandlerModel {
+    fn render(&self) -> Table {
+        let mut t = Table::new();
+        let mut opt = |k: &str, v: Option<i64>| {
+            if let Some(v) = v {
+                t.insert(k.into(), Value::Integer(v));
+            }
+        };
+        match self {
+            HandlerModel::Echo { work_us, .. } => opt("work_us", *work_us),
+            HandlerModel::Timer {
+                interval_us,
+                count,
+                distance_us,
+            } => {
+                opt("interval_us", Some(*interval_us));
+                opt("count", *count);
+                opt("distance_us", *distance_us);
+            }
+        }
+        match self {
+            HandlerModel::Echo { tcp, bind, .. } => {
+                t.insert(
+                    "kind".into(),
+                    (if *tcp { "tcp-echo" } else { "udp-echo" }).into(),
+                );
+                t.insert("bind".into(), bind.as_str().into());
+            }
+            HandlerModel::Timer { .. } => {
+                t.insert("kind".into(), "timer".into());
+            }
+        }
+        t
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mutations.
+
+/// Which table a mutation edits; indices are taken modulo what the document has.
+#[derive(Debug, Clone)]
+enum Where {
+    Root,
+    Runtime,
+    Group(Index),
+    Handler(Index, Index),
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    /// Sets a key (known or not in that table) to a value (of any type).
+    Set(Where, &'static str, Value),
+    /// Removes a key.
+    Remove(Where, &'static str),
+    /// Gives group `to` the name of group `from`.
+    DupName(Index, Index),
+    /// `group = { … }` (one table instead of an array of tables).
+    GroupAsTable,
+    /// `handler = { … }` in a group.
+    HandlerAsTable(Index),
+}
+
+/// Every key of the grammar, and a few that are not.
+const KEYS: [&str; 30] = [
+    "runtime",
+    "group",
+    "rt",
+    "lock_memory",
+    "name",
+    "priority",
+    "policy",
+    "threads",
+    "cpus",
+    "promotion",
+    "thread_priorities",
+    "buffer_bytes",
+    "max_handles",
+    "stack_bytes",
+    "budget_us",
+    "on_overrun",
+    "handler",
+    "kind",
+    "bind",
+    "work_us",
+    "interval_us",
+    "count",
+    "distance_us",
+    // Not keys of any table.
+    "wokers",
+    "lock_memroy",
+    "prio",
+    "interval",
+    "port",
+    "groups",
+    "Threads",
+];
+
+/// Integers: boundaries of every range, just past them, and huge ones.
+const INTS: [i64; 26] = [
+    -1,
+    0,
+    1,
+    2,
+    49,
+    50,
+    63,
+    64,
+    65,
+    99,
+    100,
+    255,
+    256,
+    257,
+    4096,
+    65_535,
+    65_536,
+    100_001,
+    1 << 20,
+    (1 << 20) + 1,
+    10_000_001,
+    64 << 20,
+    (64 << 20) + 1,
+    1 << 40,
+    i64::MAX,
+    i64::MIN,
+];
+
+const STRS: [&str; 22] = [
+    "",
+    "fifo",
+    "rr",
+    "other",
+    "FIFO",
+    "deadline",
+    "priority",
+    "lifo",
+    "report",
+    "demote",
+    "best-effort",
+    "required",
+    "udp-echo",
+    "tcp-echo",
+    "timer",
+    "udp_echo",
+    "127.0.0.1:0",
+    "[::1]:0",
+    "a b",
+    "é",
+    "x.y",
+    "two",
+];
+
+fn value() -> impl Strategy<Value = Value> {
+    let scalar = prop_oneof![
+        prop::sample::select(INTS.to_vec()).prop_map(Value::Integer),
+        prop::sample::select(STRS.to_vec()).prop_map(|s| Value::String(s.into())),
+    ];
+    prop_oneof![
+        4 => prop::sample::select(INTS.to_vec()).prop_map(Value::Integer),
+        1 => any::<i64>().prop_map(Value::Integer),
+        3 => prop::sample::select(STRS.to_vec()).prop_map(|s| Value::String(s.into())),
+        1 => Just(Value::String("x".repeat(300))),
+        1 => any::<bool>().prop_map(Value::Boolean),
+        1 => prop::sample::select(vec![1.5, -0.0, f64::NAN, f64::INFINITY]).prop_map(Value::Float),
+        2 => prop::collection::vec(scalar, 0..4).prop_map(Value::Array),
+        1 => Just(Value::Table(Table::new())),
+        1 => Just(Value::Datetime("1979-05-27T07:32:00Z".parse().unwrap())),
+    ]
+}
+
+fn place() -> impl Strategy<Value = Where> {
+    prop_oneof![
+        1 => Just(Where::Root),
+        1 => Just(Where::Runtime),
+        4 => any::<Index>().prop_map(Where::Group),
+        3 => (any::<Index>(), any::<Index>()).prop_map(|(g, h)| Where::Handler(g, h)),
+    ]
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        8 => (place(), prop::sample::select(KEYS.to_vec()), value())
+            .prop_map(|(w, k, v)| Mutation::Set(w, k, v)),
+        2 => (place(), prop::sample::select(KEYS.to_vec())).prop_map(|(w, k)| Mutation::Remove(w, k)),
+        1 => (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::DupName(a, b)),
+        1 => Just(Mutation::GroupAsTable),
+        1 => any::<Index>().prop_map(Mutation::HandlerAsTable),
+    ]
+}
+
+/// The table at `w`, if the document has it (`[runtime]` is created on demand).
+fn table_at<'a>(doc: &'a mut Table, w: &Where) -> Option<(&'a mut Table, lfrt::Section)> {
+    use lfrt::Section;
+    fn groups(doc: &mut Table) -> Option<&mut Vec<Value>> {
+        doc.get_mut("group")?.as_array_mut()
+    }
+    match w {
+        Where::Root => Some((doc, Section::Root)),
+        Where::Runtime => {
+            let rt = doc
+                .entry("runtime")
+                .or_insert_with(|| Value::Table(Table::new()));
+            rt.as_table_mut().map(|t| (t, Section::Runtime))
+        }
+        Where::Group(g) => {
+            let gs = groups(doc).filter(|v| !v.is_empty())?;
+            let gi = g.index(gs.len());
+            gs[gi].as_table_mut().map(|t| (t, Section::Group(gi)))
+        }
+        Where::Handler(g, h) => {
+            let gs = groups(doc).filter(|v| !v.is_empty())?;
+            let gi = g.index(gs.len());
+            let hs = gs[gi]
+                .as_table_mut()?
+                .get_mut("handler")?
+                .as_array_mut()
+                .filter(|v| !v.is_empty())?;
+            let hi = h.index(hs.len());
+            hs[hi].as_table_mut().map(|t| {
+                (
+                    t,
+                    Section::Handler {
+                        group: gi,
+                        handler: hi,
+                    },
+                )
+            })
+        }
+    }
+}
+
+impl Mutation {
+    /// Applies the mutation; returns the path a `Set` wrote, if it wrote one.
+    fn apply(&self, doc: &mut Table) -> Option<(String, lfrt::Section)> {
+        match self {
+            Mutation::Set(w, key, v) => {
+                let (t, section) = table_at(doc, w)?;
+                t.insert(key.to_string(), v.clone());
+                Some((section.path(key), section))
+            }
+            Mutation::Remove(w, key) => {
+                let (t, _) = table_at(doc, w)?;
+                t.remove(*key);
+                None
+            }
+            Mutation::DupName(from, to) => {
+                let gs = doc.get_mut("group")?.as_array_mut()?;
+                if gs.is_empty() {
+                    return None;
+                }
+                let name = gs[from.index(gs.len())].get("name")?.clone();
+                let n = gs.len();
+                gs[to.index(n)].as_table_mut()?.insert("name".into(), name);
+                None
+            }
+            Mutation::GroupAsTable => {
+                let first = doc.get_mut("group")?.as_array_mut()?.first()?.clone();
+                doc.insert("group".into(), first);
+                None
+            }
+            Mutation::HandlerAsTable(g) => {
+                let gs = doc.get_mut("group")?.as_array_mut()?;
+                if gs.is_empty() {
+                    return None;
+                }
+                let n = gs.len();
+                let t = gs[g.index(n)].as_table_mut()?;
+                let first = t.get("handler")?.as_array()?.first()?.clone();
+                t.insert("handler".into(), first);
+                None
+            }
+        }
+    }
+}
+
+/// Whether serde reads `v` as the value of `key` in `section` (type, integer range, enum
+/// variant, address syntax); `None` if that cannot be said of one value (a handler's `kind`
+/// set to another kind changes which of its other keys are known). `kind` is the handler's
+/// kind, for handler keys.
+fn serde_accepts(section: lfrt::Section, key: &str, v: &Value, kind: Option<&str>) -> Option<bool> {
+    use lfrt::Section;
+    let int_in = |lo: i64, hi: i64| matches!(v, Value::Integer(i) if (lo..=hi).contains(i));
+    let u8v = || int_in(0, 255);
+    let uint = || int_in(0, i64::MAX);
+    let one_of = |names: &[&str]| matches!(v, Value::String(s) if names.contains(&s.as_str()));
+    let int_array = |hi: i64| matches!(v, Value::Array(a) if a.iter().all(|x| matches!(x, Value::Integer(i) if (0..=hi).contains(i))));
+    Some(match (section, key) {
+        (Section::Handler { .. }, "kind") if one_of(&["udp-echo", "tcp-echo", "timer"]) => {
+            return None
+        }
+        // serde also reads a struct from an array of its fields in order (`runtime = []` is
+        // every default): whether an array is read depends on its items.
+        (Section::Root, "runtime") if v.is_array() => return None,
+        (Section::Root, "runtime") => v.is_table(),
+        (Section::Root, "group") => {
+            matches!(v, Value::Array(a) if a.is_empty())
+        }
+        (Section::Runtime, "rt") => one_of(&["best-effort", "required"]),
+        (Section::Runtime, "lock_memory") => v.is_bool(),
+        (Section::Group(_), "name") => v.is_str(),
+        (Section::Group(_), "priority") => u8v(),
+        (Section::Group(_), "policy") => one_of(&["fifo", "rr", "other"]),
+        (Section::Group(_), "promotion") => one_of(&["priority", "lifo", "fifo"]),
+        (Section::Group(_), "on_overrun") => one_of(&["report", "demote"]),
+        (Section::Group(_), "threads" | "buffer_bytes" | "max_handles" | "stack_bytes") => uint(),
+        (Section::Group(_), "budget_us") => uint(),
+        (Section::Group(_), "cpus") => int_array(i64::MAX),
+        (Section::Group(_), "thread_priorities") => int_array(255),
+        (Section::Group(_), "handler") => matches!(v, Value::Array(a) if a.is_empty()),
+        (Section::Handler { .. }, "kind") => false,
+        (Section::Handler { .. }, "bind") if kind != Some("timer") => {
+            matches!(v, Value::String(s) if s.parse::<SocketAddr>().is_ok())
+        }
+        (Section::Handler { .. }, "work_us") if kind != Some("timer") => uint(),
+        (Section::Handler { .. }, "interval_us" | "count" | "distance_us")
+            if kind == Some("timer") =>
+        {
+            uint()
+        }
+        _ => false,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// One generated case.
+
+#[derive(Debug, Clone)]
+enum TextMutation {
+    Truncate(Index),
+    DupLine(Index),
+    DropLine(Index),
+    Insert(Index, &'static str),
+}
+
+const JUNK: [&str; 9] = [
+    "=",
+    "[[group]]",
+    "[group]",
+    "name = ",
+    "x = 1",
+    "[[group.handler]]",
+    "'''",
+    "threads = 1\nthreads = 2",
+    "[runtime]",
+];
+
+fn text_mutation() -> impl Strategy<Value = TextMutation> {
+    prop_oneof![
+        any::<Index>().prop_map(TextMutation::Truncate),
+        any::<Index>().prop_map(TextMutation::DupLine),
+        any::<Index>().prop_map(TextMutation::DropLine),
+        (any::<Index>(), prop::sample::select(JUNK.to_vec()))
+            .prop_map(|(i, s)| TextMutation::Insert(i, s)),
+    ]
+}
+
+impl TextMutation {
+    fn apply(&self, text: &str) -> String {
+        let mut lines: Vec<&str> = text.lines().collect();
+        match self {
+            TextMutation::Truncate(i) => {
+                let mut at = i.index(text.len() + 1);
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                return text[..at].to_string();
+            }
+            _ if lines.is_empty() => {}
+            TextMutation::DupLine(i) => {
+                let k = i.index(lines.len());
+                lines.insert(k, lines[k]);
+            }
+            TextMutation::DropLine(i) => {
+                lines.remove(i.index(lines.len()));
+            }
+            TextMutation::Insert(i, s) => lines.insert(i.index(lines.len() + 1), s),
+        }
+        lines.join("\n")
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    model: DocModel,
+    mutations: Vec<Mutation>,
+    text_mutations: Vec<TextMutation>,
+}
+
+/// What a case renders to: the text, and what is known about it.
+struct Rendered {
+    text: String,
+    /// Handlers per group, if the document still has that shape (no text mutation, `group`
+    /// an array of tables).
+    shape: Option<Vec<usize>>,
+    /// The one error path that must be reported, if the case is a single `Set` that serde
+    /// refuses on a model serde reads.
+    expect_field: Option<String>,
+}
+
+impl Case {
+    fn render(&self, env: &Env) -> Rendered {
+        let mut doc = self.model.render(env);
+        let mut set = None;
+        for m in &self.mutations {
+            let before = doc.clone();
+            if let (Some((path, section)), Mutation::Set(w, key, v)) = (m.apply(&mut doc), m) {
+                let kind = match w {
+                    Where::Handler(..) => table_at(&mut before.clone(), w)
+                        .and_then(|(t, _)| t.get("kind").and_then(Value::as_str).map(String::from)),
+                    _ => None,
+                };
+                set = Some((path, serde_accepts(section, key, v, kind.as_deref())));
+            }
+        }
+        let mut text = toml::to_string(&doc).expect("a toml::Table renders");
+        for t in &self.text_mutations {
+            text = t.apply(&text);
+        }
+        let shape = self
+            .text_mutations
+            .is_empty()
+            .then(|| shape_of(&doc))
+            .flatten();
+        let expect_field = match (&set, self.mutations.len(), self.text_mutations.is_empty()) {
+            (Some((path, Some(false))), 1, true) if self.model.serde_clean() => Some(path.clone()),
+            _ => None,
+        };
+        Rendered {
+            text,
+            shape,
+            expect_field,
+        }
+    }
+}
+
+fn shape_of(doc: &Table) -> Option<Vec<usize>> {
+    let gs = doc.get("group")?.as_array()?;
+    gs.iter()
+        .map(|g| {
+            let t = g.as_table()?;
+            Some(match t.get("handler") {
+                Some(Value::Array(h)) => h.len(),
+                _ => 0,
+            })
+        })
+        .collect()
+}
+
+fn case(
+    env: &Env,
+    mutations: std::ops::RangeInclusive<usize>,
+    text: f64,
+) -> impl Strategy<Value = Case> {
+    (
+        doc_model(env),
+        prop::collection::vec(mutation(), mutations),
+        prop::bool::weighted(text),
+        prop::collection::vec(text_mutation(), 1..=2),
+    )
+        .prop_map(|(model, mutations, t, text_mutations)| Case {
+            model,
+            mutations,
+            text_mutations: if t { text_mutations } else { Vec::new() },
+        })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The properties.
+
+/// Whether `field` is a path as errors name them, with indices that exist (if the shape is
+/// known): `toml`, `KEY`, `runtime[.KEY]`, `group`, `group[N][.KEY]`, `group[N].handler`,
+/// `group[N].handler[M][.KEY]`.
+fn path_ok(field: &str, shape: Option<&[usize]>) -> bool {
+    fn key(s: &str) -> bool {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    }
+    fn indexed(s: &str, name: &str) -> Option<usize> {
+        s.strip_prefix(name)?
+            .strip_prefix('[')?
+            .strip_suffix(']')?
+            .parse()
+            .ok()
+    }
+    let group_ok = |g: usize| shape.is_none_or(|s| g < s.len());
+    let handler_ok = |g: usize, h: usize| shape.is_none_or(|s| g < s.len() && h < s[g]);
+    let mut parts = field.split('.');
+    let first = parts.next().unwrap_or_default();
+    let rest: Vec<&str> = parts.collect();
+    if let Some(gi) = indexed(first, "group") {
+        return group_ok(gi)
+            && match rest.as_slice() {
+                [] => true,
+                [k] if key(k) => true,
+                [h] | [h, _] => indexed(h, "handler")
+                    .is_some_and(|hi| handler_ok(gi, hi) && rest.get(1).is_none_or(|k| key(k))),
+                _ => false,
+            };
+    }
+    match rest.as_slice() {
+        [] => key(first),
+        [k] => first == "runtime" && key(k),
+        _ => false,
+    }
+}
+
+/// Property (a) for one input: returns the parse result (or fails the case).
+fn parse_checked(r: &Rendered) -> Result<Result<RuntimeConfig, Error>, TestCaseError> {
+    let text = &r.text;
+    let parsed = catch_unwind(AssertUnwindSafe(|| lfrt::parse_config(text)))
+        .map_err(|_| TestCaseError::fail(format!("parse_config panicked on:\n{text}")))?;
+    let e = match &parsed {
+        Ok(_) => {
+            if let Some(f) = &r.expect_field {
+                return Err(TestCaseError::fail(format!(
+                    "accepted, but `{f}` holds a value serde should refuse:\n{text}"
+                )));
+            }
+            return Ok(parsed);
+        }
+        Err(e) => e,
+    };
+    let Error::Config {
+        file,
+        line,
+        field,
+        message,
+    } = e
+    else {
+        return Err(TestCaseError::fail(format!(
+            "not a configuration error: {e:?}\n{text}"
+        )));
+    };
+    let lines = text.lines().count().max(1);
+    let fail = |why: &str| {
+        Err(TestCaseError::fail(format!(
+            "{why}: field `{field}`, line {line:?}, message {message:?}\n--- text ---\n{text}"
+        )))
+    };
+    if file.is_some() {
+        return fail("a file name for text");
+    }
+    if !path_ok(field, r.shape.as_deref()) {
+        return fail("the error's field is not a path of this document");
+    }
+    if message.trim().is_empty() {
+        return fail("an empty message");
+    }
+    // A document without any `group` key has no line to point at for "at least one [[group]]";
+    // nor, a known gap reproduced by the ignored test `an_empty_group_array_has_a_line`, has
+    // `group = []`.
+    match line {
+        Some(l) if !(1..=lines + 1).contains(l) => return fail("a line outside the text"),
+        None if field != "group" => return fail("no line"),
+        _ => {}
+    }
+    if !e.to_string().contains(&format!("`{field}`")) {
+        return fail("the message does not name the field");
+    }
+    if let Some(f) = &r.expect_field {
+        if f != field {
+            if is_later_handler_placed_first(f, field) {
+                LATER_HANDLER_PLACED_FIRST.fetch_add(1, Relaxed);
+            } else {
+                return fail(&format!("expected the error at `{f}`"));
+            }
+        }
+    }
+    Ok(parsed)
+}
+
+/// Times the known misplacement below was seen (and let through).
+static LATER_HANDLER_PLACED_FIRST: AtomicUsize = AtomicUsize::new(0);
+
+/// The one known misplacement, let through here and reproduced by the ignored test
+/// [`an_error_in_a_later_handler_names_that_handler`]: an error in the fields of a group's
+/// second or later `[[group.handler]]` is reported at the group's first handler
+/// (`group[g].handler[0].K` for `group[g].handler[h].K`, h > 0). Remove this exemption with the
+/// fix.
+fn is_later_handler_placed_first(expected: &str, got: &str) -> bool {
+    let split = |p: &str| -> Option<(String, usize, String)> {
+        let (g, rest) = p.split_once(".handler[")?;
+        let (h, key) = rest.split_once(']')?;
+        Some((g.to_string(), h.parse().ok()?, key.to_string()))
+    };
+    matches!((split(expected), split(got)), (Some((g1, h1, k1)), Some((g2, 0, k2))) if g1 == g2 && k1 == k2 && h1 > 0)
+}
+
+/// Proptest's configuration: `cases` and [`DEFAULT_SEED`] unless the environment says
+/// otherwise; no regression files (the seed reproduces a run).
+fn runner(cases: u32) -> TestRunner {
+    let mut c = Config::default();
+    if std::env::var_os("PROPTEST_CASES").is_none() {
+        c.cases = cases;
+    }
+    if c.rng_seed == RngSeed::Random {
+        c.rng_seed = RngSeed::Fixed(DEFAULT_SEED);
+    }
+    c.failure_persistence = None;
+    c.max_shrink_time = 60_000;
+    eprintln!("config_fuzz: {} cases, seed {}", c.cases, c.rng_seed);
+    TestRunner::new(c)
+}
+
+/// Property (a): generated and heavily mutated documents; nothing panics, every error names a
+/// field path of the document and a line, a single refused value is reported at its own path.
+#[test]
+fn check_never_panics_and_every_error_names_a_field() {
+    let _ports = ports();
+    let env = Env::new();
+    let started = Instant::now();
+    let (ok, err, pinned) = (
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    );
+    let mut runner = runner(PARSE_CASES);
+    let cases = runner.config().cases;
+    let result = runner.run(&case(&env, 0..=3, 0.3), |c| {
+        let r = c.render(&env);
+        pinned.fetch_add(usize::from(r.expect_field.is_some()), Relaxed);
+        match parse_checked(&r)? {
+            Ok(_) => ok.fetch_add(1, Relaxed),
+            Err(_) => err.fetch_add(1, Relaxed),
+        };
+        Ok(())
+    });
+    eprintln!(
+        "config_fuzz (a): {cases} cases in {:.2} s: {} accepted, {} refused ({} of them a single \
+         refused value checked for its path; {} of those placed at the group's first handler, \
+         the known misplacement)",
+        started.elapsed().as_secs_f64(),
+        ok.load(Relaxed),
+        err.load(Relaxed),
+        pinned.load(Relaxed),
+        LATER_HANDLER_PLACED_FIRST.load(Relaxed),
+    );
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    assert!(
+        err.load(Relaxed) > 0 && ok.load(Relaxed) > 0,
+        "one-sided cases"
+    );
+}
+
+/// Property (b): lightly mutated documents; whatever check accepts, `Runtime::new` builds, and
+/// a few all-SCHED_OTHER ones start and shut down.
+#[test]
+fn what_check_accepts_run_builds() {
+    let _ports = ports();
+    let env = Env::new();
+    let started = Instant::now();
+    let (accepted, refused, built, capped, starts, fixed_ports) = (
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    );
+    let mut runner = runner(BUILD_CASES);
+    let cases = runner.config().cases;
+    let result = runner.run(&case(&env, 0..=1, 0.0), |c| {
+        let r = c.render(&env);
+        let cfg = match parse_checked(&r)? {
+            Ok(cfg) => cfg,
+            Err(_) => {
+                refused.fetch_add(1, Relaxed);
+                return Ok(());
+            }
+        };
+        accepted.fetch_add(1, Relaxed);
+        let fixed_port = cfg.groups.iter().flat_map(|g| &g.handlers).any(|h| {
+            matches!(h, HandlerConfig::UdpEcho { bind, .. } | HandlerConfig::TcpEcho { bind, .. } if bind.port() != 0)
+        });
+        fixed_ports.fetch_add(usize::from(fixed_port), Relaxed);
+        let tables: u64 = cfg.groups.iter().map(|g| g.memory().handle_table).sum();
+        if tables > BUILD_CAP_TABLE_BYTES {
+            capped.fetch_add(1, Relaxed);
+            return Ok(());
+        }
+        let startable = !cfg.lock_memory
+            && cfg.groups.iter().all(|g| g.policy == Policy::Other)
+            && cfg.preallocated_bytes() <= START_CAP_BYTES
+            && cfg.groups.iter().map(|g| g.timer_events_per_sec()).sum::<f64>()
+                <= START_CAP_TIMER_RATE;
+        let mut rt = Runtime::new(cfg).map_err(|e| {
+            TestCaseError::fail(format!(
+                "check accepted, Runtime::new refused: {e}\n--- text ---\n{}",
+                r.text
+            ))
+        })?;
+        built.fetch_add(1, Relaxed);
+        if startable && starts.load(Relaxed) < MAX_STARTS {
+            rt.start().map_err(|e| {
+                TestCaseError::fail(format!(
+                    "check accepted, Runtime::start refused: {e}\n--- text ---\n{}",
+                    r.text
+                ))
+            })?;
+            std::thread::sleep(Duration::from_millis(20));
+            rt.shutdown()
+                .map_err(|e| TestCaseError::fail(format!("shutdown: {e}\n{}", r.text)))?;
+            starts.fetch_add(1, Relaxed);
+        }
+        drop(rt);
+        Ok(())
+    });
+    eprintln!(
+        "config_fuzz (b): {cases} cases in {:.2} s: {} accepted ({} binding a fixed port; {} built \
+         by Runtime::new, {} over the build cap, {} also started and shut down), {} refused",
+        started.elapsed().as_secs_f64(),
+        accepted.load(Relaxed),
+        fixed_ports.load(Relaxed),
+        built.load(Relaxed),
+        capped.load(Relaxed),
+        starts.load(Relaxed),
+        refused.load(Relaxed),
+    );
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    // Not vacuous: a fair share of the lightly mutated documents is valid and built.
+    assert!(
+        built.load(Relaxed) * 4 >= cases as usize,
+        "only {} of {cases} cases built",
+        built.load(Relaxed)
+    );
+}
+
+/// The path grammar itself.
+#[test]
+fn path_grammar() {
+    let shape = [1usize, 0];
+    for ok in [
+        "toml",
+        "threads",
+        "runtime",
+        "runtime.rt",
+        "group",
+        "group[1]",
+        "group[0].priority",
+        "group[0].handler",
+        "group[0].handler[0]",
+        "group[0].handler[0].bind",
+    ] {
+        assert!(path_ok(ok, Some(&shape)), "{ok}");
+    }
+    for bad in [
+        "",
+        "group[2]",
+        "group[1].handler[0]",
+        "group[0].handler[1].bind",
+        "group[x]",
+        "runtime.",
+        "group[0].a.b",
+        "a b",
+    ] {
+        assert!(!path_ok(bad, Some(&shape)), "{bad}");
+    }
+}
+
+/// An error in the fields of a group's second `[[group.handler]]` names the first handler and
+/// its line. serde reads an internally tagged enum (`kind = …`) through a buffer without
+/// positions, so toml gives such an error the span of the whole `handler` array, which starts
+/// at the first handler's header; `Places::locate` (src/config/file.rs) then picks the first
+/// handler, and the line of its key of that name when it has one: here line 7, which holds a
+/// valid `interval_us = 1000`. Found by the fuzzer above (which lets exactly this through,
+/// see [`is_later_handler_placed_first`]); a fix is in library code.
+#[test]
+#[ignore = "library bug in src/config/file.rs: errors in a later [[group.handler]] are placed at handler[0]"]
+fn an_error_in_a_later_handler_names_that_handler() {
+    let src = "[[group]]\nname = \"a\"\npriority = 20\n\n[[group.handler]]\nkind = \"timer\"\n\
+               interval_us = 1000\n\n[[group.handler]]\nkind = \"timer\"\ninterval_us = \"x\"\n";
+    for (text, line, field) in [
+        (src.to_string(), 11, "group[0].handler[1].interval_us"),
+        // Unknown and missing keys alike.
+        (
+            src.replace(
+                "interval_us = \"x\"",
+                "interval_us = 5\nbind = \"127.0.0.1:0\"",
+            ),
+            12,
+            "group[0].handler[1].bind",
+        ),
+        (
+            src.replace("interval_us = \"x\"\n", ""),
+            9,
+            "group[0].handler[1].interval_us",
+        ),
+    ] {
+        match lfrt::parse_config(&text) {
+            Err(Error::Config {
+                line: l, field: f, ..
+            }) => assert_eq!((l, f.as_str()), (Some(line), field), "{text}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// `group = []` is refused ("at least one [[group]] is required") without a line, although the
+/// key is written on line 2: `Places::walk` (src/config/file.rs) treats an empty array as an
+/// array of tables, which records no key and no table for it. Found by the fuzzer above (which
+/// lets a `group` error without a line through); a fix is in library code.
+#[test]
+#[ignore = "library bug in src/config/file.rs: `group = []` is refused without a line"]
+fn an_empty_group_array_has_a_line() {
+    match lfrt::parse_config("[runtime]\ngroup = []\n") {
+        Err(Error::Config { line, field, .. }) => {
+            assert_eq!((line, field.as_str()), (Some(2), "group"))
+        }
+        other => panic!("{other:?}"),
+    }
+}
