@@ -307,14 +307,18 @@ impl<H: ?Sized> HandleSet<H> {
         let _ = self.shutdown.write(1);
     }
 
-    /// Drops every handler (closing their fds). Called after all pool threads exited.
-    pub(crate) fn close_all(&self) {
+    /// Drops every handler (closing their fds), each after `before_drop` ran on it (outside
+    /// every slot lock). Called after all pool threads exited.
+    pub(crate) fn close_all(&self, mut before_drop: impl FnMut(&mut H)) {
         for (i, slot) in self.slots.iter().enumerate() {
             let mut g = slot.entry.lock();
             if g.is_some() {
                 let token = Token::new(i as u32, slot.generation.load(Acquire));
-                let e = self.vacate(slot, &mut g, token);
+                let mut e = self.vacate(slot, &mut g, token);
                 drop(g);
+                if let Some(e) = &mut e {
+                    before_drop(&mut e.handler);
+                }
                 self.discard(e);
             }
         }

@@ -101,6 +101,40 @@ pub trait EventHandler: Send + 'static {
     fn after_panic(&mut self) -> Disposition {
         Disposition::Rearm
     }
+
+    /// Called once when the runtime shuts down ([`Runtime::shutdown_within`]) with this handle
+    /// still registered: after every pool thread returned, just before the handler is dropped.
+    /// Not called for a handle removed earlier (by [`Disposition::Close`] or
+    /// [`Registry::deregister`]). A panic in it is caught and counted. Default: nothing.
+    ///
+    /// [`Runtime::shutdown_within`]: crate::Runtime::shutdown_within
+    ///
+    /// # Examples
+    /// ```
+    /// use lfrt::{Context, Disposition, Event, EventHandler, Notifier};
+    /// use std::os::fd::{AsFd, BorrowedFd};
+    /// struct Flusher(Notifier, Vec<u8>);
+    /// impl EventHandler for Flusher {
+    ///     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+    ///     fn handle(&mut self, _: &Event, _: &mut Context) -> Disposition { Disposition::Rearm }
+    ///     fn on_close(&mut self) {
+    ///         self.1.clear(); // e.g. flush what is pending
+    ///     }
+    /// }
+    /// ```
+    fn on_close(&mut self) {}
+}
+
+/// Drops every handler of `handles` after its [`EventHandler::on_close`] (a panic in it is
+/// caught and counted in `drop_panics`). Called after every thread serving `handles` returned.
+pub(crate) fn close_all(handles: &Handles) {
+    handles.close_all(|h| {
+        if catch_unwind(AssertUnwindSafe(|| h.on_close())).is_err() {
+            handles
+                .drop_panics
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
 }
 
 /// Slots in each pool thread's [`DatagramBatch`]: the most datagrams one event handles.
