@@ -356,6 +356,33 @@ impl Registry {
         self.set.deregister(token)
     }
 
+    /// Suspends a handle from any thread: no event of it is dispatched until
+    /// [`resume`](Self::resume); input that arrives meanwhile waits in the fd. If its handler
+    /// is running on another thread this waits until it returns; called from that handler, it
+    /// takes effect when the handler returns (the handle is not re-armed). Returns false if the
+    /// token is stale (the handle was removed, even if its slot was reused) or the handle is
+    /// already suspended.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{Registry, Token};
+    /// # fn f(lane: Registry, token: Token) {
+    /// assert!(lane.suspend(token)); // e.g. back-pressure: stop reading this connection
+    /// // ...
+    /// assert!(lane.resume(token)); // what arrived meanwhile is dispatched now
+    /// # }
+    /// ```
+    pub fn suspend(&self, token: Token) -> bool {
+        self.set.suspend(token)
+    }
+
+    /// Re-arms a suspended handle (for the interest it was last armed for); pending input is
+    /// dispatched. Returns false if the token is stale or the handle is not suspended.
+    /// Example: [`suspend`](Self::suspend).
+    pub fn resume(&self, token: Token) -> bool {
+        self.set.resume(token)
+    }
+
     /// Number of registered handles.
     pub fn len(&self) -> usize {
         self.set.len()
