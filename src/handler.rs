@@ -328,6 +328,7 @@ impl Registry {
     /// Adds a handler; its [`EventHandler::source`] is armed at once.
     ///
     /// # Errors
+    /// [`Error::Blocking`] if the fd is in blocking mode (a read could hang a pool thread);
     /// [`Error::TooManyHandles`] when all `max_handles` slots are used; [`Error::Io`] if epoll
     /// rejects the fd.
     ///
@@ -336,6 +337,16 @@ impl Registry {
     /// `Box` is the caller's allocation.
     pub fn register(&self, handler: Box<dyn EventHandler>) -> Result<Token, Error> {
         let fd = handler.source().as_raw_fd();
+        match crate::sys::fd::is_nonblocking(fd) {
+            Ok(true) => {}
+            Ok(false) => return Err(Error::Blocking { fd }),
+            Err(e) => {
+                return Err(Error::Io {
+                    context: "fcntl(F_GETFL) of a new handle",
+                    source: e,
+                })
+            }
+        }
         let events = handler.interest().bits();
         self.set.register(handler, fd, events)
     }

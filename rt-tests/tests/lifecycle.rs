@@ -195,3 +195,31 @@ fn shutdown_within_names_an_unfinished_handler() {
     );
     std::thread::sleep(Duration::from_millis(1100));
 }
+
+/// Registering a blocking fd is an error naming the fd; the same socket set nonblocking
+/// registers.
+#[test]
+fn a_blocking_fd_is_refused() {
+    struct Sock(std::net::UdpSocket);
+    impl EventHandler for Sock {
+        fn source(&self) -> BorrowedFd<'_> {
+            self.0.as_fd()
+        }
+        fn handle(&mut self, _: &Event, _: &mut Context) -> Disposition {
+            Disposition::Rearm
+        }
+    }
+    let rt = lane(1);
+    let reg = rt.registry("lane").unwrap();
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    match reg.register(Box::new(Sock(s.try_clone().unwrap()))) {
+        Err(e @ Error::Blocking { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("blocking") && text.contains("fd "), "{text}");
+        }
+        other => panic!("expected Blocking, got {other:?}"),
+    }
+    s.set_nonblocking(true).unwrap(); // O_NONBLOCK is per open file: the clone shares it
+    assert!(reg.register(Box::new(Sock(s))).is_ok());
+    assert_eq!(reg.len(), 1);
+}
