@@ -71,6 +71,21 @@ pub enum Error {
     },
     /// The runtime is in the wrong state for the call (e.g. started twice).
     State(&'static str),
+    /// A handler's fd is in blocking mode: a read on it could block a pool thread (and
+    /// shutdown with it). Set it nonblocking (e.g. `set_nonblocking(true)`) before registering.
+    Blocking {
+        /// The fd.
+        fd: i32,
+    },
+    /// Handlers still running when a graceful shutdown's deadline passed
+    /// ([`Runtime::shutdown_within`](crate::Runtime::shutdown_within)); their threads were left
+    /// detached.
+    Unfinished {
+        /// The deadline that passed.
+        deadline: std::time::Duration,
+        /// Each unfinished handler: its group, thread and handle.
+        handlers: Vec<String>,
+    },
 }
 
 impl Error {
@@ -111,6 +126,17 @@ impl fmt::Display for Error {
             Error::TooManyHandles { max } => write!(f, "handle table full: all {max} slots in use (raise max_handles)"),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
             Error::State(s) => f.write_str(s),
+            Error::Blocking { fd } => write!(
+                f,
+                "fd {fd} is in blocking mode: a handler reading it could block its pool thread; \
+                 set it nonblocking (O_NONBLOCK, e.g. set_nonblocking(true)) before registering"
+            ),
+            Error::Unfinished { deadline, handlers } => write!(
+                f,
+                "shutdown: {} handler(s) still running after {deadline:?} (a handler is not returning): {}",
+                handlers.len(),
+                handlers.join("; ")
+            ),
         }
     }
 }

@@ -14,7 +14,9 @@
 //! * a slot's handler runs only under the slot lock, and only after its generation matched the
 //!   event's token; with ONESHOT this means each event is dispatched at most once and no handler
 //!   ever runs on two threads at once;
-//! * a handle is re-armed only after its handler returned;
+//! * a handle is re-armed only after its handler returned, and never while suspended (a
+//!   suspended handle is out of epoll; an event detected before the suspension is dropped
+//!   unrun by `dispatch`, and its readiness stays in the fd for `resume`);
 //! * the only code that runs while a thread holds a slot lock and can call back into the
 //!   handle set is that slot's handler (`handle`, `after_panic`, `interest` in
 //!   [`HandleSet::dispatch`]). So a deregistration that finds its slot lock held by the calling
@@ -36,7 +38,7 @@ use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 
 /// Identifies one registered handle within its group: slot index and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,6 +71,11 @@ const SHUTDOWN: u64 = u64::MAX;
 struct Entry<H: ?Sized> {
     handler: Box<H>,
     fd: RawFd,
+    /// The epoll events it was last armed for (what `resume` arms it for).
+    events: u32,
+    /// Suspended: removed from epoll (`EPOLL_CTL_DEL`) until resumed; an event already
+    /// detected is dropped unrun, its readiness stays in the fd for `resume`.
+    suspended: bool,
 }
 
 struct Slot<H: ?Sized> {
@@ -77,6 +84,9 @@ struct Slot<H: ?Sized> {
     /// Set by the slot's own handler deregistering its handle while it is dispatched; read and
     /// cleared by the same thread before the dispatch unlocks the slot (so `Relaxed`).
     deregister_pending: AtomicBool,
+    /// Set by the slot's own handler suspending (2) or resuming (1) its handle while it is
+    /// dispatched; applied and cleared by the same dispatch (so `Relaxed`).
+    suspend_pending: AtomicU8,
 }
 
 /// What the leader's wait produced.
@@ -147,6 +157,7 @@ impl<H: ?Sized> HandleSet<H> {
                 generation: AtomicU32::new(0),
                 entry: PiMutex::new(None),
                 deregister_pending: AtomicBool::new(false),
+                suspend_pending: AtomicU8::new(0),
             })
             .collect();
         let free = (0..max_handles as u32).rev().collect::<Vec<_>>();
@@ -169,7 +180,12 @@ impl<H: ?Sized> HandleSet<H> {
         })?;
         let slot = &self.slots[index as usize];
         let token = Token::new(index, slot.generation.load(Acquire));
-        *slot.entry.lock() = Some(Entry { handler, fd });
+        *slot.entry.lock() = Some(Entry {
+            handler,
+            fd,
+            events,
+            suspended: false,
+        });
         if let Err(e) = self.epoll.add(fd, events | epoll::ONESHOT, token.0) {
             let entry = slot.entry.lock().take();
             self.free.lock().push(index);
@@ -280,14 +296,31 @@ impl<H: ?Sized> HandleSet<H> {
                 return Ran::Stale;
             }
         };
+        if entry.suspended {
+            // Detected before a suspension took it out of epoll: not run (and not counted as
+            // stale); `resume` re-arms it and the fd reports its readiness again.
+            return Ran::Stale;
+        }
         let (value, next) = run(&mut entry.handler);
         // The handler deregistered its own handle: remove it now, whatever it returned.
         let deregistered = slot.deregister_pending.swap(false, Relaxed);
+        match slot.suspend_pending.swap(0, Relaxed) {
+            2 => entry.suspended = true,
+            1 => entry.suspended = false,
+            _ => {}
+        }
         let rearmed = match next {
-            Next::Rearm(events) if !deregistered => self
-                .epoll
-                .modify(entry.fd, events | epoll::ONESHOT, token.0)
-                .is_ok(),
+            // The handler suspended its own handle: keep it, out of epoll, until resumed.
+            Next::Rearm(events) if !deregistered && entry.suspended => {
+                entry.events = events;
+                self.epoll.delete(entry.fd).is_ok()
+            }
+            Next::Rearm(events) if !deregistered => {
+                entry.events = events;
+                self.epoll
+                    .modify(entry.fd, events | epoll::ONESHOT, token.0)
+                    .is_ok()
+            }
             _ => false,
         };
         if !rearmed {
@@ -302,19 +335,67 @@ impl<H: ?Sized> HandleSet<H> {
         }
     }
 
+    /// Suspends a handle: no event of it is dispatched until [`resume`](Self::resume). Waits
+    /// for its handler if it runs on another thread; called by that handler, takes effect when
+    /// it returns. False if the token is stale or the handle already suspended.
+    pub(crate) fn suspend(&self, token: Token) -> bool {
+        self.set_suspended(token, true)
+    }
+
+    /// Re-arms a suspended handle. False if the token is stale or the handle not suspended.
+    pub(crate) fn resume(&self, token: Token) -> bool {
+        self.set_suspended(token, false)
+    }
+
+    fn set_suspended(&self, token: Token, suspend: bool) -> bool {
+        let Some(slot) = self.slots.get(token.index()) else {
+            return false;
+        };
+        let Some(mut g) = slot.entry.lock_unless_held() else {
+            // Called by this slot's own handler (module invariants), whose dispatch holds the
+            // lock and applies the flag when it returns. Its entry cannot be reached from here,
+            // so the flag travels through `suspend_pending`.
+            return slot.generation.load(Acquire) == token.generation()
+                && slot.suspend_pending.swap(u8::from(suspend) + 1, Relaxed)
+                    != u8::from(suspend) + 1;
+        };
+        match g.as_mut() {
+            Some(e)
+                if slot.generation.load(Acquire) == token.generation()
+                    && e.suspended != suspend =>
+            {
+                let done = if suspend {
+                    // Armed or disarmed (ONESHOT fired), the fd is in epoll until deleted.
+                    self.epoll.delete(e.fd)
+                } else {
+                    self.epoll.add(e.fd, e.events | epoll::ONESHOT, token.0)
+                };
+                if done.is_ok() {
+                    e.suspended = suspend;
+                }
+                done.is_ok()
+            }
+            _ => false,
+        }
+    }
+
     /// Wakes the leader for shutdown (every later wait returns `Wait::Shutdown`).
     pub(crate) fn wake_for_shutdown(&self) {
         let _ = self.shutdown.write(1);
     }
 
-    /// Drops every handler (closing their fds). Called after all pool threads exited.
-    pub(crate) fn close_all(&self) {
+    /// Drops every handler (closing their fds), each after `before_drop` ran on it (outside
+    /// every slot lock). Called after all pool threads exited.
+    pub(crate) fn close_all(&self, mut before_drop: impl FnMut(&mut H)) {
         for (i, slot) in self.slots.iter().enumerate() {
             let mut g = slot.entry.lock();
             if g.is_some() {
                 let token = Token::new(i as u32, slot.generation.load(Acquire));
-                let e = self.vacate(slot, &mut g, token);
+                let mut e = self.vacate(slot, &mut g, token);
                 drop(g);
+                if let Some(e) = &mut e {
+                    before_drop(&mut e.handler);
+                }
                 self.discard(e);
             }
         }

@@ -101,6 +101,40 @@ pub trait EventHandler: Send + 'static {
     fn after_panic(&mut self) -> Disposition {
         Disposition::Rearm
     }
+
+    /// Called once when the runtime shuts down ([`Runtime::shutdown_within`]) with this handle
+    /// still registered: after every pool thread returned, just before the handler is dropped.
+    /// Not called for a handle removed earlier (by [`Disposition::Close`] or
+    /// [`Registry::deregister`]). A panic in it is caught and counted. Default: nothing.
+    ///
+    /// [`Runtime::shutdown_within`]: crate::Runtime::shutdown_within
+    ///
+    /// # Examples
+    /// ```
+    /// use lfrt::{Context, Disposition, Event, EventHandler, Notifier};
+    /// use std::os::fd::{AsFd, BorrowedFd};
+    /// struct Flusher(Notifier, Vec<u8>);
+    /// impl EventHandler for Flusher {
+    ///     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+    ///     fn handle(&mut self, _: &Event, _: &mut Context) -> Disposition { Disposition::Rearm }
+    ///     fn on_close(&mut self) {
+    ///         self.1.clear(); // e.g. flush what is pending
+    ///     }
+    /// }
+    /// ```
+    fn on_close(&mut self) {}
+}
+
+/// Drops every handler of `handles` after its [`EventHandler::on_close`] (a panic in it is
+/// caught and counted in `drop_panics`). Called after every thread serving `handles` returned.
+pub(crate) fn close_all(handles: &Handles) {
+    handles.close_all(|h| {
+        if catch_unwind(AssertUnwindSafe(|| h.on_close())).is_err() {
+            handles
+                .drop_panics
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
 }
 
 /// Slots in each pool thread's [`DatagramBatch`]: the most datagrams one event handles.
@@ -294,6 +328,7 @@ impl Registry {
     /// Adds a handler; its [`EventHandler::source`] is armed at once.
     ///
     /// # Errors
+    /// [`Error::Blocking`] if the fd is in blocking mode (a read could hang a pool thread);
     /// [`Error::TooManyHandles`] when all `max_handles` slots are used; [`Error::Io`] if epoll
     /// rejects the fd.
     ///
@@ -302,6 +337,16 @@ impl Registry {
     /// `Box` is the caller's allocation.
     pub fn register(&self, handler: Box<dyn EventHandler>) -> Result<Token, Error> {
         let fd = handler.source().as_raw_fd();
+        match crate::sys::fd::is_nonblocking(fd) {
+            Ok(true) => {}
+            Ok(false) => return Err(Error::Blocking { fd }),
+            Err(e) => {
+                return Err(Error::Io {
+                    context: "fcntl(F_GETFL) of a new handle",
+                    source: e,
+                })
+            }
+        }
         let events = handler.interest().bits();
         self.set.register(handler, fd, events)
     }
@@ -320,6 +365,33 @@ impl Registry {
     /// [`Disposition::Close`] or coordinate through your own state instead.
     pub fn deregister(&self, token: Token) -> bool {
         self.set.deregister(token)
+    }
+
+    /// Suspends a handle from any thread: no event of it is dispatched until
+    /// [`resume`](Self::resume); input that arrives meanwhile waits in the fd. If its handler
+    /// is running on another thread this waits until it returns; called from that handler, it
+    /// takes effect when the handler returns (the handle is not re-armed). Returns false if the
+    /// token is stale (the handle was removed, even if its slot was reused) or the handle is
+    /// already suspended.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{Registry, Token};
+    /// # fn f(lane: Registry, token: Token) {
+    /// assert!(lane.suspend(token)); // e.g. back-pressure: stop reading this connection
+    /// // ...
+    /// assert!(lane.resume(token)); // what arrived meanwhile is dispatched now
+    /// # }
+    /// ```
+    pub fn suspend(&self, token: Token) -> bool {
+        self.set.suspend(token)
+    }
+
+    /// Re-arms a suspended handle (for the interest it was last armed for); pending input is
+    /// dispatched. Returns false if the token is stale or the handle is not suspended.
+    /// Example: [`suspend`](Self::suspend).
+    pub fn resume(&self, token: Token) -> bool {
+        self.set.resume(token)
     }
 
     /// Number of registered handles.

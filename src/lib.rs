@@ -52,10 +52,10 @@
 //!
 //! | purpose | items |
 //! |---|---|
-//! | run groups | [`Runtime`] (`new`, `registry`, `start`, `metrics`, `stopper`, `shutdown`), [`Stopper`], [`StartReport`], [`SHUTDOWN_TIMEOUT`] |
+//! | run groups | [`Runtime`] (`new`, `registry`, `start`, `metrics`, `metrics_handle`, `stopper`, `wait`, `shutdown`, `shutdown_within`), [`Stopper`], [`MetricsHandle`], [`StartReport`], [`SHUTDOWN_TIMEOUT`] |
 //! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`; errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
 //! | write handlers | [`EventHandler`], [`Event`], [`Interest`], [`Disposition`], [`Context`] (thread-specific storage), [`Registry`], [`Token`], [`Incident`] |
-//! | event sources | [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots) |
+//! | event sources | [`timer`] (callback timers: periodic or one-shot, cancel and re-arm from any thread), [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots) |
 //! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer, and [`handlers::cpu_work`] |
 //! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]) |
 //! | share state across lanes | [`PiMutex`], [`PiMutexGuard`] (priority inheritance) |
@@ -95,6 +95,7 @@ mod runtime;
 mod source;
 mod sync;
 pub mod telemetry;
+pub mod timer;
 mod watchdog;
 
 pub use alloc_count::{is_active as counting_alloc_active, thread_allocations, CountingAlloc};
@@ -111,7 +112,7 @@ pub use handle_set::Token;
 pub use handler::{Context, Disposition, Event, EventHandler, Interest, Registry, DATAGRAM_BATCH};
 pub use metrics::{GroupMetrics, Incident};
 pub use pi_mutex::{PiMutex, PiMutexGuard};
-pub use runtime::{Runtime, StartReport, Stopper, SHUTDOWN_TIMEOUT};
+pub use runtime::{MetricsHandle, Runtime, StartReport, Stopper, SHUTDOWN_TIMEOUT};
 pub use source::{Notifier, Timer};
 pub use sys::net::{Datagram, DatagramBatch};
 

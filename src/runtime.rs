@@ -4,15 +4,16 @@ use crate::alloc_count;
 use crate::config::{HandlerConfig, RtMode, RuntimeConfig};
 use crate::error::Error;
 use crate::group::{pool_thread, Applied, Group, Setup, ThreadSlot};
+use crate::handle_set::Token;
 use crate::handler::EventHandler;
 use crate::handler::Registry;
 use crate::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
 use crate::metrics::GroupMetrics;
 use crate::source::Timer;
-use crate::sys::{self, mem};
+use crate::sys::{self, futex, mem};
 use crate::telemetry::{self, Sample, Telemetry};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -87,6 +88,8 @@ pub struct Runtime {
     state: State,
     /// [`crate::CountingAlloc`] is the global allocator.
     counting: bool,
+    /// Set to 1 (and futex-woken) by [`Stopper::stop`]; [`Runtime::wait`] sleeps on it.
+    stopped: Arc<AtomicU32>,
 }
 
 impl fmt::Debug for Runtime {
@@ -171,6 +174,7 @@ impl Runtime {
                 pending,
             },
             counting: alloc_count::is_active(),
+            stopped: Arc::new(AtomicU32::new(0)),
         })
     }
 
@@ -378,55 +382,52 @@ impl Runtime {
         failure.map_or(Ok(()), Err)
     }
 
-    /// Per-group metrics snapshot.
+    /// Per-group metrics snapshot (the same as [`MetricsHandle::get`]).
     pub fn metrics(&self) -> Vec<GroupMetrics> {
-        self.groups
-            .iter()
-            .map(|g| {
-                let c = &g.counters;
-                let (leader_present, followers) = g.protocol.snapshot();
-                GroupMetrics {
-                    name: g.cfg.name.clone(),
-                    priority: g.cfg.priority,
-                    kernel_sched: g
-                        .threads
-                        .iter()
-                        .map(|t| Applied::describe(t.applied.load(Acquire)))
-                        .collect(),
-                    threads: g.cfg.threads,
-                    dispatched: c.dispatched.load(Relaxed),
-                    promotions: c.promotions.load(Relaxed),
-                    promotions_no_follower: c.vacant.load(Relaxed),
-                    leader_present,
-                    followers,
-                    processing: c.processing.load(Relaxed),
-                    handler_panics: c.panics.load(Relaxed) + g.handles.drop_panics.load(Relaxed),
-                    handles_closed: g.handles.closed.load(Relaxed),
-                    handles_closed_by_handler: c.closed_by_handler.load(Relaxed),
-                    stale_events: g.handles.stale.load(Relaxed),
-                    handles: g.handles.len(),
-                    budget_overruns: c.budget_overruns.load(Relaxed),
-                    restore_failures: c.restore_failures.load(Relaxed),
-                    demotions: c.demotions.load(Relaxed),
-                    pool_allocations: if self.counting {
-                        sum_measured(g.threads.iter().map(ThreadSlot::allocations))
-                    } else {
-                        None
-                    },
-                    pool_minor_faults: sum_measured(g.threads.iter().map(ThreadSlot::minor_faults)),
-                    samples: g.threads.iter().map(|t| t.samples.load(Relaxed)).sum(),
-                    samples_dropped: g
-                        .threads
-                        .iter()
-                        .map(|t| t.samples_dropped.load(Relaxed))
-                        .sum(),
-                    accept_exhausted: g.handles.incidents.accept_exhausted.load(Relaxed),
-                    connections_refused: g.handles.incidents.connections_refused.load(Relaxed),
-                    datagrams_truncated: g.handles.incidents.datagrams_truncated.load(Relaxed),
-                    inbox_refused: g.handles.incidents.inbox_refused.load(Relaxed),
-                }
-            })
-            .collect()
+        snapshot(&self.groups, self.counting)
+    }
+
+    /// A cloneable handle that reads this runtime's metrics from any thread, also while it
+    /// runs and from inside a handler.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{GroupConfig, Runtime, RuntimeConfig};
+    /// # let mut cfg = RuntimeConfig::default();
+    /// # cfg.groups.push(GroupConfig::new("g", 10));
+    /// let rt = Runtime::new(cfg)?;
+    /// let metrics = rt.metrics_handle();
+    /// std::thread::spawn(move || println!("{} dispatched", metrics.get()[0].dispatched));
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn metrics_handle(&self) -> MetricsHandle {
+        MetricsHandle {
+            groups: self.groups.clone(),
+            counting: self.counting,
+        }
+    }
+
+    /// Blocks until a [`Stopper`] of this runtime stopped it (from another thread or from a
+    /// handler); the caller then calls [`shutdown`](Self::shutdown) or
+    /// [`shutdown_within`](Self::shutdown_within). Returns at once if it was already stopped.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{GroupConfig, Runtime, RuntimeConfig};
+    /// # let mut cfg = RuntimeConfig::default();
+    /// # cfg.groups.push(GroupConfig::new("g", 10));
+    /// let mut rt = Runtime::new(cfg)?;
+    /// let stopper = rt.stopper(); // hand it to an admin handler or a signal thread
+    /// rt.start()?;
+    /// # stopper.stop();
+    /// rt.wait();
+    /// rt.shutdown()?;
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn wait(&self) {
+        while self.stopped.load(Acquire) == 0 {
+            futex::wait(&self.stopped, 0);
+        }
     }
 
     /// `(group index, thread index, kernel tid)` of every pool thread (0 before it started).
@@ -447,29 +448,49 @@ impl Runtime {
     pub fn stopper(&self) -> Stopper {
         Stopper {
             groups: self.groups.clone(),
+            stopped: self.stopped.clone(),
         }
     }
 
-    /// Stops every group and waits (at most [`SHUTDOWN_TIMEOUT`]) for every pool thread, whether
-    /// it was leading, following or processing; then closes every handle. Returns the final
-    /// metrics. Calling it again is a no-op returning the metrics. On a runtime that was never
-    /// started it only closes the handles.
+    /// [`shutdown_within`](Self::shutdown_within)`(`[`SHUTDOWN_TIMEOUT`]`)`.
     ///
     /// # Errors
-    /// [`Error::State`] if a thread did not return in time (a handler that never returns);
-    /// that thread is left detached.
+    /// As `shutdown_within`.
     pub fn shutdown(&mut self) -> Result<Vec<GroupMetrics>, Error> {
+        self.shutdown_within(SHUTDOWN_TIMEOUT)
+    }
+
+    /// Graceful shutdown with a deadline: stops every group (no new event is dispatched; a
+    /// leader waiting for one returns), lets the handlers that are running finish, waits up to
+    /// `deadline` for every pool thread; then calls [`EventHandler::on_close`] of every handle
+    /// still registered, drops the handlers (closing their fds) and stops the helper threads.
+    /// Returns the final metrics. Calling it again is a no-op returning the metrics. On a
+    /// runtime that was never started it only closes the handles.
+    ///
+    /// # Errors
+    /// [`Error::Unfinished`] naming the handlers still running at the deadline; their threads
+    /// are left detached and no handler is closed (a running one still holds its handle).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{GroupConfig, Runtime, RuntimeConfig};
+    /// # let mut cfg = RuntimeConfig::default();
+    /// # cfg.groups.push(GroupConfig::new("g", 10));
+    /// let mut rt = Runtime::new(cfg)?;
+    /// rt.start()?;
+    /// let metrics = rt.shutdown_within(std::time::Duration::from_millis(500))?;
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn shutdown_within(&mut self, deadline: Duration) -> Result<Vec<GroupMetrics>, Error> {
         if matches!(self.state, State::Stopped) {
             return Ok(self.metrics());
         }
         // Before `start` this drops the unused telemetry rings and the built-in handlers.
         self.state = State::Stopped;
-        for g in &self.groups {
-            g.stop();
-        }
-        let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
+        self.stopper().stop();
+        let end = Instant::now() + deadline;
         let all_exited = || self.threads.iter().all(JoinHandle::is_finished);
-        while !all_exited() && Instant::now() < deadline {
+        while !all_exited() && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(1));
         }
         let stuck = !all_exited();
@@ -483,16 +504,83 @@ impl Runtime {
             let _ = h.join();
         }
         if stuck {
-            return Err(Error::State(
-                "a pool thread did not return within SHUTDOWN_TIMEOUT (a handler is not returning)",
-            ));
+            let handlers = self
+                .groups
+                .iter()
+                .flat_map(|g| {
+                    g.threads
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, t)| t.busy_since.load(SeqCst) != 0)
+                        .map(move |(i, t)| {
+                            let token = Token::from_raw(t.busy_token.load(Relaxed));
+                            let name = &g.cfg.name;
+                            format!(
+                                "group `{name}` thread lf-{name}-{i} handle {}",
+                                token.index()
+                            )
+                        })
+                })
+                .collect();
+            return Err(Error::Unfinished { deadline, handlers });
         }
         for g in &self.groups {
-            g.handles.close_all();
+            crate::handler::close_all(&g.handles);
         }
         tracing::info!("lfrt stopped");
         Ok(self.metrics())
     }
+}
+
+/// The metrics of `groups` (`counting`: the counting allocator is installed).
+fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
+    groups
+        .iter()
+        .map(|g| {
+            let c = &g.counters;
+            let (leader_present, followers) = g.protocol.snapshot();
+            GroupMetrics {
+                name: g.cfg.name.clone(),
+                priority: g.cfg.priority,
+                kernel_sched: g
+                    .threads
+                    .iter()
+                    .map(|t| Applied::describe(t.applied.load(Acquire)))
+                    .collect(),
+                threads: g.cfg.threads,
+                dispatched: c.dispatched.load(Relaxed),
+                promotions: c.promotions.load(Relaxed),
+                promotions_no_follower: c.vacant.load(Relaxed),
+                leader_present,
+                followers,
+                processing: c.processing.load(Relaxed),
+                handler_panics: c.panics.load(Relaxed) + g.handles.drop_panics.load(Relaxed),
+                handles_closed: g.handles.closed.load(Relaxed),
+                handles_closed_by_handler: c.closed_by_handler.load(Relaxed),
+                stale_events: g.handles.stale.load(Relaxed),
+                handles: g.handles.len(),
+                budget_overruns: c.budget_overruns.load(Relaxed),
+                restore_failures: c.restore_failures.load(Relaxed),
+                demotions: c.demotions.load(Relaxed),
+                pool_allocations: if counting {
+                    sum_measured(g.threads.iter().map(ThreadSlot::allocations))
+                } else {
+                    None
+                },
+                pool_minor_faults: sum_measured(g.threads.iter().map(ThreadSlot::minor_faults)),
+                samples: g.threads.iter().map(|t| t.samples.load(Relaxed)).sum(),
+                samples_dropped: g
+                    .threads
+                    .iter()
+                    .map(|t| t.samples_dropped.load(Relaxed))
+                    .sum(),
+                accept_exhausted: g.handles.incidents.accept_exhausted.load(Relaxed),
+                connections_refused: g.handles.incidents.connections_refused.load(Relaxed),
+                datagrams_truncated: g.handles.incidents.datagrams_truncated.load(Relaxed),
+                inbox_refused: g.handles.incidents.inbox_refused.load(Relaxed),
+            }
+        })
+        .collect()
 }
 
 /// The sum of the measured values; `None` if none is measured.
@@ -516,19 +604,75 @@ impl Drop for Runtime {
     }
 }
 
-/// Stops a runtime from any thread: every group's threads return (the owner's
-/// [`Runtime::shutdown`] then joins them).
+/// Stops a runtime from any thread, also from inside a handler: every group's threads return,
+/// and [`Runtime::wait`] returns (the owner's [`Runtime::shutdown`] then joins them).
+///
+/// # Examples
+/// ```no_run
+/// # use lfrt::{GroupConfig, Runtime, RuntimeConfig};
+/// # let mut cfg = RuntimeConfig::default();
+/// # cfg.groups.push(GroupConfig::new("g", 10));
+/// let mut rt = Runtime::new(cfg)?;
+/// let stopper = rt.stopper();
+/// rt.start()?;
+/// std::thread::spawn(move || stopper.stop());
+/// rt.wait();
+/// rt.shutdown()?;
+/// # Ok::<(), lfrt::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Stopper {
     groups: Vec<Arc<Group>>,
+    stopped: Arc<AtomicU32>,
 }
 
 impl Stopper {
-    /// Asks every group to stop. Does not wait.
+    /// Asks every group to stop and wakes [`Runtime::wait`]. Does not wait.
+    ///
+    /// # Real-time safety
+    /// No allocation, no lock: an eventfd write per group and one futex wake.
     pub fn stop(&self) {
         for g in &self.groups {
             g.stop();
         }
+        self.stopped.store(1, Release);
+        futex::wake(&self.stopped, i32::MAX);
+    }
+}
+
+/// Reads a running runtime's metrics from any thread ([`Runtime::metrics_handle`]).
+///
+/// # Examples
+/// ```no_run
+/// # use lfrt::{GroupConfig, Runtime, RuntimeConfig};
+/// # let mut cfg = RuntimeConfig::default();
+/// # cfg.groups.push(GroupConfig::new("g", 10));
+/// let rt = Runtime::new(cfg)?;
+/// let metrics = rt.metrics_handle();
+/// for g in metrics.get() {
+///     println!("{}: {} events", g.name, g.dispatched);
+/// }
+/// # Ok::<(), lfrt::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct MetricsHandle {
+    groups: Vec<Arc<Group>>,
+    counting: bool,
+}
+
+impl MetricsHandle {
+    /// The same snapshot as [`Runtime::metrics`].
+    ///
+    /// # Real-time safety
+    /// Allocates the snapshot (names, vectors): call it from an admin lane, not a hot path.
+    pub fn get(&self) -> Vec<GroupMetrics> {
+        snapshot(&self.groups, self.counting)
+    }
+}
+
+impl fmt::Debug for MetricsHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("MetricsHandle { .. }")
     }
 }
 

@@ -718,12 +718,12 @@ impl BoundPool {
     }
 
     /// [`shutdown`](Self::shutdown), then removes every unbound handle and drops its handler
-    /// (waiting for a handler that is running). Handlers often hold a clone of the pool and a
+    /// (waiting for a handler that is running) after its [`EventHandler::on_close`](crate::EventHandler::on_close). Handlers often hold a clone of the pool and a
     /// waiter; dropping them breaks that reference cycle. Call it after the threads serving the
     /// pool returned, never from inside a handler.
     pub fn close(&self) {
         self.shutdown();
-        self.inner.handles.close_all();
+        crate::handler::close_all(&self.inner.handles);
     }
 
     /// Records a connection failure (the first reason sticks) and shuts the socket down, which

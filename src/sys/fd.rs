@@ -13,6 +13,12 @@ fn read_u64(fd: BorrowedFd<'_>) -> io::Result<Option<u64>> {
     }
 }
 
+/// True if `fd` has `O_NONBLOCK` set (`fcntl(F_GETFL)`).
+pub(crate) fn is_nonblocking(fd: std::os::fd::RawFd) -> io::Result<bool> {
+    let flags = syscall!(fcntl(fd, libc::F_GETFL))?;
+    Ok(flags & libc::O_NONBLOCK != 0)
+}
+
 /// A nonblocking eventfd.
 #[derive(Debug)]
 pub(crate) struct EventFd(OwnedFd);
