@@ -992,6 +992,7 @@ fn run_once_counting(
             let mut rt = Runtime::new(RuntimeConfig {
                 rt: plan.rt,
                 lock_memory: false,
+                metrics: None,
                 groups,
             })?;
             let started = rt.start()?;
@@ -1242,6 +1243,7 @@ pub fn lock_experiment(plan: &Plan, pi: bool) -> Result<LockResult, BoxError> {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: plan.rt,
         lock_memory: false,
+        metrics: None,
         groups,
     })?;
     rt.start()?;

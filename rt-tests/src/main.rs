@@ -37,9 +37,17 @@ enum Cmd {
         /// forms). Default, or 0: run until SIGINT/SIGTERM.
         #[arg(short = 'D', long, value_name = "TIME", value_parser = rt_tests::duration::parse)]
         duration: Option<Duration>,
-        /// Also write the final metrics as JSON to this file.
+        /// Also write the final metrics as JSON to this file (fields: README, "lfrt run --json").
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Serve live metrics in Prometheus text format at ADDR (GET /metrics), as
+        /// `[runtime] metrics = "ADDR"` does; this flag wins over the file.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
+        /// Print a status block every second (events/s, p99, drops per group) even when stdout
+        /// is not a terminal; on a terminal it is on by default and redrawn in place.
+        #[arg(long)]
+        status: bool,
     },
     /// Draw results as SVG or PNG: the latency histogram of an lfrt cyclic or cyclictest JSON
     /// (two such files are overlaid), or high p99 against N of an lfrt inversion JSON.
@@ -94,7 +102,9 @@ fn main() -> ExitCode {
             config,
             duration,
             json,
-        } => run(&config, duration, json),
+            metrics,
+            status,
+        } => run(&config, duration, json, metrics, status),
         Cmd::Cyclic(args) => rt_tests::cyclic::run(&args),
         Cmd::Plot {
             inputs,
@@ -255,19 +265,61 @@ fn run(
     path: &std::path::Path,
     duration: Option<Duration>,
     json: Option<PathBuf>,
+    metrics: Option<std::net::SocketAddr>,
+    status: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let cfg = lfrt::load_config(path)?;
+    let mut cfg = lfrt::load_config(path)?;
+    if let Some(addr) = metrics {
+        cfg.metrics = Some(addr);
+        cfg.validate()
+            .map_err(|e| format!("--metrics {addr}: {}", e.message))?;
+    }
     print!("{}", plan(&cfg));
     warn_exposed(&cfg);
+    use std::io::IsTerminal;
+    // As cyclictest: redrawn in place on a terminal, appended blocks with --status to a pipe.
+    let mut status = match (status, std::io::stdout().is_terminal()) {
+        (_, true) => Some(rt_tests::live::Status::new(true)),
+        (true, false) => Some(rt_tests::live::Status::new(false)),
+        (false, false) => None,
+    };
     // Block SIGINT/SIGTERM before any thread exists: every thread inherits the mask and the
     // main thread takes the signal synchronously below.
     lfrt::os::block_termination()?;
+    let shared = rt_tests::live::Shared::default();
+    let metrics = cfg.metrics;
+    let publish = metrics.is_some() || status.is_some();
     let mut rt = lfrt::Runtime::new(cfg)?;
+    // Bound after `Runtime::new` (whose validation probes the port) and before `start`, so a
+    // port taken since fails before any RT thread exists. The exporter thread is spawned here,
+    // by this time-shared thread.
+    if let Some(addr) = metrics {
+        let bound = rt_tests::live::serve(addr, shared.clone())
+            .map_err(|e| format!("metrics: cannot serve {addr}: {e}"))?;
+        println!("# metrics: http://{bound}/metrics");
+    }
     let report = rt.start()?;
     let started = Instant::now();
     let limit = duration.filter(|d| !d.is_zero());
     let mut signal = None;
+    // Once a second (on the second since the start): publish a snapshot for the exporter and
+    // print the status block.
+    let mut tick = 0u32;
+    let mut previous: Option<rt_tests::live::Snapshot> = None;
     loop {
+        let now = started.elapsed();
+        if publish && now >= Duration::from_secs(u64::from(tick)) {
+            let snap = rt_tests::live::Snapshot::take(&rt, now);
+            if let (Some(st), Some(prev)) = (status.as_mut(), previous.as_ref()) {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(st.block(prev, &snap).as_bytes());
+                let _ = out.flush();
+            }
+            *shared.lock().unwrap_or_else(|e| e.into_inner()) = snap.clone();
+            previous = Some(snap);
+            tick = now.as_secs() as u32 + 1;
+        }
         let left = match limit {
             Some(l) => match l.checked_sub(started.elapsed()) {
                 Some(left) if !left.is_zero() => left,
@@ -275,7 +327,13 @@ fn run(
             },
             None => Duration::from_secs(3600),
         };
-        if let Some(sig) = lfrt::os::wait_termination(left.min(Duration::from_secs(1)))? {
+        let to_tick = Duration::from_secs(u64::from(tick)).saturating_sub(started.elapsed());
+        let wait = left.min(if publish {
+            to_tick
+        } else {
+            Duration::from_secs(1)
+        });
+        if let Some(sig) = lfrt::os::wait_termination(wait.max(Duration::from_millis(1)))? {
             signal = Some(sig);
             break;
         }
