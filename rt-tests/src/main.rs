@@ -25,14 +25,18 @@ enum Cmd {
     /// Validate a configuration and print the plan (groups, priorities, threads, CPUs, handlers,
     /// preallocated memory, rate warnings).
     Check {
-        /// Configuration file (TOML).
-        config: PathBuf,
+        /// Configuration file (TOML); default: $LFRT_CONFIG.
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        overrides: SetArgs,
     },
     /// Print the plan, run the configuration until --duration ends or SIGINT/SIGTERM arrives,
     /// and print metrics.
     Run {
-        /// Configuration file (TOML).
-        config: PathBuf,
+        /// Configuration file (TOML); default: $LFRT_CONFIG.
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        overrides: SetArgs,
         /// Stop after TIME: `30` or `30s` seconds, `500ms`, `10m`, `1h`, `1d` (cyclictest's -D
         /// forms). Default, or 0: run until SIGINT/SIGTERM.
         #[arg(short = 'D', long, value_name = "TIME", value_parser = rt_tests::duration::parse)]
@@ -83,6 +87,64 @@ enum Cmd {
     },
 }
 
+/// Overrides of the file's values, without editing it.
+#[derive(clap::Args)]
+struct SetArgs {
+    /// Override a value of the file: `--set group.control.priority=90`, `--set group.bulk.cpus=[1]`,
+    /// `--set runtime.rt=required` (PATH is runtime.KEY or group.NAME.KEY; VALUE a TOML value, or
+    /// a string). Repeatable. Precedence: --set over LFRT_SET over the file; LFRT_SET holds
+    /// overrides separated by `;` or newlines.
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    set: Vec<String>,
+}
+
+/// Reads the configuration: CONFIG or $LFRT_CONFIG, then LFRT_SET's overrides, then --set's;
+/// returns it with where each overridden value came from.
+fn load(
+    config: Option<PathBuf>,
+    set: &SetArgs,
+) -> Result<(lfrt::RuntimeConfig, Vec<lfrt::Provenance>), Box<dyn std::error::Error>> {
+    let path = config
+        .or_else(|| std::env::var_os("LFRT_CONFIG").map(PathBuf::from))
+        .ok_or("no configuration: give CONFIG or set LFRT_CONFIG")?;
+    let env = std::env::var("LFRT_SET").unwrap_or_default();
+    let overrides: Vec<lfrt::Override> = env
+        .split([';', '\n'])
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| (lfrt::OverrideSource::Env, t))
+        .chain(
+            set.set
+                .iter()
+                .map(|t| (lfrt::OverrideSource::Flag, t.trim())),
+        )
+        .map(|(source, text)| lfrt::Override {
+            source,
+            text: text.to_string(),
+        })
+        .collect();
+    Ok(lfrt::load_with_overrides(&path, &overrides)?)
+}
+
+/// The plan's lines for the values that do not come from the file: each with its override and
+/// the file's line it replaces.
+fn provenance(p: &[lfrt::Provenance]) -> String {
+    p.iter()
+        .map(|p| {
+            format!(
+                "override {} from {}{}\n",
+                p.path,
+                p.set_by.label(),
+                p.replaced
+                    .as_ref()
+                    .map_or(" (not in the file)".to_string(), |at| format!(
+                        " (replaces {at})"
+                    ))
+            )
+        })
+        .collect()
+}
+
 fn init_tracing() {
     use tracing_subscriber::{fmt, EnvFilter};
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
@@ -97,14 +159,15 @@ fn main() -> ExitCode {
     init_tracing();
     let cli = Cli::parse();
     let result = match cli.cmd {
-        Cmd::Check { config } => check(&config),
+        Cmd::Check { config, overrides } => check(config, &overrides),
         Cmd::Run {
             config,
+            overrides,
             duration,
             json,
             metrics,
             status,
-        } => run(&config, duration, json, metrics, status),
+        } => run(config, &overrides, duration, json, metrics, status),
         Cmd::Cyclic(args) => rt_tests::cyclic::run(&args),
         Cmd::Plot {
             inputs,
@@ -131,12 +194,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
-    // Validation (in `load_config`) refuses what `run` would fail on: ranges, colliding
+fn check(config: Option<PathBuf>, set: &SetArgs) -> Result<(), Box<dyn std::error::Error>> {
+    // Validation (in `load`) refuses what `run` would fail on: ranges, colliding
     // addresses, a plan larger than memory (or RLIMIT_MEMLOCK with lock_memory), and ports
     // that cannot be bound now.
-    let cfg = lfrt::load_config(path)?;
-    print!("{}", plan(&cfg));
+    let (cfg, from) = load(config, set)?;
+    print!("{}{}", plan(&cfg), provenance(&from));
     warn_exposed(&cfg);
     Ok(())
 }
@@ -262,19 +325,20 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
 }
 
 fn run(
-    path: &std::path::Path,
+    config: Option<PathBuf>,
+    set: &SetArgs,
     duration: Option<Duration>,
     json: Option<PathBuf>,
     metrics: Option<std::net::SocketAddr>,
     status: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let mut cfg = lfrt::load_config(path)?;
+    let (mut cfg, from) = load(config, set)?;
     if let Some(addr) = metrics {
         cfg.metrics = Some(addr);
         cfg.validate()
             .map_err(|e| format!("--metrics {addr}: {}", e.message))?;
     }
-    print!("{}", plan(&cfg));
+    print!("{}{}", plan(&cfg), provenance(&from));
     warn_exposed(&cfg);
     use std::io::IsTerminal;
     // As cyclictest: redrawn in place on a terminal, appended blocks with --status to a pipe.

@@ -13,7 +13,7 @@
 mod file;
 
 #[cfg(feature = "toml")]
-pub use file::{load, parse};
+pub use file::{load, load_with_overrides, parse, Override, OverrideSource, Provenance};
 
 use crate::follower_queue::{Promotion, MAX_GROUP_THREADS};
 use crate::handler::Context;
