@@ -13,6 +13,8 @@
 #   HIST_NS  histogram range in ns (default 2000000 = 2 ms; larger latencies count as
 #            overflows, and a percentile inside them is printed as >=range)
 #   OUT_DIR  where the JSON files go (default: a new temporary directory)
+#   LFRT_RT_LOCK_HELD  set by a caller that already holds the RT lock (scripts/rteval.sh): the
+#            runs then do not take it again
 #   LFRT_EXTRA  extra options for lfrt only, for diagnosis (e.g. "--pool-threads 1"); the
 #            parameters are then no longer identical, and the report says so
 #
@@ -55,7 +57,7 @@ run_locked() { # OUT_FILE CMD...
     local out=$1
     shift
     (
-        flock 9
+        [ -n "${LFRT_RT_LOCK_HELD:-}" ] || flock 9
         before=$(ipis)
         "$@" >"$out"
         echo $(($(ipis) - before)) >"$out.ipis"
@@ -143,6 +145,11 @@ for i in range(max(len(ctt), len(lft))):
     if i < len(ctt) and i < len(lft):
         print(row(f"T{i}", stats([ctt[i]]), stats([lft[i]])))
 print(row("all", stats(ctt), stats(lft)))
+ca, la = stats(ctt), stats(lft)
+print("ratios lfrt/cyclictest (all threads): " + " ".join(
+    f"{k}={ratio(la[k], ca[k])}" for k in ("avg", "p99", "p999", "max")))
+print("latency_us cyclictest: " + " ".join(f"{k}={us(ca[k])}" for k in ("avg", "p99", "p999", "max")))
+print("latency_us lfrt:       " + " ".join(f"{k}={us(la[k])}" for k in ("avg", "p99", "p999", "max")))
 
 # The highest-priority lfrt group against all cyclictest threads (cyclictest runs every thread
 # at one priority when -h is given).

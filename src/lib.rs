@@ -100,7 +100,10 @@ mod watchdog;
 
 pub use alloc_count::{is_active as counting_alloc_active, thread_allocations, CountingAlloc};
 #[cfg(feature = "toml")]
-pub use config::{load as load_config, parse as parse_config};
+pub use config::{
+    load as load_config, load_with_overrides, parse as parse_config, Override, OverrideSource,
+    Provenance,
+};
 pub use config::{
     Bytes, Deadline, GroupConfig, GroupMemory, HandlerConfig, Invalid, OnOverrun, Policy, RtMode,
     RuntimeConfig, Section,

@@ -695,6 +695,7 @@ mod tests {
         let mut cfg = RuntimeConfig {
             rt: RtMode::BestEffort,
             lock_memory: false,
+            metrics: None,
             groups: vec![GroupConfig::new("g", 10)],
         };
         cfg.groups[0].threads = 2;

@@ -53,6 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cfg = RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
+        metrics: None,
         groups: vec![control, service],
     };
 

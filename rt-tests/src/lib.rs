@@ -9,6 +9,7 @@
 //! * [`doctor`]: `lfrt doctor`, what this machine and process can do for real time, and whether a
 //!   configuration can run here as intended;
 //! * [`duration`]: the one duration syntax of every command (cyclictest's `30`, `30s`, `10m`, `1h`);
+//! * [`live`]: what `lfrt run` shows while it runs: Prometheus metrics and a status block a second;
 //! * [`inversion`]: `lfrt inversion`, priority-inversion experiments against the baselines;
 //! * [`hsha`]: the Half-Sync/Half-Reactive pool, the queue-based rival the harnesses compare with;
 //! * [`service`]: application work written once and run by every architecture;
@@ -25,6 +26,7 @@ pub mod doctor;
 pub mod duration;
 pub mod hsha;
 pub mod inversion;
+pub mod live;
 pub mod loadgen;
 pub mod plot;
 pub mod service;

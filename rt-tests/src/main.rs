@@ -25,21 +25,33 @@ enum Cmd {
     /// Validate a configuration and print the plan (groups, priorities, threads, CPUs, handlers,
     /// preallocated memory, rate warnings).
     Check {
-        /// Configuration file (TOML).
-        config: PathBuf,
+        /// Configuration file (TOML); default: $LFRT_CONFIG.
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        overrides: SetArgs,
     },
     /// Print the plan, run the configuration until --duration ends or SIGINT/SIGTERM arrives,
     /// and print metrics.
     Run {
-        /// Configuration file (TOML).
-        config: PathBuf,
+        /// Configuration file (TOML); default: $LFRT_CONFIG.
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        overrides: SetArgs,
         /// Stop after TIME: `30` or `30s` seconds, `500ms`, `10m`, `1h`, `1d` (cyclictest's -D
         /// forms). Default, or 0: run until SIGINT/SIGTERM.
         #[arg(short = 'D', long, value_name = "TIME", value_parser = rt_tests::duration::parse)]
         duration: Option<Duration>,
-        /// Also write the final metrics as JSON to this file.
+        /// Also write the final metrics as JSON to this file (fields: README, "lfrt run --json").
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Serve live metrics in Prometheus text format at ADDR (GET /metrics), as
+        /// `[runtime] metrics = "ADDR"` does; this flag wins over the file.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
+        /// Print a status block every second (events/s, p99, drops per group) even when stdout
+        /// is not a terminal; on a terminal it is on by default and redrawn in place.
+        #[arg(long)]
+        status: bool,
     },
     /// Draw results as SVG or PNG: the latency histogram of an lfrt cyclic or cyclictest JSON
     /// (two such files are overlaid), or high p99 against N of an lfrt inversion JSON.
@@ -75,6 +87,64 @@ enum Cmd {
     },
 }
 
+/// Overrides of the file's values, without editing it.
+#[derive(clap::Args)]
+struct SetArgs {
+    /// Override a value of the file: `--set group.control.priority=90`, `--set group.bulk.cpus=[1]`,
+    /// `--set runtime.rt=required` (PATH is runtime.KEY or group.NAME.KEY; VALUE a TOML value, or
+    /// a string). Repeatable. Precedence: --set over LFRT_SET over the file; LFRT_SET holds
+    /// overrides separated by `;` or newlines.
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    set: Vec<String>,
+}
+
+/// Reads the configuration: CONFIG or $LFRT_CONFIG, then LFRT_SET's overrides, then --set's;
+/// returns it with where each overridden value came from.
+fn load(
+    config: Option<PathBuf>,
+    set: &SetArgs,
+) -> Result<(lfrt::RuntimeConfig, Vec<lfrt::Provenance>), Box<dyn std::error::Error>> {
+    let path = config
+        .or_else(|| std::env::var_os("LFRT_CONFIG").map(PathBuf::from))
+        .ok_or("no configuration: give CONFIG or set LFRT_CONFIG")?;
+    let env = std::env::var("LFRT_SET").unwrap_or_default();
+    let overrides: Vec<lfrt::Override> = env
+        .split([';', '\n'])
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| (lfrt::OverrideSource::Env, t))
+        .chain(
+            set.set
+                .iter()
+                .map(|t| (lfrt::OverrideSource::Flag, t.trim())),
+        )
+        .map(|(source, text)| lfrt::Override {
+            source,
+            text: text.to_string(),
+        })
+        .collect();
+    Ok(lfrt::load_with_overrides(&path, &overrides)?)
+}
+
+/// The plan's lines for the values that do not come from the file: each with its override and
+/// the file's line it replaces.
+fn provenance(p: &[lfrt::Provenance]) -> String {
+    p.iter()
+        .map(|p| {
+            format!(
+                "override {} from {}{}\n",
+                p.path,
+                p.set_by.label(),
+                p.replaced
+                    .as_ref()
+                    .map_or(" (not in the file)".to_string(), |at| format!(
+                        " (replaces {at})"
+                    ))
+            )
+        })
+        .collect()
+}
+
 fn init_tracing() {
     use tracing_subscriber::{fmt, EnvFilter};
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
@@ -89,12 +159,15 @@ fn main() -> ExitCode {
     init_tracing();
     let cli = Cli::parse();
     let result = match cli.cmd {
-        Cmd::Check { config } => check(&config),
+        Cmd::Check { config, overrides } => check(config, &overrides),
         Cmd::Run {
             config,
+            overrides,
             duration,
             json,
-        } => run(&config, duration, json),
+            metrics,
+            status,
+        } => run(config, &overrides, duration, json, metrics, status),
         Cmd::Cyclic(args) => rt_tests::cyclic::run(&args),
         Cmd::Plot {
             inputs,
@@ -121,12 +194,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
-    // Validation (in `load_config`) refuses what `run` would fail on: ranges, colliding
+fn check(config: Option<PathBuf>, set: &SetArgs) -> Result<(), Box<dyn std::error::Error>> {
+    // Validation (in `load`) refuses what `run` would fail on: ranges, colliding
     // addresses, a plan larger than memory (or RLIMIT_MEMLOCK with lock_memory), and ports
     // that cannot be bound now.
-    let cfg = lfrt::load_config(path)?;
-    print!("{}", plan(&cfg));
+    let (cfg, from) = load(config, set)?;
+    print!("{}{}", plan(&cfg), provenance(&from));
     warn_exposed(&cfg);
     Ok(())
 }
@@ -252,22 +325,65 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
 }
 
 fn run(
-    path: &std::path::Path,
+    config: Option<PathBuf>,
+    set: &SetArgs,
     duration: Option<Duration>,
     json: Option<PathBuf>,
+    metrics: Option<std::net::SocketAddr>,
+    status: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let cfg = lfrt::load_config(path)?;
-    print!("{}", plan(&cfg));
+    let (mut cfg, from) = load(config, set)?;
+    if let Some(addr) = metrics {
+        cfg.metrics = Some(addr);
+        cfg.validate()
+            .map_err(|e| format!("--metrics {addr}: {}", e.message))?;
+    }
+    print!("{}{}", plan(&cfg), provenance(&from));
     warn_exposed(&cfg);
+    use std::io::IsTerminal;
+    // As cyclictest: redrawn in place on a terminal, appended blocks with --status to a pipe.
+    let mut status = match (status, std::io::stdout().is_terminal()) {
+        (_, true) => Some(rt_tests::live::Status::new(true)),
+        (true, false) => Some(rt_tests::live::Status::new(false)),
+        (false, false) => None,
+    };
     // Block SIGINT/SIGTERM before any thread exists: every thread inherits the mask and the
     // main thread takes the signal synchronously below.
     lfrt::os::block_termination()?;
+    let shared = rt_tests::live::Shared::default();
+    let metrics = cfg.metrics;
+    let publish = metrics.is_some() || status.is_some();
     let mut rt = lfrt::Runtime::new(cfg)?;
+    // Bound after `Runtime::new` (whose validation probes the port) and before `start`, so a
+    // port taken since fails before any RT thread exists. The exporter thread is spawned here,
+    // by this time-shared thread.
+    if let Some(addr) = metrics {
+        let bound = rt_tests::live::serve(addr, shared.clone())
+            .map_err(|e| format!("metrics: cannot serve {addr}: {e}"))?;
+        println!("# metrics: http://{bound}/metrics");
+    }
     let report = rt.start()?;
     let started = Instant::now();
     let limit = duration.filter(|d| !d.is_zero());
     let mut signal = None;
+    // Once a second (on the second since the start): publish a snapshot for the exporter and
+    // print the status block.
+    let mut tick = 0u32;
+    let mut previous: Option<rt_tests::live::Snapshot> = None;
     loop {
+        let now = started.elapsed();
+        if publish && now >= Duration::from_secs(u64::from(tick)) {
+            let snap = rt_tests::live::Snapshot::take(&rt, now);
+            if let (Some(st), Some(prev)) = (status.as_mut(), previous.as_ref()) {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(st.block(prev, &snap).as_bytes());
+                let _ = out.flush();
+            }
+            *shared.lock().unwrap_or_else(|e| e.into_inner()) = snap.clone();
+            previous = Some(snap);
+            tick = now.as_secs() as u32 + 1;
+        }
         let left = match limit {
             Some(l) => match l.checked_sub(started.elapsed()) {
                 Some(left) if !left.is_zero() => left,
@@ -275,7 +391,13 @@ fn run(
             },
             None => Duration::from_secs(3600),
         };
-        if let Some(sig) = lfrt::os::wait_termination(left.min(Duration::from_secs(1)))? {
+        let to_tick = Duration::from_secs(u64::from(tick)).saturating_sub(started.elapsed());
+        let wait = left.min(if publish {
+            to_tick
+        } else {
+            Duration::from_secs(1)
+        });
+        if let Some(sig) = lfrt::os::wait_termination(wait.max(Duration::from_millis(1)))? {
             signal = Some(sig);
             break;
         }

@@ -33,6 +33,7 @@ fn runtime(g: GroupConfig, lock_memory: bool) -> Runtime {
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory,
+        metrics: None,
         groups: vec![g],
     })
     .unwrap()
@@ -352,6 +353,7 @@ fn watchdog_reports_and_demotes_an_overrunning_handler() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
+        metrics: None,
         groups: vec![slow, fast],
     })
     .unwrap();

@@ -23,6 +23,7 @@ fn lane(threads: usize) -> Runtime {
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
+        metrics: None,
         groups: vec![g],
     })
     .unwrap()

@@ -15,6 +15,7 @@ fn cfg(groups: Vec<GroupConfig>) -> RuntimeConfig {
     RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
+        metrics: None,
         groups,
     }
 }
@@ -254,6 +255,7 @@ fn threads_run_at_configured_policy_priority_and_cpus() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
+        metrics: None,
         groups: vec![hi, lo],
     })
     .unwrap();
@@ -394,6 +396,7 @@ fn deadline_lane_runs_under_sched_deadline_with_its_reservation() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
+        metrics: None,
         groups: vec![g],
     })
     .unwrap();

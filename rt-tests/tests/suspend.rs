@@ -16,6 +16,7 @@ fn lane() -> Runtime {
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
+        metrics: None,
         groups: vec![g],
     })
     .unwrap()

@@ -13,7 +13,7 @@
 mod file;
 
 #[cfg(feature = "toml")]
-pub use file::{load, parse};
+pub use file::{load, load_with_overrides, parse, Override, OverrideSource, Provenance};
 
 use crate::follower_queue::{Promotion, MAX_GROUP_THREADS};
 use crate::handler::Context;
@@ -146,6 +146,16 @@ mod named {
         text.parse().map_err(|_| {
             D::Error::custom(format_args!(
                 "`bind`: `{text}` is not an address like \"127.0.0.1:7000\""
+            ))
+        })
+    }
+
+    /// `[runtime] metrics`, an address written as text like a handler's `bind`.
+    pub(super) fn metrics<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map(Some).map_err(|_| {
+            D::Error::custom(format_args!(
+                "`{text}` is not an address like \"127.0.0.1:9464\""
             ))
         })
     }
@@ -402,6 +412,12 @@ pub struct RuntimeConfig {
     pub rt: RtMode,
     /// `mlockall(MCL_CURRENT | MCL_FUTURE)` before the pool starts.
     pub lock_memory: bool,
+    /// Where the `lfrt` command serves live metrics in Prometheus text format
+    /// (`metrics = "127.0.0.1:9464"`); `None`: not served. The runtime itself never reads it:
+    /// the exporter lives in the tools crate, on a thread that is not a pool thread. Validation
+    /// asks for an explicit port and address (no wildcard), not colliding with a `tcp-echo`
+    /// handler's, and bindable now.
+    pub metrics: Option<SocketAddr>,
     /// The groups, highest priority first or in any order.
     pub groups: Vec<GroupConfig>,
 }
@@ -425,6 +441,8 @@ struct Settings {
     rt: RtMode,
     #[serde(default)]
     lock_memory: bool,
+    #[serde(default, deserialize_with = "named::metrics")]
+    metrics: Option<SocketAddr>,
 }
 
 impl From<Document> for RuntimeConfig {
@@ -432,6 +450,7 @@ impl From<Document> for RuntimeConfig {
         RuntimeConfig {
             rt: d.runtime.rt,
             lock_memory: d.runtime.lock_memory,
+            metrics: d.runtime.metrics,
             groups: d.group,
         }
     }
@@ -883,6 +902,30 @@ impl RuntimeConfig {
                 }
             }
         }
+        if let Some(m) = self.metrics {
+            let bad_metrics = |message: String| Invalid {
+                section: Section::Runtime,
+                field: "metrics",
+                message,
+            };
+            // A scraper must know the port, and serving every interface must be written out.
+            if m.port() == 0 || m.ip().is_unspecified() {
+                return Err(bad_metrics(format!(
+                    "{m}: give an explicit address and port, like \"127.0.0.1:9464\" (no port 0, \
+                     no wildcard address)"
+                )));
+            }
+            // The exporter is a TCP listener: only a tcp-echo handler can take its port.
+            if let Some((_, other, at)) = addrs
+                .iter()
+                .find(|(tcp, a, _)| *tcp && addresses_collide(*a, m))
+            {
+                return Err(bad_metrics(format!(
+                    "{m} collides with {other} of `{}`",
+                    at.path("bind")
+                )));
+            }
+        }
         // Per-thread priorities must stay inside the group's lane: at most the group's priority
         // and above every lower group's, so lanes never interleave.
         for (gi, g) in self.groups.iter().enumerate() {
@@ -965,8 +1008,18 @@ impl RuntimeConfig {
         })
     }
 
-    /// Binds every handler's address and drops the socket at once: the port is free *now*.
+    /// Binds every handler's address, and the metrics address, and drops the socket at once:
+    /// the port is free *now*.
     fn check_binds(&self) -> Result<(), Invalid> {
+        if let Some(addr) = self.metrics {
+            std::net::TcpListener::bind(addr)
+                .map_err(|e| Invalid {
+                    section: Section::Runtime,
+                    field: "metrics",
+                    message: format!("cannot bind {addr}: {e}"),
+                })
+                .map(drop)?;
+        }
         for (gi, g) in self.groups.iter().enumerate() {
             for (hi, h) in g.handlers.iter().enumerate() {
                 let probe = match *h {
@@ -1002,6 +1055,7 @@ mod tests {
         RuntimeConfig {
             rt: RtMode::BestEffort,
             lock_memory: false,
+            metrics: None,
             groups,
         }
     }
@@ -1137,6 +1191,45 @@ mod tests {
             work_us: 0,
         });
         cfg(vec![a, b]).validate_on(&machine()).unwrap();
+    }
+
+    #[test]
+    fn metrics_address_is_validated() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut c = cfg(vec![GroupConfig::new("a", 80)]);
+        c.metrics = Some(format!("127.0.0.1:{port}").parse().unwrap());
+        c.validate_on(&machine()).unwrap();
+        for wrong in ["127.0.0.1:0", "0.0.0.0:9464", "[::]:9464"] {
+            c.metrics = Some(wrong.parse().unwrap());
+            let e = c.validate_on(&machine()).unwrap_err();
+            assert_eq!(e.path(), "runtime.metrics", "{wrong}");
+        }
+        // A tcp-echo on the same port collides; a udp-echo does not.
+        c.metrics = Some(format!("127.0.0.1:{port}").parse().unwrap());
+        c.groups[0].handlers.push(udp(&format!("0.0.0.0:{port}")));
+        c.check_settings(&[0, 1]).unwrap();
+        c.groups[0].handlers.push(HandlerConfig::TcpEcho {
+            bind: format!("0.0.0.0:{port}").parse().unwrap(),
+            work_us: 0,
+        });
+        let e = c.check_settings(&[0, 1]).unwrap_err();
+        assert_eq!(e.path(), "runtime.metrics");
+        assert!(
+            e.message.contains("group[0].handler[1].bind"),
+            "{}",
+            e.message
+        );
+        // A port in use now is refused like a handler's.
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        c.groups[0].handlers.clear();
+        c.metrics = Some(held.local_addr().unwrap());
+        let e = c.validate_on(&machine()).unwrap_err();
+        assert_eq!(e.path(), "runtime.metrics");
+        assert!(e.message.contains("in use"), "{}", e.message);
     }
 
     #[test]

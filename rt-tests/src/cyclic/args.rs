@@ -343,6 +343,7 @@ pub(crate) fn from_flags(
             RtMode::Required
         },
         lock_memory: a.mlockall,
+        metrics: None,
         groups: vec![g],
     };
     config
