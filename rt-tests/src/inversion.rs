@@ -21,7 +21,7 @@
 //! * `hsha`: the Half-Sync/Half-Reactive pool of [`crate::hsha`]: an I/O thread and
 //!   2 × `--threads` workers, all at `--high-prio`.
 //!
-//! Each (architecture, N) pair gets a fresh server and the same load for `--duration-s`; the
+//! Each (architecture, N) pair gets a fresh server and the same load for `--duration`; the
 //! first `--warmup-ms` of high events are left out of the latency figures (not of the loss
 //! count). Every datagram carries `(stream, sequence, send time)`; the service counts each
 //! sequence number it sees, so *lost* (sent, never served) and *duplicates* are exact per
@@ -135,9 +135,10 @@ pub struct InversionArgs {
     /// CPU work per low-priority datagram, µs (thread CPU time).
     #[arg(long, default_value_t = 100)]
     pub work_us: u64,
-    /// Length of each run, s (includes the warm-up).
-    #[arg(long, default_value_t = 5.0)]
-    pub duration_s: f64,
+    /// Length of each run, including the warm-up (`5`, `5s`, `1500ms`: the duration syntax of
+    /// every lfrt command).
+    #[arg(long, value_name = "TIME", default_value = "5", value_parser = crate::duration::parse)]
+    pub duration: Duration,
     /// High-priority events left out of the latency figures at the start of each run, ms.
     #[arg(long, default_value_t = 200)]
     pub warmup_ms: u64,
@@ -189,7 +190,7 @@ pub struct InversionArgs {
     #[arg(long, default_value_t = 1000)]
     pub cs_us: u64,
     /// Run everything in well under a minute: N = 0,4,16, 2 s runs, 5 lock repetitions
-    /// (overrides --n-low, --duration-s and --lock-reps).
+    /// (overrides --n-low, --duration and --lock-reps).
     #[arg(long)]
     pub quick: bool,
     /// Also write the results as JSON to this file.
@@ -268,7 +269,7 @@ impl InversionArgs {
         let mut a = self.clone();
         if a.quick {
             a.n_low = vec![0, 4, 16];
-            a.duration_s = a.duration_s.min(2.0);
+            a.duration = a.duration.min(Duration::from_secs(2));
             a.lock_reps = a.lock_reps.min(5);
         }
         let cpus = os::available_cpus();
@@ -288,12 +289,12 @@ impl InversionArgs {
             format!("--work-us {}: at most 10000", a.work_us),
         )?;
         check(
-            (0.5..=60.0).contains(&a.duration_s),
-            format!("--duration-s {}: 0.5 to 60", a.duration_s),
+            (Duration::from_millis(500)..=Duration::from_secs(60)).contains(&a.duration),
+            format!("--duration {:?}: 500ms to 60s", a.duration),
         )?;
         check(
-            (a.warmup_ms as f64) < a.duration_s * 500.0,
-            "--warmup-ms: less than half of --duration-s".into(),
+            u128::from(a.warmup_ms) * 2 < a.duration.as_millis(),
+            "--warmup-ms: less than half of --duration".into(),
         )?;
         check(
             (1..=MAX_RATE).contains(&a.rate),
@@ -357,7 +358,7 @@ impl InversionArgs {
             architectures: arch,
             n_low: a.n_low,
             work_ns: a.work_us * 1000,
-            duration: Duration::from_secs_f64(a.duration_s),
+            duration: a.duration,
             warmup: Duration::from_millis(a.warmup_ms),
             rate: a.rate,
             interval_ns: a.interval_us * 1000,

@@ -16,18 +16,7 @@ use std::sync::Arc;
 const PRODUCERS: u64 = 4;
 const PER_PRODUCER: u64 = 10_000;
 
-fn lane(threads: usize) -> Runtime {
-    let mut g = GroupConfig::new("lane", 10);
-    g.threads = threads;
-    g.buffer_bytes = 2048;
-    Runtime::new(RuntimeConfig {
-        rt: RtMode::BestEffort,
-        lock_memory: false,
-        metrics: None,
-        groups: vec![g],
-    })
-    .unwrap()
-}
+use util::lane;
 
 /// Posts `value` until the inbox takes it; returns how many times it was handed back.
 fn post_until_taken(poster: &Poster<u64>, mut value: u64) -> u64 {

@@ -22,7 +22,7 @@ fn short_plan() -> Option<Plan> {
     let args = InversionArgs {
         n_low: vec![3],
         work_us: 20,
-        duration_s: 1.0,
+        duration: std::time::Duration::from_secs(1),
         warmup_ms: 100,
         rate: 500,
         interval_us: 2000,

@@ -14,18 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-fn lane(threads: usize) -> Runtime {
-    let mut g = GroupConfig::new("lane", 10);
-    g.threads = threads;
-    g.buffer_bytes = 2048;
-    Runtime::new(RuntimeConfig {
-        rt: RtMode::BestEffort,
-        lock_memory: false,
-        metrics: None,
-        groups: vec![g],
-    })
-    .unwrap()
-}
+use util::lane;
 
 /// Occupies the pool thread that handles its notification until released (at most 10 s).
 struct Blocker {

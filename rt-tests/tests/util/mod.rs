@@ -77,3 +77,18 @@ pub fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// A runtime with one best-effort lane `"lane"` (priority 10, 2 KiB buffers) of `threads`
+/// threads, built but not started.
+pub fn lane(threads: usize) -> lfrt::Runtime {
+    let mut g = lfrt::GroupConfig::new("lane", 10);
+    g.threads = threads;
+    g.buffer_bytes = 2048;
+    lfrt::Runtime::new(lfrt::RuntimeConfig {
+        rt: lfrt::RtMode::BestEffort,
+        lock_memory: false,
+        metrics: None,
+        groups: vec![g],
+    })
+    .unwrap()
+}
