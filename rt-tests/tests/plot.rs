@@ -2,6 +2,8 @@
 //! files opened again (an XML parser for SVG, a PNG decoder for PNG) and checked for the
 //! stated size and every series; bad input fails with exit status 2 and a clear message.
 
+mod util;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -158,7 +160,10 @@ fn every_result_kind_draws_as_svg_and_png_with_every_series() {
     ];
     let font = Path::new(FONT).exists();
     if !font {
-        eprintln!("SKIP the PNG half: {FONT} missing (Debian fonts-dejavu-core; CI installs it)");
+        util::skip(
+            "every_result_kind_draws_as_svg_and_png_with_every_series (PNG half)",
+            &format!("{FONT} missing (Debian fonts-dejavu-core; CI installs it)"),
+        );
     }
     for (name, inputs, labels, longest) in cases {
         let svg_path = dir.join(format!("{name}.svg"));
