@@ -256,9 +256,52 @@ fn deserialize(src: &str) -> Result<(RuntimeConfig, Places), Located> {
     let doc = DeTable::parse(src)
         .map_err(|e| (e.span(), "toml".to_string(), e.message().trim().to_string()))?;
     let places = Places::of(doc.get_ref());
-    let cfg = RuntimeConfig::deserialize(toml::de::Deserializer::from(doc))
-        .map_err(|e| places.locate(&e))?;
+    let cfg = RuntimeConfig::deserialize(toml::de::Deserializer::from(doc)).map_err(|e| {
+        let located = places.locate(&e);
+        later_handler(src, &places, &located.1).unwrap_or(located)
+    })?;
     Ok((cfg, places))
+}
+
+/// serde reads the `kind`-tagged handler tables through a buffer without positions, so an error
+/// in any `[[group.handler]]` of a group comes back with the span of the whole array, which
+/// `locate` places at the group's first handler. When the group has several handlers, each is
+/// deserialized on its own to find the one that fails, and its own error is placed in it.
+fn later_handler(src: &str, places: &Places, path: &str) -> Option<Located> {
+    let group: usize = path
+        .strip_prefix("group[")?
+        .split_once("].handler")?
+        .0
+        .parse()
+        .ok()?;
+    let doc: toml::Table = src.parse().ok()?;
+    let handlers = doc
+        .get("group")?
+        .as_array()?
+        .get(group)?
+        .get("handler")?
+        .as_array()?;
+    if handlers.len() < 2 {
+        return None;
+    }
+    handlers.iter().enumerate().find_map(|(i, item)| {
+        let e = super::HandlerConfig::deserialize(item.clone()).err()?;
+        let whole = e.message().trim().to_string();
+        let (field, message) = match split_named(&whole) {
+            Some((f, m)) => (f.to_string(), m.to_string()),
+            None => {
+                let quoted = ["unknown field `", "missing field `"]
+                    .iter()
+                    .find_map(|p| whole.strip_prefix(p))
+                    .and_then(|rest| rest.split('`').next())
+                    .unwrap_or("")
+                    .to_string();
+                (quoted, whole.clone())
+            }
+        };
+        let section = Section::Handler { group, handler: i };
+        Some((places.find(section, &field), section.path(&field), message))
+    })
 }
 
 /// 1-based line of a byte offset.
@@ -554,11 +597,14 @@ threads = 1
             (line, field.as_str()),
             (Some(4), "group[0].handler[0].interval_us")
         );
-        // With two items toml does not say which one: the array is named, the field kept.
+        // With two items toml does not say which one; each item is then checked on its own.
         let two = one.replace("[{", "[{ kind = \"timer\", interval_us = 5 }, {");
         let (line, field, msg) = err(&two);
-        assert_eq!((line, field.as_str()), (Some(4), "group[0].handler"));
-        assert!(msg.starts_with("`interval_us`: invalid type"), "{msg}");
+        assert_eq!(
+            (line, field.as_str()),
+            (Some(4), "group[0].handler[1].interval_us")
+        );
+        assert!(msg.starts_with("invalid type"), "{msg}");
         let groups = "group = [{ name = \"a\", priority = \"high\" }]\n";
         let (line, field, _) = err(groups);
         assert_eq!((line, field.as_str()), (Some(1), "group[0].priority"));
