@@ -545,7 +545,7 @@ const STRS: [&str; 22] = [
     "rr",
     "other",
     "FIFO",
-    "deadline",
+    "sporadic",
     "priority",
     "lifo",
     "report",

@@ -284,24 +284,38 @@ fn later_handler(src: &str, places: &Places, path: &str) -> Option<Located> {
     if handlers.len() < 2 {
         return None;
     }
-    handlers.iter().enumerate().find_map(|(i, item)| {
-        let e = super::HandlerConfig::deserialize(item.clone()).err()?;
-        let whole = e.message().trim().to_string();
-        let (field, message) = match split_named(&whole) {
-            Some((f, m)) => (f.to_string(), m.to_string()),
-            None => {
-                let quoted = ["unknown field `", "missing field `"]
-                    .iter()
-                    .find_map(|p| whole.strip_prefix(p))
-                    .and_then(|rest| rest.split('`').next())
-                    .unwrap_or("")
-                    .to_string();
-                (quoted, whole.clone())
-            }
-        };
-        let section = Section::Handler { group, handler: i };
-        Some((places.find(section, &field), section.path(&field), message))
-    })
+    // The first handler that fails on its own is the culprit.
+    let (i, e) = handlers.iter().enumerate().find_map(|(i, item)| {
+        super::HandlerConfig::deserialize(item.clone())
+            .err()
+            .map(|e| (i, e))
+    })?;
+    let whole = e.message().trim().to_string();
+    let (field, message) = match split_named(&whole) {
+        Some((f, m)) => (f.to_string(), m.to_string()),
+        None => {
+            let quoted = ["unknown field `", "missing field `"]
+                .iter()
+                .find_map(|p| whole.strip_prefix(p))
+                .and_then(|rest| rest.split('`').next())
+                .unwrap_or("")
+                .to_string();
+            (quoted, whole.clone())
+        }
+    };
+    let section = Section::Handler { group, handler: i };
+    if field.is_empty() {
+        // No field named (a bad `kind` tag): keep `locate`'s answer if it is in this handler,
+        // else name the tag.
+        if path.starts_with(&section.path("")) {
+            return None;
+        }
+        let span = places.find(section, "kind")?;
+        return Some((Some(span), section.path("kind"), message));
+    }
+    // Not placeable (the item is not a table): keep `locate`'s answer.
+    let span = places.find(section, &field)?;
+    Some((Some(span), section.path(&field), message))
 }
 
 /// 1-based line of a byte offset.
