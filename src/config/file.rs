@@ -362,7 +362,7 @@ impl Places {
                 }
                 (Section::Root, "group", DeValue::Array(items))
                 | (Section::Group(_), "handler", DeValue::Array(items))
-                    if items.iter().all(|v| v.get_ref().is_table()) =>
+                    if !items.is_empty() && items.iter().all(|v| v.get_ref().is_table()) =>
                 {
                     let inner = |i| match section {
                         Section::Group(group) => Section::Handler { group, handler: i },
