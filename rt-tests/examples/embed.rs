@@ -36,9 +36,11 @@ impl EventHandler for Uppercase {
         let batch = ctx.datagrams();
         if batch.recv(self.socket.as_fd()).is_ok() {
             for i in 0..batch.len() {
-                batch.get(i).payload_mut().make_ascii_uppercase(); // reply in place
+                let mut d = batch.get(i);
+                d.payload_mut().make_ascii_uppercase(); // rewrite in place
+                d.answer(); // mark it: only marked datagrams are answered
             }
-            batch.reply(self.socket.as_fd()); // one sendmmsg, each reply to its source
+            batch.reply(self.socket.as_fd()); // one sendmmsg, each answer to its source
         }
         Disposition::Rearm
     }
