@@ -20,7 +20,9 @@
 //!
 //! ## Quick start
 //! ```no_run
-//! use lfrt::{Context, Disposition, Event, EventHandler, GroupConfig, Runtime, RuntimeConfig};
+//! use lfrt::{
+//!     Context, Disposition, Event, EventHandler, GroupConfig, Policy, Runtime, RuntimeConfig,
+//! };
 //! use std::net::UdpSocket;
 //! use std::os::fd::{AsFd, BorrowedFd};
 //!
@@ -37,7 +39,7 @@
 //! }
 //!
 //! let mut cfg = RuntimeConfig::default();
-//! cfg.groups.push(GroupConfig::new("control", 80));
+//! cfg.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
 //! let mut rt = Runtime::new(cfg)?;
 //! let sock = UdpSocket::bind("127.0.0.1:7000").unwrap();
 //! sock.set_nonblocking(true).unwrap();

@@ -9,7 +9,7 @@
 
 use lfrt::handlers::PeriodicTimer;
 use lfrt::{
-    Context, Disposition, Event, EventHandler, GroupConfig, Promotion, RtMode, Runtime,
+    Context, Disposition, Event, EventHandler, GroupConfig, Policy, Promotion, RtMode, Runtime,
     RuntimeConfig, Timer,
 };
 use std::net::UdpSocket;
@@ -47,9 +47,9 @@ impl EventHandler for Uppercase {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut control = GroupConfig::new("control", 80);
+    let mut control = GroupConfig::new("control", Policy::Fifo, 80);
     control.threads = 1;
-    let mut service = GroupConfig::new("service", 40);
+    let mut service = GroupConfig::new("service", Policy::Fifo, 40);
     service.threads = 2;
     service.promotion = Promotion::Lifo;
     let cfg = RuntimeConfig {

@@ -564,14 +564,14 @@ fn soak_under_load_loses_nothing_and_stays_flat() {
     let duration = soak_duration();
     let fifo = util::rt_allowed("soak_under_load_loses_nothing_and_stays_flat", 60);
     let lane = |name: &str, priority: u8, buffer_bytes: usize| {
-        let mut g = GroupConfig::new(name, priority);
+        let mut g = if fifo {
+            GroupConfig::new(name, Policy::Fifo, priority)
+        } else {
+            GroupConfig::new(name, Policy::Other, 0)
+        };
         g.threads = 2;
         g.buffer_bytes = buffer_bytes;
         g.max_handles = 256;
-        if !fifo {
-            g.policy = Policy::Other;
-            g.priority = 0;
-        }
         g
     };
     let mut rt = Runtime::new(RuntimeConfig {
