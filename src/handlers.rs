@@ -111,10 +111,14 @@ impl EventHandler for UdpEcho {
                 Err(_) => return Disposition::Rearm,
             }
         }
-        // Echo verbatim: `recv` set each reply to the received bytes (and a datagram longer
-        // than a slot, truncated, to nothing), so the work is all there is to do.
-        for _ in 0..batch.len() {
+        // Echo verbatim every datagram that arrived whole; one longer than a slot (truncated)
+        // is not answered, only counted below.
+        for i in 0..batch.len() {
             busy_work(self.work_us);
+            let mut d = batch.get(i);
+            if !d.is_truncated() {
+                d.answer();
+            }
         }
         let truncated = batch.truncated() as u64;
         // A full send buffer drops an echo, as UDP may; the client counts it lost.

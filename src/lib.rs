@@ -20,7 +20,9 @@
 //!
 //! ## Quick start
 //! ```no_run
-//! use lfrt::{Context, Disposition, Event, EventHandler, GroupConfig, Runtime, RuntimeConfig};
+//! use lfrt::{
+//!     Context, Disposition, Event, EventHandler, GroupConfig, Policy, Runtime, RuntimeConfig,
+//! };
 //! use std::net::UdpSocket;
 //! use std::os::fd::{AsFd, BorrowedFd};
 //!
@@ -37,7 +39,7 @@
 //! }
 //!
 //! let mut cfg = RuntimeConfig::default();
-//! cfg.groups.push(GroupConfig::new("control", 80));
+//! cfg.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
 //! let mut rt = Runtime::new(cfg)?;
 //! let sock = UdpSocket::bind("127.0.0.1:7000").unwrap();
 //! sock.set_nonblocking(true).unwrap();
@@ -55,7 +57,7 @@
 //! | run groups | [`Runtime`] (`new`, `registry`, `start`, `metrics`, `metrics_handle`, `stopper`, `wait`, `shutdown`, `shutdown_within`), [`Stopper`], [`MetricsHandle`], [`StartReport`], [`SHUTDOWN_TIMEOUT`] |
 //! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`; errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
 //! | write handlers | [`EventHandler`], [`Event`], [`Interest`], [`Disposition`], [`Context`] (thread-specific storage), [`Registry`], [`Token`], [`Incident`] |
-//! | event sources | [`timer`] (callback timers: periodic or one-shot, cancel and re-arm from any thread), [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots) |
+//! | event sources | [`timer`] (callback timers: periodic or one-shot, cancel and re-arm from any thread), [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots; only the datagrams a handler marks with [`Datagram::answer`] are answered) |
 //! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer, and [`handlers::cpu_work`] |
 //! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]) |
 //! | share state across lanes | [`PiMutex`], [`PiMutexGuard`] (priority inheritance) |

@@ -62,9 +62,9 @@ enum Pending {
 ///
 /// # Examples
 /// ```no_run
-/// use lfrt::{GroupConfig, Runtime, RuntimeConfig};
+/// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
 /// let mut cfg = RuntimeConfig::default();
-/// cfg.groups.push(GroupConfig::new("control", 80));
+/// cfg.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
 /// let mut rt = Runtime::new(cfg)?;
 /// // rt.registry("control").unwrap().register(Box::new(my_handler))?;
 /// rt.start()?;
@@ -392,9 +392,9 @@ impl Runtime {
     ///
     /// # Examples
     /// ```no_run
-    /// # use lfrt::{GroupConfig, Runtime, RuntimeConfig};
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
     /// # let mut cfg = RuntimeConfig::default();
-    /// # cfg.groups.push(GroupConfig::new("g", 10));
+    /// # cfg.groups.push(GroupConfig::new("g", Policy::Fifo, 10));
     /// let rt = Runtime::new(cfg)?;
     /// let metrics = rt.metrics_handle();
     /// std::thread::spawn(move || println!("{} dispatched", metrics.get()[0].dispatched));
@@ -413,9 +413,9 @@ impl Runtime {
     ///
     /// # Examples
     /// ```no_run
-    /// # use lfrt::{GroupConfig, Runtime, RuntimeConfig};
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
     /// # let mut cfg = RuntimeConfig::default();
-    /// # cfg.groups.push(GroupConfig::new("g", 10));
+    /// # cfg.groups.push(GroupConfig::new("g", Policy::Fifo, 10));
     /// let mut rt = Runtime::new(cfg)?;
     /// let stopper = rt.stopper(); // hand it to an admin handler or a signal thread
     /// rt.start()?;
@@ -473,9 +473,9 @@ impl Runtime {
     ///
     /// # Examples
     /// ```no_run
-    /// # use lfrt::{GroupConfig, Runtime, RuntimeConfig};
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
     /// # let mut cfg = RuntimeConfig::default();
-    /// # cfg.groups.push(GroupConfig::new("g", 10));
+    /// # cfg.groups.push(GroupConfig::new("g", Policy::Fifo, 10));
     /// let mut rt = Runtime::new(cfg)?;
     /// rt.start()?;
     /// let metrics = rt.shutdown_within(std::time::Duration::from_millis(500))?;
@@ -609,9 +609,9 @@ impl Drop for Runtime {
 ///
 /// # Examples
 /// ```no_run
-/// # use lfrt::{GroupConfig, Runtime, RuntimeConfig};
+/// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
 /// # let mut cfg = RuntimeConfig::default();
-/// # cfg.groups.push(GroupConfig::new("g", 10));
+/// # cfg.groups.push(GroupConfig::new("g", Policy::Fifo, 10));
 /// let mut rt = Runtime::new(cfg)?;
 /// let stopper = rt.stopper();
 /// rt.start()?;
@@ -644,9 +644,9 @@ impl Stopper {
 ///
 /// # Examples
 /// ```no_run
-/// # use lfrt::{GroupConfig, Runtime, RuntimeConfig};
+/// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
 /// # let mut cfg = RuntimeConfig::default();
-/// # cfg.groups.push(GroupConfig::new("g", 10));
+/// # cfg.groups.push(GroupConfig::new("g", Policy::Fifo, 10));
 /// let rt = Runtime::new(cfg)?;
 /// let metrics = rt.metrics_handle();
 /// for g in metrics.get() {
@@ -685,7 +685,7 @@ impl fmt::Debug for Stopper {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::GroupConfig;
+    use crate::config::{GroupConfig, Policy};
 
     /// A pool thread that panics before reporting ready (its set-up channel closes without a
     /// message) fails the start with an error naming its group, thread and panic, instead of
@@ -696,7 +696,7 @@ mod tests {
             rt: RtMode::BestEffort,
             lock_memory: false,
             metrics: None,
-            groups: vec![GroupConfig::new("g", 10)],
+            groups: vec![GroupConfig::new("g", Policy::Fifo, 10)],
         };
         cfg.groups[0].threads = 2;
         let mut rt = Runtime::new(cfg).unwrap();

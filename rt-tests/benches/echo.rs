@@ -196,12 +196,12 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
         .collect();
     match arch {
         Arch::Lfrt | Arch::LfrtConcurrent | Arch::LfrtPerDatagram => {
-            let mut g = lfrt::GroupConfig::new("echo", o.fifo.unwrap_or(0));
-            g.policy = if o.fifo.is_some() {
+            let policy = if o.fifo.is_some() {
                 lfrt::Policy::Fifo
             } else {
                 lfrt::Policy::Other
             };
+            let mut g = lfrt::GroupConfig::new("echo", policy, o.fifo.unwrap_or(0));
             g.threads = o.threads;
             if arch == Arch::LfrtConcurrent {
                 g.promotion = lfrt::Promotion::Concurrent;

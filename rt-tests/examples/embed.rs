@@ -9,7 +9,7 @@
 
 use lfrt::handlers::PeriodicTimer;
 use lfrt::{
-    Context, Disposition, Event, EventHandler, GroupConfig, Promotion, RtMode, Runtime,
+    Context, Disposition, Event, EventHandler, GroupConfig, Policy, Promotion, RtMode, Runtime,
     RuntimeConfig, Timer,
 };
 use std::net::UdpSocket;
@@ -36,18 +36,20 @@ impl EventHandler for Uppercase {
         let batch = ctx.datagrams();
         if batch.recv(self.socket.as_fd()).is_ok() {
             for i in 0..batch.len() {
-                batch.get(i).payload_mut().make_ascii_uppercase(); // reply in place
+                let mut d = batch.get(i);
+                d.payload_mut().make_ascii_uppercase(); // rewrite in place
+                d.answer(); // mark it: only marked datagrams are answered
             }
-            batch.reply(self.socket.as_fd()); // one sendmmsg, each reply to its source
+            batch.reply(self.socket.as_fd()); // one sendmmsg, each answer to its source
         }
         Disposition::Rearm
     }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut control = GroupConfig::new("control", 80);
+    let mut control = GroupConfig::new("control", Policy::Fifo, 80);
     control.threads = 1;
-    let mut service = GroupConfig::new("service", 40);
+    let mut service = GroupConfig::new("service", Policy::Fifo, 40);
     service.threads = 2;
     service.promotion = Promotion::Lifo;
     let cfg = RuntimeConfig {

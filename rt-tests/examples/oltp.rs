@@ -413,8 +413,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // Back-end.
-    let mut group = GroupConfig::new("backend", 0);
-    group.policy = Policy::Other;
+    let mut group = GroupConfig::new("backend", Policy::Other, 0);
     group.threads = args.backend_threads;
     group.max_handles = 16;
     let mut rt = Runtime::new(RuntimeConfig {

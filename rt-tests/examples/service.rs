@@ -59,8 +59,8 @@ impl EventHandler for Admin {
 
 fn service() -> Result<(Runtime, u16, u16), Box<dyn std::error::Error>> {
     let lane = |name: &str, policy, priority, threads| {
-        let mut g = GroupConfig::new(name, priority);
-        (g.policy, g.threads) = (policy, threads);
+        let mut g = GroupConfig::new(name, policy, priority);
+        g.threads = threads;
         g
     };
     let groups = vec![

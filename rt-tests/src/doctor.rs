@@ -1431,8 +1431,8 @@ mod tests {
             rt,
             ..RuntimeConfig::default()
         };
-        c.groups.push(GroupConfig::new("control", 80));
-        c.groups.push(GroupConfig::new("bulk", 20));
+        c.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
+        c.groups.push(GroupConfig::new("bulk", Policy::Fifo, 20));
         c
     }
 

@@ -68,7 +68,7 @@ use lfrt::os::{self, Sched};
 use lfrt::PiMutex;
 use lfrt::Runtime;
 use lfrt::{Context, Disposition, Event, EventHandler};
-use lfrt::{GroupConfig, RtMode, RuntimeConfig};
+use lfrt::{GroupConfig, Policy, RtMode, RuntimeConfig};
 use lfrt::{Notifier, Timer};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -914,7 +914,7 @@ fn stop_server(
 }
 
 fn lfrt_group(plan: &Plan, name: &str, priority: u8, threads: usize) -> GroupConfig {
-    let mut g = GroupConfig::new(name, priority);
+    let mut g = GroupConfig::new(name, Policy::Fifo, priority);
     g.threads = threads;
     g.cpus = Some(vec![plan.server_cpu]);
     g.max_handles = 80;

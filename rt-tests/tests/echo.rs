@@ -47,7 +47,7 @@ const MESSAGES: u64 = 20_000;
 fn lfrt_group_echoes_every_datagram() {
     let _l = util::rt_lock();
     let (socks, ports) = sockets(4);
-    let mut g = lfrt::GroupConfig::new("echo", 10);
+    let mut g = lfrt::GroupConfig::new("echo", lfrt::Policy::Fifo, 10);
     g.threads = 2;
     let mut rt = lfrt::Runtime::new(lfrt::RuntimeConfig {
         groups: vec![g],

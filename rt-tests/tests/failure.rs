@@ -32,8 +32,7 @@ fn tmp(name: &str, body: &str) -> PathBuf {
 /// A time-shared (SCHED_OTHER) group of one thread: the behaviour under test does not depend
 /// on the policy, and a defect that spins must not freeze the machine while it is shown.
 fn one_thread_group(name: &str) -> GroupConfig {
-    let mut g = GroupConfig::new(name, 0);
-    g.policy = Policy::Other;
+    let mut g = GroupConfig::new(name, Policy::Other, 0);
     g.threads = 1;
     g.buffer_bytes = 4096;
     g

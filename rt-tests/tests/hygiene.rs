@@ -22,7 +22,7 @@ const DISPATCHES: u64 = 100_000;
 const THREADS: usize = 4;
 
 fn group(name: &str, promotion: Promotion) -> GroupConfig {
-    let mut g = GroupConfig::new(name, 10);
+    let mut g = GroupConfig::new(name, Policy::Fifo, 10);
     g.threads = THREADS;
     g.promotion = promotion;
     g.buffer_bytes = 2048;
@@ -337,12 +337,12 @@ fn watchdog_reports_and_demotes_an_overrunning_handler() {
     }
     let cpus = lfrt::os::available_cpus();
     let last = *cpus.last().unwrap();
-    let mut slow = GroupConfig::new("slow", 10);
+    let mut slow = GroupConfig::new("slow", Policy::Fifo, 10);
     slow.threads = 1;
     slow.cpus = Some(vec![last]);
     slow.budget_us = Some(5_000);
     slow.on_overrun = OnOverrun::Demote;
-    let mut fast = GroupConfig::new("fast", 20);
+    let mut fast = GroupConfig::new("fast", Policy::Fifo, 20);
     fast.threads = 1;
     fast.cpus = Some(vec![cpus[0]]);
     fast.handlers.push(HandlerConfig::Timer {

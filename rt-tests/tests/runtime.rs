@@ -148,7 +148,7 @@ fn exactly_once(promotion: Promotion) {
     const PER_SOCKET: u64 = 5_000;
     const NOTIFIERS: usize = 4;
     const NOTES: u64 = 20_000;
-    let mut g = GroupConfig::new("exact", 10);
+    let mut g = GroupConfig::new("exact", Policy::Fifo, 10);
     g.threads = 4;
     g.promotion = promotion;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
@@ -245,12 +245,11 @@ fn threads_run_at_configured_policy_priority_and_cpus() {
     }
     let cpus = lfrt::os::available_cpus();
     let last = *cpus.last().unwrap();
-    let mut hi = GroupConfig::new("hi", 30);
+    let mut hi = GroupConfig::new("hi", Policy::Fifo, 30);
     hi.threads = 2;
     hi.thread_priorities = Some(vec![30, 25]);
     hi.cpus = Some(vec![last]);
-    let mut lo = GroupConfig::new("lo", 10);
-    lo.policy = Policy::Rr;
+    let mut lo = GroupConfig::new("lo", Policy::Rr, 10);
     lo.threads = 1;
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
@@ -342,7 +341,7 @@ impl EventHandler for Boom {
 #[test]
 fn handler_panic_keeps_the_pool_serving() {
     let _l = util::rt_lock();
-    let mut g = GroupConfig::new("p", 10);
+    let mut g = GroupConfig::new("p", Policy::Fifo, 10);
     g.threads = 2;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -380,8 +379,7 @@ fn deadline_lane_runs_under_sched_deadline_with_its_reservation() {
         return;
     }
     let _l = util::rt_lock();
-    let mut g = GroupConfig::new("ctl", 90);
-    g.policy = Policy::Deadline;
+    let mut g = GroupConfig::new("ctl", Policy::Deadline, 90);
     g.threads = 2;
     g.deadline = Some(Deadline {
         runtime_us: 200,
@@ -454,7 +452,7 @@ impl Drop for Fragile {
 #[test]
 fn panics_in_interest_and_drop_do_not_kill_the_pool_thread() {
     let _l = util::rt_lock();
-    let mut g = GroupConfig::new("p", 10);
+    let mut g = GroupConfig::new("p", Policy::Fifo, 10);
     g.threads = 1;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
     let reg = rt.registry("p").unwrap();
@@ -582,7 +580,7 @@ fn shutdown_under_full_load_returns_and_closes_fds() {
         probe.local_addr().unwrap().port()
     };
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut g = GroupConfig::new("busy", 10);
+    let mut g = GroupConfig::new("busy", Policy::Fifo, 10);
     g.threads = 3;
     g.handlers.push(HandlerConfig::UdpEcho {
         bind: addr,
@@ -643,7 +641,7 @@ impl EventHandler for StrictCounter {
 #[test]
 fn handles_added_and_removed_while_running_never_see_stale_events() {
     let _l = util::rt_lock();
-    let mut g = GroupConfig::new("churn", 10);
+    let mut g = GroupConfig::new("churn", Policy::Fifo, 10);
     g.threads = 3;
     g.max_handles = 4;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
@@ -685,13 +683,13 @@ fn handles_added_and_removed_while_running_never_see_stale_events() {
 fn invalid_configs_start_nothing() {
     // Each bad setting is rejected by Runtime::new with its own field, before any thread runs.
     let held = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let base = || GroupConfig::new("a", 20);
+    let base = || GroupConfig::new("a", Policy::Fifo, 20);
     type Mutation = Box<dyn Fn(&mut RuntimeConfig)>;
     let cases: Vec<(&str, Mutation)> = vec![
         ("group[0].priority", Box::new(|c| c.groups[0].priority = 0)),
         (
             "group[1].priority",
-            Box::new(|c| c.groups.push(GroupConfig::new("b", 20))),
+            Box::new(|c| c.groups.push(GroupConfig::new("b", Policy::Fifo, 20))),
         ),
         (
             "group[0].cpus",
@@ -752,9 +750,9 @@ impl EventHandler for Gate {
 #[test]
 fn a_busy_low_lane_does_not_hold_up_the_high_lane() {
     let _l = util::rt_lock();
-    let mut high = GroupConfig::new("high", 30);
+    let mut high = GroupConfig::new("high", Policy::Fifo, 30);
     high.threads = 1;
-    let mut low = GroupConfig::new("low", 10);
+    let mut low = GroupConfig::new("low", Policy::Fifo, 10);
     low.threads = 1;
     let mut rt = Runtime::new(cfg(vec![high, low])).unwrap();
     let (entered, release) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -837,7 +835,7 @@ impl Drop for SelfRemover {
 #[test]
 fn a_handler_deregistering_its_own_handle_is_removed_after_it_returns() {
     let _l = util::rt_lock();
-    let mut g = GroupConfig::new("selfrm", 10);
+    let mut g = GroupConfig::new("selfrm", Policy::Fifo, 10);
     g.threads = 2;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
     let reg = rt.registry("selfrm").unwrap();
@@ -911,7 +909,7 @@ fn new_starts_no_thread() {
     let _l = util::rt_lock();
     assert_eq!(lfrt_threads(), Vec::<String>::new(), "left by another test");
     let before = tasks();
-    let mut g = GroupConfig::new("idle", 10);
+    let mut g = GroupConfig::new("idle", Policy::Fifo, 10);
     g.threads = 2;
     g.budget_us = Some(1000);
     g.handlers.push(HandlerConfig::Timer {
@@ -940,7 +938,7 @@ fn a_failed_start_leaves_no_thread_running() {
     let _l = util::rt_lock();
     assert_eq!(lfrt_threads(), Vec::<String>::new(), "left by another test");
     let before = tasks();
-    let mut g = GroupConfig::new("startfail", 10);
+    let mut g = GroupConfig::new("startfail", Policy::Fifo, 10);
     g.threads = 2;
     g.max_handles = 1;
     g.budget_us = Some(1000); // so the watchdog runs too

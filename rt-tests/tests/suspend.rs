@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn lane() -> Runtime {
-    let mut g = GroupConfig::new("lane", 10);
+    let mut g = GroupConfig::new("lane", Policy::Fifo, 10);
     g.threads = 2;
     g.buffer_bytes = 2048;
     Runtime::new(RuntimeConfig {

@@ -234,13 +234,25 @@ pub const DEFAULT_MAX_HANDLES: usize = 1024;
 pub const DEFAULT_STACK_BYTES: usize = 256 * 1024;
 
 impl GroupConfig {
-    /// A group with defaults: SCHED_FIFO, 2 threads, all CPUs, priority promotion,
-    /// 64 KiB buffers, 1024 handles, 256 KiB stacks, no watchdog, no built-in handlers.
-    pub fn new(name: impl Into<String>, priority: u8) -> GroupConfig {
+    /// A group of the given scheduling `policy` and `priority`, with defaults for the rest:
+    /// 2 threads, all CPUs, priority promotion, 64 KiB buffers, 1024 handles, 256 KiB stacks,
+    /// no watchdog, no built-in handlers.
+    ///
+    /// `priority` is 1..=99 for [`Policy::Fifo`], [`Policy::Rr`] and [`Policy::Deadline`], and
+    /// must be 0 for [`Policy::Other`]. A [`Policy::Deadline`] group also needs
+    /// [`deadline`](Self::deadline) set before the configuration is validated.
+    ///
+    /// ```
+    /// use lfrt::{GroupConfig, Policy};
+    /// let control = GroupConfig::new("control", Policy::Fifo, 80);
+    /// let batch = GroupConfig::new("batch", Policy::Other, 0);
+    /// assert_eq!((control.policy, batch.priority), (Policy::Fifo, 0));
+    /// ```
+    pub fn new(name: impl Into<String>, policy: Policy, priority: u8) -> GroupConfig {
         GroupConfig {
             name: name.into(),
             priority,
-            policy: Policy::Fifo,
+            policy,
             deadline: None,
             threads: DEFAULT_THREADS,
             cpus: None,
@@ -1082,7 +1094,10 @@ mod tests {
 
     #[test]
     fn each_invalid_setting_names_its_field() {
-        let ok = cfg(vec![GroupConfig::new("a", 80), GroupConfig::new("b", 40)]);
+        let ok = cfg(vec![
+            GroupConfig::new("a", Policy::Fifo, 80),
+            GroupConfig::new("b", Policy::Fifo, 40),
+        ]);
         ok.validate_with_cpus(&[0, 1]).unwrap();
         let mut c = ok.clone();
         c.groups[1].priority = 100;
@@ -1108,7 +1123,7 @@ mod tests {
     #[test]
     fn port_in_use_is_found_at_validation() {
         let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut g = GroupConfig::new("a", 10);
+        let mut g = GroupConfig::new("a", Policy::Fifo, 10);
         g.handlers.push(HandlerConfig::UdpEcho {
             bind: held.local_addr().unwrap(),
             work_us: 0,
@@ -1155,9 +1170,9 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let mut a = GroupConfig::new("a", 80);
+        let mut a = GroupConfig::new("a", Policy::Fifo, 80);
         a.handlers.push(udp(&format!("0.0.0.0:{port}")));
-        let mut b = GroupConfig::new("b", 40);
+        let mut b = GroupConfig::new("b", Policy::Fifo, 40);
         b.handlers.push(udp(&format!("127.0.0.1:{port}")));
         let e = cfg(vec![a.clone(), b]).validate_on(&machine()).unwrap_err();
         assert_eq!(e.path(), "group[1].handler[0].bind");
@@ -1167,7 +1182,7 @@ mod tests {
             e.message
         );
         // The same port over TCP is another socket space: no collision.
-        let mut b = GroupConfig::new("b", 40);
+        let mut b = GroupConfig::new("b", Policy::Fifo, 40);
         b.handlers.push(HandlerConfig::TcpEcho {
             bind: format!("127.0.0.1:{port}").parse().unwrap(),
             work_us: 0,
@@ -1178,10 +1193,10 @@ mod tests {
     /// Hardening item 4: two handlers on port 0 were refused as "bound by another handler".
     #[test]
     fn ephemeral_ports_never_conflict() {
-        let mut a = GroupConfig::new("a", 80);
+        let mut a = GroupConfig::new("a", Policy::Fifo, 80);
         a.handlers.push(udp("127.0.0.1:0"));
         a.handlers.push(udp("127.0.0.1:0"));
-        let mut b = GroupConfig::new("b", 40);
+        let mut b = GroupConfig::new("b", Policy::Fifo, 40);
         b.handlers.push(HandlerConfig::TcpEcho {
             bind: "127.0.0.1:0".parse().unwrap(),
             work_us: 0,
@@ -1200,7 +1215,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let mut c = cfg(vec![GroupConfig::new("a", 80)]);
+        let mut c = cfg(vec![GroupConfig::new("a", Policy::Fifo, 80)]);
         c.metrics = Some(format!("127.0.0.1:{port}").parse().unwrap());
         c.validate_on(&machine()).unwrap();
         for wrong in ["127.0.0.1:0", "0.0.0.0:9464", "[::]:9464"] {
@@ -1234,7 +1249,7 @@ mod tests {
 
     #[test]
     fn memory_is_counted_from_what_the_runtime_allocates() {
-        let mut g = GroupConfig::new("a", 80);
+        let mut g = GroupConfig::new("a", Policy::Fifo, 80);
         g.threads = 3;
         g.buffer_bytes = 4096;
         let m = g.memory();
@@ -1255,18 +1270,18 @@ mod tests {
             m.total(),
             3 * (m.stack + m.buffers + m.telemetry) + m.handle_table
         );
-        let two = cfg(vec![g.clone(), GroupConfig::new("b", 40)]);
+        let two = cfg(vec![g.clone(), GroupConfig::new("b", Policy::Fifo, 40)]);
         assert_eq!(
             two.preallocated_bytes(),
-            g.memory().total() + GroupConfig::new("b", 40).memory().total()
+            g.memory().total() + GroupConfig::new("b", Policy::Fifo, 40).memory().total()
         );
     }
 
     #[test]
     fn a_plan_larger_than_memory_names_the_largest_share() {
-        let mut small = GroupConfig::new("small", 80);
+        let mut small = GroupConfig::new("small", Policy::Fifo, 80);
         small.buffer_bytes = 4096;
-        let big = GroupConfig::new("big", 40); // 64 KiB buffers: buffers are its largest share
+        let big = GroupConfig::new("big", Policy::Fifo, 40); // 64 KiB buffers: buffers are its largest share
         let c = cfg(vec![small, big]);
         let need = c.preallocated_bytes();
         let m = Machine {
@@ -1291,8 +1306,7 @@ mod tests {
     #[test]
     fn deadline_lanes_are_checked_against_the_kernels_rules() {
         let dl = |runtime_us, deadline_us, period_us| {
-            let mut g = GroupConfig::new("ctl", 90);
-            g.policy = Policy::Deadline;
+            let mut g = GroupConfig::new("ctl", Policy::Deadline, 90);
             g.threads = 1;
             g.deadline = Some(Deadline {
                 runtime_us,
@@ -1337,7 +1351,7 @@ mod tests {
             );
         }
         // Parameters on a FIFO group are refused too.
-        let mut fifo = GroupConfig::new("f", 50);
+        let mut fifo = GroupConfig::new("f", Policy::Fifo, 50);
         fifo.deadline = Some(Deadline {
             runtime_us: 1,
             deadline_us: 1,
@@ -1354,7 +1368,7 @@ mod tests {
 
     #[test]
     fn lock_memory_must_fit_rlimit_memlock() {
-        let mut c = cfg(vec![GroupConfig::new("a", 80)]);
+        let mut c = cfg(vec![GroupConfig::new("a", Policy::Fifo, 80)]);
         let m = Machine {
             memlock_limit: Some(1 << 20),
             ..machine()
@@ -1376,7 +1390,7 @@ mod tests {
 
     #[test]
     fn timer_rate_adds_every_timer() {
-        let mut g = GroupConfig::new("a", 80);
+        let mut g = GroupConfig::new("a", Policy::Fifo, 80);
         assert_eq!(g.timer_events_per_sec(), 0.0);
         g.handlers.push(HandlerConfig::Timer {
             interval_us: 1000,

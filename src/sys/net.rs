@@ -63,8 +63,28 @@ pub(crate) fn poll_one(fd: BorrowedFd<'_>, events: i16, timeout_ms: i32) -> io::
 /// held in preallocated thread-specific storage: a pool thread owns one in its [`Context`].
 ///
 /// A handler receives up to [`capacity`](Self::capacity) datagrams that are queued *now*
-/// with [`recv`](Self::recv), works on them in place, and sends each one it did not
-/// [`discard`](Datagram::discard) back to its source with [`reply`](Self::reply).
+/// with [`recv`](Self::recv), works on them in place, marks each one it wants to answer
+/// ([`Datagram::answer`], [`Datagram::answer_with_len`]) and sends those back to their sources
+/// with [`reply`](Self::reply). A datagram the handler does not mark is not answered.
+///
+/// ```no_run
+/// # use lfrt::{Context, Disposition};
+/// # use std::os::fd::AsFd;
+/// # fn handle(socket: &std::net::UdpSocket, ctx: &mut Context) -> Disposition {
+/// let batch = ctx.datagrams();
+/// if batch.recv(socket.as_fd()).is_ok() {
+///     for i in 0..batch.len() {
+///         let mut d = batch.get(i);
+///         if !d.is_truncated() {
+///             d.payload_mut().make_ascii_uppercase();
+///             d.answer(); // send the (rewritten) payload back
+///         }
+///     }
+///     batch.reply(socket.as_fd()); // one sendmmsg for the marked ones
+/// }
+/// # Disposition::Rearm
+/// # }
+/// ```
 ///
 /// # Real-time safety
 /// Nothing allocates after [`new`](Self::new): the message headers, address buffers and one
@@ -81,7 +101,8 @@ pub struct DatagramBatch {
     len: usize,
     /// Of those, datagrams longer than a slot.
     truncated: usize,
-    /// Per received datagram: bytes to send back, or `None` (discarded / truncated).
+    /// Per received datagram: bytes to send back, or `None` (not answered, the state `recv`
+    /// leaves every datagram in).
     reply: Box<[Option<u32>]>,
 }
 
@@ -170,8 +191,8 @@ impl DatagramBatch {
     }
 
     /// Of the datagrams held, how many were longer than a slot and arrived
-    /// [truncated](Datagram::is_truncated). They are not echoed unless the handler sets a
-    /// reply: a handler that drops them should count them
+    /// [truncated](Datagram::is_truncated). A handler that does not answer them should count
+    /// them
     /// ([`Incident::DatagramTruncated`](crate::Incident)), as the built-in UDP echo does.
     pub fn truncated(&self) -> usize {
         self.truncated
@@ -204,8 +225,8 @@ impl DatagramBatch {
 
     /// `recvmmsg(fd, …, MSG_DONTWAIT)`: takes the datagrams queued on `fd` now, up to
     /// [`capacity`](Self::capacity), replacing what the batch held. Nothing queued gives
-    /// `ErrorKind::WouldBlock`. Every received datagram is set to be echoed verbatim until
-    /// the handler changes it; a truncated one is set to be discarded.
+    /// `ErrorKind::WouldBlock`. No received datagram is answered unless the handler marks it
+    /// ([`Datagram::answer`], [`Datagram::answer_with_len`]).
     pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
         self.len = 0;
         self.truncated = 0;
@@ -222,7 +243,7 @@ impl DatagramBatch {
         for i in 0..n {
             let h = &self.hdrs[i];
             let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            self.reply[i] = (!truncated).then_some(h.msg_len);
+            self.reply[i] = None;
             self.truncated += usize::from(truncated);
         }
         self.len = n;
@@ -245,15 +266,16 @@ impl DatagramBatch {
         }
     }
 
-    /// `sendmmsg(fd, …, MSG_DONTWAIT)`: sends every datagram not discarded back to its source
-    /// (its first `reply_len` bytes), and empties the batch. Returns how many were sent.
+    /// `sendmmsg(fd, …, MSG_DONTWAIT)`: sends every datagram the handler marked back to its
+    /// source (as many bytes as the mark says), and empties the batch. Returns how many were
+    /// sent; with nothing marked it makes no system call.
     ///
     /// Like a single UDP send, a reply the kernel refuses (full send buffer, an ICMP error
     /// surfaced on the socket) is dropped; the rest are still sent.
     pub fn reply(&mut self, fd: BorrowedFd<'_>) -> usize {
         // Compact the replies to the front. Headers still point at their own slot, iovec and
         // source address (set by `recv`; boxed arrays do not move), and keep the address length
-        // the kernel wrote. Invariant: [0, k) holds kept headers, [k, i) discarded ones, and
+        // the kernel wrote. Invariant: [0, k) holds marked headers, [k, i) unmarked ones, and
         // header i is still the one `recv` filled (swaps only touch positions <= i).
         let mut k = 0;
         for i in 0..self.len {
@@ -288,7 +310,10 @@ impl DatagramBatch {
     }
 }
 
-/// One received datagram of a [`DatagramBatch`], and the reply that will go back for it.
+/// One received datagram of a [`DatagramBatch`], and whether (and with what) it is answered.
+///
+/// It is not answered until the handler calls [`answer`](Self::answer) or
+/// [`answer_with_len`](Self::answer_with_len); the last call wins.
 #[derive(Debug)]
 pub struct Datagram<'a> {
     received: usize,
@@ -304,33 +329,37 @@ impl Datagram<'_> {
         &self.slot[..self.received.min(self.slot.len())]
     }
 
-    /// The received bytes, to rewrite the reply in place (same length).
+    /// The received bytes, to rewrite in place before [`answer`](Self::answer) (the answer
+    /// has the same length).
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let n = self.received.min(self.slot.len());
         &mut self.slot[..n]
     }
 
     /// The datagram was longer than a slot and only its first [`slot_bytes`] bytes were
-    /// kept; such a datagram is not echoed unless the handler sets a reply length.
+    /// kept; answering it sends those bytes only.
     ///
     /// [`slot_bytes`]: DatagramBatch::slot_bytes
     pub fn is_truncated(&self) -> bool {
         self.truncated
     }
 
-    /// The whole slot, to build the reply in place (it starts with the payload).
+    /// The whole slot, to build an answer of another length in place (it starts with the
+    /// payload); send it with [`answer_with_len`](Self::answer_with_len).
     pub fn slot_mut(&mut self) -> &mut [u8] {
         self.slot
     }
 
-    /// Reply with the first `len` bytes of the slot (clamped to the slot size).
-    pub fn set_reply_len(&mut self, len: usize) {
-        *self.reply = Some(len.min(self.slot.len()) as u32);
+    /// Answer with the payload as it is now (received, or rewritten through
+    /// [`payload_mut`](Self::payload_mut)): an echo.
+    pub fn answer(&mut self) {
+        *self.reply = Some(self.payload().len() as u32);
     }
 
-    /// Send nothing back for this datagram.
-    pub fn discard(&mut self) {
-        *self.reply = None;
+    /// Answer with the first `len` bytes of the slot (clamped to the slot size), built in
+    /// place through [`slot_mut`](Self::slot_mut).
+    pub fn answer_with_len(&mut self, len: usize) {
+        *self.reply = Some(len.min(self.slot.len()) as u32);
     }
 
     /// Where the datagram came from (and where the reply goes), if it is IPv4 or IPv6.
@@ -405,7 +434,7 @@ mod tests {
     }
 
     #[test]
-    fn echoes_discards_and_rewrites_replies_to_their_sources() {
+    fn answers_only_marked_datagrams_verbatim_or_rewritten_to_their_sources() {
         let (server, client) = pair("127.0.0.1").unwrap();
         for m in [&b"one"[..], b"two", b"three"] {
             client.send(m).unwrap();
@@ -421,11 +450,11 @@ mod tests {
             assert!(!d.is_truncated());
             assert_eq!(d.source(), Some(me));
         }
-        batch.get(1).discard();
+        batch.get(0).answer();
         {
             let mut d = batch.get(2);
             d.slot_mut()[..2].copy_from_slice(b"OK");
-            d.set_reply_len(2);
+            d.answer_with_len(2);
         }
         assert_eq!(batch.reply(server.as_fd()), 2);
         assert!(batch.is_empty());
@@ -438,7 +467,7 @@ mod tests {
         assert_eq!(
             client.recv(&mut buf).unwrap_err().kind(),
             io::ErrorKind::WouldBlock,
-            "the discarded datagram was sent"
+            "the unmarked datagram was answered"
         );
     }
 
@@ -464,7 +493,7 @@ mod tests {
     }
 
     #[test]
-    fn a_datagram_longer_than_a_slot_is_truncated_and_not_echoed() {
+    fn a_datagram_longer_than_a_slot_is_truncated_and_counted() {
         let (server, client) = pair("127.0.0.1").unwrap();
         client.send(&[7u8; 40]).unwrap();
         client.send(b"short").unwrap();
@@ -475,10 +504,12 @@ mod tests {
         let d = batch.get(0);
         assert!(d.is_truncated());
         assert_eq!(d.payload(), &[7u8; 16]);
+        assert!(!batch.get(1).is_truncated());
+        batch.get(1).answer();
         assert_eq!(
             batch.reply(server.as_fd()),
             1,
-            "only the whole datagram goes back"
+            "only the marked one goes back"
         );
         assert_eq!(batch.truncated(), 0, "the batch is empty again");
         let mut buf = [0u8; 64];
@@ -493,10 +524,40 @@ mod tests {
         wait_queued(&server);
         let mut batch = DatagramBatch::new(1, 8);
         assert_eq!(batch.recv(server.as_fd()).unwrap(), 1);
-        batch.get(0).set_reply_len(1 << 20);
+        batch.get(0).answer_with_len(1 << 20);
         assert_eq!(batch.reply(server.as_fd()), 1);
         let mut buf = [0u8; 64];
         assert_eq!(client.recv(&mut buf).unwrap(), 8, "one slot, not 1 MiB");
+    }
+
+    #[test]
+    fn a_datagram_not_marked_is_not_answered() {
+        let (server, client) = pair("127.0.0.1").unwrap();
+        client.send(b"quiet").unwrap();
+        wait_queued(&server);
+        let mut batch = DatagramBatch::new(4, 16);
+        // A previous batch marked its slot 0: the mark must not outlive it.
+        batch.recv(server.as_fd()).unwrap();
+        batch.get(0).answer();
+        assert_eq!(batch.reply(server.as_fd()), 1);
+        let mut buf = [0u8; 16];
+        client.recv(&mut buf).unwrap();
+        client.send(b"quiet").unwrap();
+        wait_queued(&server);
+        assert_eq!(batch.recv(server.as_fd()).unwrap(), 1);
+        assert_eq!(batch.get(0).payload(), b"quiet", "read, rewritten or not");
+        batch.get(0).payload_mut()[0] = b'Q';
+        assert_eq!(
+            batch.reply(server.as_fd()),
+            0,
+            "nothing marked, nothing sent"
+        );
+        client.set_nonblocking(true).unwrap();
+        assert_eq!(
+            client.recv(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock,
+            "an unmarked datagram was answered"
+        );
     }
 
     #[test]
@@ -516,6 +577,7 @@ mod tests {
         let mut batch = DatagramBatch::new(4, 16);
         assert_eq!(batch.recv(server.as_fd()).unwrap(), 1);
         assert_eq!(batch.get(0).source(), Some(client.local_addr().unwrap()));
+        batch.get(0).answer();
         assert_eq!(batch.reply(server.as_fd()), 1);
         let mut buf = [0u8; 16];
         let n = client.recv(&mut buf).unwrap();

@@ -324,8 +324,7 @@ pub(crate) fn from_flags(
             "--pool-threads {pool}: must be 1..={MAX_GROUP_THREADS}"
         ));
     }
-    let mut g = GroupConfig::new(GROUP_NAME, priority);
-    g.policy = policy;
+    let mut g = GroupConfig::new(GROUP_NAME, policy, priority);
     g.threads = pool;
     g.promotion = a.promotion.unwrap_or_default();
     g.buffer_bytes = BUFFER_BYTES;

@@ -81,7 +81,7 @@ pub fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
 /// A runtime with one best-effort lane `"lane"` (priority 10, 2 KiB buffers) of `threads`
 /// threads, built but not started.
 pub fn lane(threads: usize) -> lfrt::Runtime {
-    let mut g = lfrt::GroupConfig::new("lane", 10);
+    let mut g = lfrt::GroupConfig::new("lane", lfrt::Policy::Fifo, 10);
     g.threads = threads;
     g.buffer_bytes = 2048;
     lfrt::Runtime::new(lfrt::RuntimeConfig {
