@@ -263,6 +263,21 @@ fn deserialize(src: &str) -> Result<(RuntimeConfig, Places), Located> {
     Ok((cfg, places))
 }
 
+/// The field a serde message names (a handler field's `` `x`: `` prefix, or `unknown field `x``
+/// / `missing field `x``) and the message to show: without the prefix, else whole.
+fn named_field(whole: &str) -> (Option<&str>, &str) {
+    match split_named(whole) {
+        Some((field, rest)) => (Some(field), rest),
+        None => {
+            let quoted = ["unknown field `", "missing field `"]
+                .iter()
+                .find_map(|p| whole.strip_prefix(p))
+                .and_then(|rest| rest.split('`').next());
+            (quoted, whole)
+        }
+    }
+}
+
 /// serde reads the `kind`-tagged handler tables through a buffer without positions, so an error
 /// in any `[[group.handler]]` of a group comes back with the span of the whole array, which
 /// `locate` places at the group's first handler. When the group has several handlers, each is
@@ -290,19 +305,8 @@ fn later_handler(src: &str, places: &Places, path: &str) -> Option<Located> {
             .err()
             .map(|e| (i, e))
     })?;
-    let whole = e.message().trim().to_string();
-    let (field, message) = match split_named(&whole) {
-        Some((f, m)) => (f.to_string(), m.to_string()),
-        None => {
-            let quoted = ["unknown field `", "missing field `"]
-                .iter()
-                .find_map(|p| whole.strip_prefix(p))
-                .and_then(|rest| rest.split('`').next())
-                .unwrap_or("")
-                .to_string();
-            (quoted, whole.clone())
-        }
-    };
+    let (field, message) = named_field(e.message().trim());
+    let (field, message) = (field.unwrap_or("").to_string(), message.to_string());
     let section = Section::Handler { group, handler: i };
     if field.is_empty() {
         // No field named (a bad `kind` tag): keep `locate`'s answer if it is in this handler,
@@ -412,16 +416,7 @@ impl Places {
     /// a handler field's `` `x`: `` prefix).
     fn locate(&self, e: &toml::de::Error) -> Located {
         let whole = e.message().trim();
-        let (named, message) = match split_named(whole) {
-            Some((field, rest)) => (Some(field), rest),
-            None => {
-                let quoted = ["unknown field `", "missing field `"]
-                    .iter()
-                    .find_map(|p| whole.strip_prefix(p))
-                    .and_then(|rest| rest.split('`').next());
-                (quoted, whole)
-            }
-        };
+        let (named, message) = named_field(whole);
         let Some(span) = e.span() else {
             return (
                 None,
