@@ -44,8 +44,9 @@ enum Cmd {
         /// Also write the final metrics as JSON to this file (fields: README, "lfrt run --json").
         #[arg(long)]
         json: Option<PathBuf>,
-        /// Serve live metrics in Prometheus text format at ADDR (GET /metrics), as
-        /// `[runtime] metrics = "ADDR"` does; this flag wins over the file.
+        /// Serve live metrics in Prometheus text format at ADDR (GET /metrics): the override
+        /// `runtime.metrics=ADDR`, given after every --set (so it wins over them, LFRT_SET and the
+        /// file).
         #[arg(long, value_name = "ADDR")]
         metrics: Option<std::net::SocketAddr>,
         /// Print a status block every second (events/s, p99, drops per group) even when stdout
@@ -98,11 +99,13 @@ struct SetArgs {
     set: Vec<String>,
 }
 
-/// Reads the configuration: CONFIG or $LFRT_CONFIG, then LFRT_SET's overrides, then --set's;
-/// returns it with where each overridden value came from.
+/// Reads the configuration: CONFIG or $LFRT_CONFIG, then LFRT_SET's overrides, then --set's,
+/// then `shorthands` (flags such as `--metrics` that stand for one override); returns it with
+/// where each overridden value came from.
 fn load(
     config: Option<PathBuf>,
     set: &SetArgs,
+    shorthands: impl IntoIterator<Item = lfrt::Override>,
 ) -> Result<(lfrt::RuntimeConfig, Vec<lfrt::Provenance>), Box<dyn std::error::Error>> {
     let path = config
         .or_else(|| std::env::var_os("LFRT_CONFIG").map(PathBuf::from))
@@ -122,6 +125,7 @@ fn load(
             source,
             text: text.to_string(),
         })
+        .chain(shorthands)
         .collect();
     Ok(lfrt::load_with_overrides(&path, &overrides)?)
 }
@@ -198,7 +202,7 @@ fn check(config: Option<PathBuf>, set: &SetArgs) -> Result<(), Box<dyn std::erro
     // Validation (in `load`) refuses what `run` would fail on: ranges, colliding
     // addresses, a plan larger than memory (or RLIMIT_MEMLOCK with lock_memory), and ports
     // that cannot be bound now.
-    let (cfg, from) = load(config, set)?;
+    let (cfg, from) = load(config, set, None)?;
     print!("{}{}", plan(&cfg), provenance(&from));
     warn_exposed(&cfg);
     Ok(())
@@ -332,12 +336,13 @@ fn run(
     metrics: Option<std::net::SocketAddr>,
     status: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let (mut cfg, from) = load(config, set)?;
-    if let Some(addr) = metrics {
-        cfg.metrics = Some(addr);
-        cfg.validate()
-            .map_err(|e| format!("--metrics {addr}: {}", e.message))?;
-    }
+    // `--metrics ADDR` is `runtime.metrics=ADDR` given last: validated, blamed and shown in
+    // the plan like every override.
+    let metrics = metrics.map(|addr| lfrt::Override {
+        source: lfrt::OverrideSource::Shorthand("--metrics"),
+        text: format!("runtime.metrics={addr}"),
+    });
+    let (cfg, from) = load(config, set, metrics)?;
     print!("{}{}", plan(&cfg), provenance(&from));
     warn_exposed(&cfg);
     use std::io::IsTerminal;

@@ -1,6 +1,8 @@
 //! Overrides without editing TOML: `--set` over `LFRT_SET` over the file, `LFRT_CONFIG`, errors
 //! that name the override, and the plan's provenance lines.
 
+mod util;
+
 use std::process::{Command, Output};
 
 fn lfrt(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -166,5 +168,140 @@ fn errors_name_the_override() {
     assert!(
         group_line(&plan, "control").contains("priority=70 "),
         "{plan}"
+    );
+}
+
+/// `group.NAME.handler[I].KEY` reaches a `[[group.handler]]`'s fields through the same
+/// validation, errors and provenance as a group's own fields.
+#[test]
+fn handler_fields_are_overridden_too() {
+    let plan = stdout(&lfrt(
+        &[
+            "check",
+            FILE,
+            "--set",
+            "group.bulk.handler[0].bind=127.0.0.1:0",
+            "--set",
+            "group.bulk.handler[0].work_us=7",
+        ],
+        &[("LFRT_SET", "group.control.handler[0].interval_us=2000")],
+    ));
+    assert!(
+        plan.contains("  handler udp-echo bind=127.0.0.1:0 work_us=7\n"),
+        "{plan}"
+    );
+    assert!(plan.contains("  handler timer interval_us=2000 "), "{plan}");
+    let line = |path: &str| {
+        plan.lines()
+            .find(|l| l.starts_with(&format!("override {path} ")))
+            .unwrap_or_else(|| panic!("no override line for {path}: {plan}"))
+            .to_string()
+    };
+    assert_eq!(
+        line("group[1].handler[0].bind"),
+        "override group[1].handler[0].bind from --set group.bulk.handler[0].bind=127.0.0.1:0 (replaces configs/default.toml:33)"
+    );
+    assert_eq!(
+        line("group[0].handler[0].interval_us"),
+        "override group[0].handler[0].interval_us from LFRT_SET group.control.handler[0].interval_us=2000 (replaces configs/default.toml:23)"
+    );
+    assert!(
+        line("group[1].handler[0].work_us").contains("(replaces configs/default.toml:34)"),
+        "{plan}"
+    );
+
+    // Validation refuses it (50..=10000000 µs), naming the override.
+    let e = stderr(&lfrt(
+        &[
+            "check",
+            FILE,
+            "--set",
+            "group.control.handler[0].interval_us=1",
+        ],
+        &[],
+    ));
+    assert!(
+        e.starts_with("lfrt: invalid `--set group.control.handler[0].interval_us=1`: 1: must be"),
+        "{e}"
+    );
+    // serde refuses it: not an address; a field of another kind of handler.
+    let e = stderr(&lfrt(
+        &["check", FILE],
+        &[("LFRT_SET", "group.bulk.handler[0].bind=nowhere")],
+    ));
+    assert!(
+        e.starts_with("lfrt: invalid `LFRT_SET group.bulk.handler[0].bind=nowhere`: "),
+        "{e}"
+    );
+    let e = stderr(&lfrt(
+        &[
+            "check",
+            FILE,
+            "--set",
+            "group.bulk.handler[0].interval_us=100",
+        ],
+        &[],
+    ));
+    assert!(
+        e.starts_with("lfrt: invalid `--set group.bulk.handler[0].interval_us=100`: "),
+        "{e}"
+    );
+    // Only handlers the file has, by a well-formed index.
+    let e = stderr(&lfrt(
+        &["check", FILE, "--set", "group.bulk.handler[1].work_us=1"],
+        &[],
+    ));
+    assert!(
+        e.contains("group `bulk` has 1 [[group.handler]] table(s); handler[1]"),
+        "{e}"
+    );
+    let e = stderr(&lfrt(
+        &["check", FILE, "--set", "group.bulk.handler[x].work_us=1"],
+        &[],
+    ));
+    assert!(e.contains("expected handler[INDEX]"), "{e}");
+}
+
+/// `--metrics ADDR` is the override `runtime.metrics=ADDR`: refused with the flag named, and
+/// shown in the plan as coming from the flag.
+#[test]
+fn metrics_flag_is_an_override() {
+    let e = stderr(&lfrt(&["run", FILE, "--metrics", "0.0.0.0:9464"], &[]));
+    assert!(
+        e.starts_with("lfrt: invalid `--metrics 0.0.0.0:9464`: 0.0.0.0:9464: give an explicit"),
+        "{e}"
+    );
+    // A free port (the kernel's pick, released again), and the bulk lane on an ephemeral port
+    // so that nothing else on the machine can be in the way. Starts the runtime for a moment:
+    // lanes at SCHED_FIFO where permitted, under the RT test lock.
+    let _lock = util::rt_lock();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let out = stdout(&lfrt(
+        &[
+            "run",
+            FILE,
+            "-D",
+            "300ms",
+            "--metrics",
+            &addr,
+            "--set",
+            "group.bulk.handler[0].bind=127.0.0.1:0",
+        ],
+        &[],
+    ));
+    assert!(
+        out.contains(&format!(
+            "override runtime.metrics from --metrics {addr} (not in the file)\n"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("# metrics: http://{addr}/metrics")),
+        "{out}"
     );
 }

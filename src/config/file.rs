@@ -49,11 +49,15 @@ pub enum OverrideSource {
     Env,
     /// A `--set` flag.
     Flag,
+    /// A command-line flag that stands for one `--set` (`--metrics ADDR` is
+    /// `runtime.metrics=ADDR`): the flag's name, which errors and the plan show instead.
+    Shorthand(&'static str),
 }
 
 /// One `PATH=VALUE` override of a configuration file's value.
 ///
-/// `PATH` is `runtime.KEY` or `group.NAME.KEY`, where `NAME` is the `name` of a `[[group]]`;
+/// `PATH` is `runtime.KEY`, `group.NAME.KEY` or `group.NAME.handler[I].KEY`, where `NAME` is
+/// the `name` of a `[[group]]` and `I` the index of one of its `[[group.handler]]`s (from 0);
 /// `VALUE` is a TOML value (`90`, `[1]`, `"rr"`), or, if it does not parse as one, a string
 /// (`policy=rr`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,12 +69,16 @@ pub struct Override {
 }
 
 impl Override {
-    /// How errors and the plan name it: `--set group.a.priority=90` or
-    /// `LFRT_SET group.a.priority=90`.
+    /// How errors and the plan name it: `--set group.a.priority=90`,
+    /// `LFRT_SET group.a.priority=90`, or `--metrics 127.0.0.1:9464` for a shorthand flag.
     pub fn label(&self) -> String {
         match self.source {
             OverrideSource::Env => format!("LFRT_SET {}", self.text),
             OverrideSource::Flag => format!("--set {}", self.text),
+            OverrideSource::Shorthand(flag) => {
+                let value = self.text.split_once('=').map_or("", |(_, v)| v);
+                format!("{flag} {}", value.trim())
+            }
         }
     }
 }
@@ -209,23 +217,64 @@ fn apply(doc: &mut toml::Table, text: &str) -> Result<(Section, String), String>
             Ok((Section::Runtime, key.to_string()))
         }
         ["group", name, key] => {
-            let groups = doc
-                .get_mut("group")
-                .and_then(toml::Value::as_array_mut)
-                .ok_or("the file has no [[group]]")?;
-            let (gi, g) = groups
-                .iter_mut()
-                .enumerate()
-                .find(|(_, g)| g.get("name").and_then(toml::Value::as_str) == Some(*name))
-                .ok_or_else(|| format!("no [[group]] named `{name}` in the file"))?;
-            let t = g.as_table_mut().ok_or("a [[group]] that is not a table")?;
-            t.insert(key.to_string(), value);
+            let (gi, g) = named_group(doc, name)?;
+            g.insert(key.to_string(), value);
             Ok((Section::Group(gi), key.to_string()))
         }
+        ["group", name, handler, key] if handler.starts_with("handler[") => {
+            let (gi, g) = named_group(doc, name)?;
+            let hi: usize = handler
+                .strip_prefix("handler[")
+                .and_then(|h| h.strip_suffix(']'))
+                .and_then(|h| h.parse().ok())
+                .ok_or_else(|| format!("`{handler}`: expected handler[INDEX], like handler[0]"))?;
+            let handlers = g
+                .get_mut("handler")
+                .and_then(toml::Value::as_array_mut)
+                .map_or(&mut [][..], Vec::as_mut_slice);
+            let count = handlers.len();
+            // Only an existing handler: a new one would need its `kind` and every field.
+            let h = handlers
+                .get_mut(hi)
+                .and_then(toml::Value::as_table_mut)
+                .ok_or_else(|| {
+                    format!(
+                        "group `{name}` has {count} [[group.handler]] table(s); handler[{hi}] \
+                         is not one of them"
+                    )
+                })?;
+            h.insert(key.to_string(), value);
+            Ok((
+                Section::Handler {
+                    group: gi,
+                    handler: hi,
+                },
+                key.to_string(),
+            ))
+        }
         _ => Err(format!(
-            "`{path}`: give runtime.KEY or group.NAME.KEY (NAME a [[group]]'s name)"
+            "`{path}`: give runtime.KEY, group.NAME.KEY or group.NAME.handler[I].KEY (NAME a \
+             [[group]]'s name, I a handler's index in it from 0)"
         )),
     }
+}
+
+/// The `[[group]]` table named `name`, with its index.
+fn named_group<'a>(
+    doc: &'a mut toml::Table,
+    name: &str,
+) -> Result<(usize, &'a mut toml::Table), String> {
+    let groups = doc
+        .get_mut("group")
+        .and_then(toml::Value::as_array_mut)
+        .ok_or("the file has no [[group]]")?;
+    let (gi, g) = groups
+        .iter_mut()
+        .enumerate()
+        .find(|(_, g)| g.get("name").and_then(toml::Value::as_str) == Some(name))
+        .ok_or_else(|| format!("no [[group]] named `{name}` in the file"))?;
+    let t = g.as_table_mut().ok_or("a [[group]] that is not a table")?;
+    Ok((gi, t))
 }
 
 fn parse_inner(src: &str, file: Option<&Path>) -> Result<RuntimeConfig, Error> {
