@@ -20,6 +20,8 @@
 //! message (voluntary + involuntary), allocations per message, CPU time per message.
 //! Servers run SCHED_OTHER by default (apples to apples, and the SCHED_OTHER load generator
 //! is never starved); `--fifo PRIO` runs every server thread at SCHED_FIFO PRIO instead.
+//! When stderr is a terminal, a bar shows `cell k/n` (one cell per architecture and work) and
+//! the time left ([`rt_tests::progress`]).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::net::UdpSocket;
@@ -468,10 +470,14 @@ fn main() {
         "gen%"
     );
     let mut rows = Vec::new();
+    // Cell k of n with the time left, on stderr when it is a terminal (nothing otherwise); the
+    // rows go to stdout with the bar out of the way.
+    let progress = rt_tests::progress::Progress::new((o.work.len() * o.archs.len()) as u64, "cell");
     for &work in &o.work {
         for &arch in &o.archs {
             let r = run_one(arch, &o, work);
-            println!(
+            progress.inc();
+            progress.suspend(|| println!(
                 "{:<7} {:>5} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>10.3} {:>10.3} {:>9.2} {:>7.2} {:>6.0}",
                 arch.name(),
                 work,
@@ -485,10 +491,11 @@ fn main() {
                 r["cpu_us_per_msg"].as_f64().unwrap_or(0.0),
                 r["steal_pct"].as_f64().unwrap_or(0.0),
                 r["loadgen_cpu_pct"].as_f64().unwrap_or(0.0),
-            );
+            ));
             rows.push(r);
         }
     }
+    drop(progress);
     if let Some(p) = &o.json {
         let v = serde_json::json!({"benchmark": "udp-echo", "threads": o.threads, "ports": o.ports, "window": o.window,
             "duration_s": o.duration.as_secs_f64(), "fifo": o.fifo, "pinned": o.pin, "gen_threads": o.gen_threads, "results": rows});

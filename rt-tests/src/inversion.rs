@@ -1509,29 +1509,13 @@ pub fn run(args: &InversionArgs) -> Result<(), Box<dyn std::error::Error>> {
     // Experiment k of n with the time left, on a terminal only (indicatif estimates it from the
     // experiments done so far); elsewhere each experiment's line alone.
     let experiments = runs + if plan.lock.reps > 0 { 2 } else { 0 };
-    use std::io::IsTerminal;
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new(experiments as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "experiment {pos}/{len} {wide_bar} elapsed {elapsed}, about {eta} left",
-            )
-            .expect("valid progress template"),
-        );
-        bar.tick();
-        bar
-    });
-    let report = measure(&plan, |line| match &bar {
-        Some(bar) => {
-            bar.println(format!("  {line}"));
-            bar.inc(1);
-        }
-        None => eprintln!("  {line}"),
+    let progress = crate::progress::Progress::new(experiments as u64, "experiment");
+    let report = measure(&plan, |line| {
+        progress.println(&format!("  {line}"));
+        progress.inc();
     })
     .map_err(|e| e as Box<dyn std::error::Error>)?;
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    drop(progress);
     print!("{}", table(&plan, &report));
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;

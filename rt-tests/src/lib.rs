@@ -14,7 +14,8 @@
 //! * [`hsha`]: the Half-Sync/Half-Reactive pool, the queue-based rival the harnesses compare with;
 //! * [`service`]: application work written once and run by every architecture;
 //! * [`loadgen`]: the UDP load generator behind `lfrt-loadgen`;
-//! * [`plot`]: `lfrt plot`, latency histograms and inversion curves rendered with plotters.
+//! * [`plot`]: `lfrt plot`, latency histograms and inversion curves rendered with plotters;
+//! * [`progress`]: the harnesses' `experiment k/n` bar with the time left, on a terminal only.
 //!
 //! It uses only `lfrt`'s public API (the runtime types and the [`lfrt::os`] facade).
 
@@ -29,6 +30,7 @@ pub mod inversion;
 pub mod live;
 pub mod loadgen;
 pub mod plot;
+pub mod progress;
 pub mod service;
 
 /// A pool hygiene counter of [`lfrt::GroupMetrics`] (`pool_allocations`, `pool_minor_faults`)

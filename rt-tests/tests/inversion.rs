@@ -213,3 +213,46 @@ fn quick_json_holds_every_architecture() {
         "lfrt pool threads allocated"
     );
 }
+
+/// With stderr a pipe, `lfrt inversion` writes each experiment's line and nothing of its
+/// progress bar (`experiment k/n`, cursor movements, carriage returns): the bar is for a
+/// terminal only (rt_tests::progress, which the echo benchmark shares).
+#[test]
+fn no_progress_bar_when_stderr_is_not_a_terminal() {
+    if !util::rt_allowed("no_progress_bar_when_stderr_is_not_a_terminal", 80) {
+        return;
+    }
+    if !util::two_cpus("no_progress_bar_when_stderr_is_not_a_terminal") {
+        return;
+    }
+    let _lock = util::rt_lock();
+    // One experiment of 500 ms at light load.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lfrt"))
+        .args([
+            "inversion",
+            "--arch",
+            "lanes",
+            "--n-low",
+            "0",
+            "--duration",
+            "500ms",
+            "--warmup-ms",
+            "100",
+            "--lock-reps",
+            "0",
+            "--rate",
+            "200",
+        ])
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run lfrt inversion");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("\n  lanes "), "the experiment's line: {err:?}");
+    assert!(!err.contains("experiment 1/1"), "a bar in a pipe: {err:?}");
+    assert!(
+        !err.contains('\x1b') && !err.contains('\r'),
+        "terminal control bytes in a pipe: {err:?}"
+    );
+}
