@@ -54,8 +54,9 @@ enum Cmd {
         #[arg(long)]
         status: bool,
     },
-    /// Draw results as SVG or PNG: the latency histogram of an lfrt cyclic or cyclictest JSON
-    /// (two such files are overlaid), or high p99 against N of an lfrt inversion JSON.
+    /// Draw results as SVG or PNG: the latency histogram of an lfrt cyclic or cyclictest JSON,
+    /// or of each group of an lfrt run JSON (two such files are overlaid), or high p99 against N
+    /// of an lfrt inversion JSON; the kind is told from the content.
     Plot {
         /// One result JSON, or two latency JSONs to overlay (e.g. cyclictest's and lfrt's).
         #[arg(required = true, num_args = 1..=2, value_name = "RESULT.json")]
@@ -455,7 +456,14 @@ fn run(
             lat.p50_ns as f64 / 1000.0,
             lat.p99_ns as f64 / 1000.0
         );
-        out.push(serde_json::json!({"metrics": m, "latency_ns": lat}));
+        let histogram = rt.telemetry().with(|r| {
+            r.groups.get(gi).map(|h| {
+                rt_tests::plot::latency_histogram(&h.latency, rt_tests::plot::RUN_BUCKET_NS)
+            })
+        });
+        out.push(
+            serde_json::json!({"metrics": m, "latency_ns": lat, "latency_histogram": histogram}),
+        );
     }
     // What the kernel runs, which differs from the plan when best-effort lanes were refused.
     for m in &metrics {

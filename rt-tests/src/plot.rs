@@ -1,6 +1,6 @@
 //! `lfrt plot`: latency results as SVG or PNG charts, drawn with `plotters`.
 //!
-//! Three kinds of input are understood, told apart by their content:
+//! Four kinds of input are understood, told apart by their content:
 //!
 //! * **cyclictest JSON** (`cyclictest --json=FILE -h N`) and **`lfrt cyclic --json`**: a
 //!   top-level `"thread"` map whose entries carry a `"histogram"` map of latency bucket →
@@ -9,6 +9,9 @@
 //!   the legend. The unit is lfrt's `"unit"` field, else µs unless the recorded `cmdline` has
 //!   `-N`/`--nsecs` (cyclictest then writes ns and says so nowhere else). Two such files are
 //!   overlaid in one chart, the legend naming each file's source (cyclictest or lfrt cyclic).
+//! * **`lfrt run --json`**: a top-level `"groups"` array whose entries carry a
+//!   `"latency_histogram"` (see [`latency_histogram`]). Drawn like the above, one line per group
+//!   in the file's bucket width, each group's maximum (`latency_ns.max_ns`) marked.
 //! * **`lfrt inversion --json`**: a top-level `"experiments"` array of
 //!   `{"architecture", "n_low", "high": {"p99_us"}}`. Drawn as the high-priority p99 against
 //!   N (the number of flooding low-priority streams), one line per architecture.
@@ -111,7 +114,8 @@ impl StdError for PlotError {
 /// Which chart was drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlotKind {
-    /// Per-thread latency histogram (cyclictest-style input), log count axis.
+    /// Per-thread (cyclictest-style input) or per-group (lfrt run) latency histogram, log count
+    /// axis.
     LatencyHistogram,
     /// High-priority p99 latency against low-priority load (lfrt inversion input).
     InversionP99,
@@ -207,8 +211,8 @@ impl FromStr for Size {
 
 /// Reads one or two result files, draws the chart and writes it to `output`.
 ///
-/// One input: any of the three kinds (see the module docs). Two inputs: two latency files
-/// (cyclictest or lfrt cyclic), overlaid. The format follows `output`'s extension; the file
+/// One input: any of the four kinds (see the module docs). Two inputs: two latency files
+/// (cyclictest, lfrt cyclic or lfrt run) with one bucket width, overlaid. The format follows `output`'s extension; the file
 /// is only created once the chart has been drawn.
 pub fn plot_files(inputs: &[PathBuf], output: &Path, size: Size) -> Result<PlotKind, PlotError> {
     let format = Format::of(output)?;
@@ -265,13 +269,35 @@ pub fn plot_files(inputs: &[PathBuf], output: &Path, size: Size) -> Result<PlotK
     Ok(kind)
 }
 
+/// Nanoseconds per bucket of the histograms `lfrt run --json` writes: 1 µs, as OSADL plots.
+pub const RUN_BUCKET_NS: u64 = 1000;
+
+/// A latency histogram (ns) as `lfrt run --json` writes it per group and `lfrt plot` reads it:
+/// `{"bucket_ns": 1000, "counts": [[start_ns, count], …]}`, only buckets with samples, by
+/// start. Each value is counted at the midpoint of its hdrhistogram bucket, as
+/// [`lfrt::telemetry::LatencySummary`] counts it, so the histogram agrees with the summary.
+pub fn latency_histogram(h: &hdrhistogram::Histogram<u64>, bucket_ns: u64) -> Value {
+    let bucket_ns = bucket_ns.max(1);
+    let mut counts: Vec<(u64, u64)> = Vec::new();
+    for v in h.iter_recorded() {
+        let start = h.median_equivalent(v.value_iterated_to()) / bucket_ns * bucket_ns;
+        let n = v.count_since_last_iteration();
+        match counts.last_mut() {
+            Some(last) if last.0 == start => last.1 += n,
+            _ => counts.push((start, n)),
+        }
+    }
+    serde_json::json!({ "bucket_ns": bucket_ns, "counts": counts })
+}
+
 // ---------------------------------------------------------------------------
 // Input interpretation
 // ---------------------------------------------------------------------------
 
 const EXPECTED: &str = "expected cyclictest or `lfrt cyclic --json` output (an object with a \
      \"thread\" map whose entries have a \"histogram\" map, as written by `cyclictest \
-     --json=FILE -h US`) or `lfrt inversion --json` output (an object with an \"experiments\" \
+     --json=FILE -h US`), `lfrt run --json` output (an object with a \"groups\" array whose \
+     entries have a \"latency_histogram\") or `lfrt inversion --json` output (an object with an \"experiments\" \
      array of {\"architecture\", \"n_low\", \"high\": {\"p99_us\"}})";
 
 /// One parsed input file.
@@ -282,17 +308,19 @@ enum Input {
 
 /// A cyclictest-style run, in µs.
 struct LatencyRun {
-    /// `cyclictest` or `lfrt cyclic`.
+    /// `cyclictest`, `lfrt cyclic` or `lfrt run`.
     source: &'static str,
+    /// Width of a bucket (µs): 1 for cyclictest and lfrt cyclic, the file's for lfrt run.
+    bucket_us: f64,
     /// The recorded command line, if any.
     cmdline: Option<String>,
     threads: Vec<ThreadHist>,
 }
 
 struct ThreadHist {
-    /// `T<n>`, with the group and priority where the file has them.
+    /// `T<n>`, with the group and priority where the file has them (lfrt run: the group).
     label: String,
-    /// (bucket start in µs, count), sorted, counts > 0, one entry per 1 µs bucket.
+    /// (bucket start in µs, count), sorted, counts > 0, one entry per bucket.
     buckets: Vec<(f64, f64)>,
     /// Largest latency seen (µs): the file's `max`, or the last bucket.
     max_us: Option<f64>,
@@ -314,11 +342,13 @@ impl Input {
         };
         if field(root, "thread").is_some() {
             parse_latency(root).map(Input::Latency)
+        } else if field(root, "groups").is_some() {
+            parse_run(root).map(Input::Latency)
         } else if field(root, "experiments").is_some() {
             parse_inversion(root).map(Input::Inversion)
         } else {
             Err(format!(
-                "no \"thread\" or \"experiments\" key at top level; {EXPECTED}"
+                "no \"thread\", \"groups\" or \"experiments\" key at top level; {EXPECTED}"
             ))
         }
     }
@@ -522,7 +552,134 @@ fn parse_latency(root: &Map<String, Value>) -> Result<LatencyRun, String> {
         .filter(|c| !c.is_empty());
     Ok(LatencyRun {
         source,
+        bucket_us: 1.0,
         cmdline,
+        threads: out,
+    })
+}
+
+/// `lfrt run --json`: each group's `latency_histogram`, labelled with its name and priority.
+fn parse_run(root: &Map<String, Value>) -> Result<LatencyRun, String> {
+    let groups = match field(root, "groups") {
+        Some(Value::Array(g)) if !g.is_empty() => g,
+        Some(Value::Array(_)) => return Err("\"groups\" is empty; nothing to plot".to_string()),
+        Some(other) => {
+            return Err(format!(
+                "\"groups\" is {}, expected an array of {{\"metrics\", \"latency_ns\", \
+                 \"latency_histogram\"}}",
+                kind_name(other)
+            ))
+        }
+        None => return Err("missing \"groups\" array".to_string()),
+    };
+    let mut bucket_ns: Option<u64> = None;
+    let mut out = Vec::with_capacity(groups.len());
+    for (i, g) in groups.iter().enumerate() {
+        let at = format!("groups[{i}]");
+        let g = g
+            .as_object()
+            .ok_or_else(|| format!("{at} is {}, expected an object", kind_name(g)))?;
+        let metrics = field(g, "metrics").and_then(Value::as_object);
+        let name = metrics
+            .and_then(|m| field(m, "name"))
+            .and_then(Value::as_str)
+            .map(clean_text)
+            .ok_or_else(|| format!("{at}: missing \"metrics\": {{\"name\"}}"))?;
+        let hist = match field(g, "latency_histogram") {
+            Some(Value::Object(h)) => h,
+            Some(other) => {
+                return Err(format!(
+                    "{at} (group `{name}`): \"latency_histogram\" is {}, expected an object \
+                     {{\"bucket_ns\", \"counts\"}}",
+                    kind_name(other)
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "{at} (group `{name}`): no \"latency_histogram\"; this file was written by \
+                     an lfrt run without histograms: run it again with this version"
+                ))
+            }
+        };
+        let width = field(hist, "bucket_ns")
+            .and_then(Value::as_u64)
+            .filter(|w| *w > 0)
+            .ok_or_else(|| {
+                format!("{at}.latency_histogram.bucket_ns: expected a whole number of ns above 0")
+            })?;
+        match bucket_ns {
+            Some(w) if w != width => {
+                return Err(format!(
+                    "{at}.latency_histogram.bucket_ns is {width}, groups[0]'s is {w}: one file \
+                     has one bucket width"
+                ))
+            }
+            _ => bucket_ns = Some(width),
+        }
+        let counts = field(hist, "counts")
+            .and_then(Value::as_array)
+            .ok_or_else(|| {
+                format!("{at}.latency_histogram.counts: expected an array of [start_ns, count]")
+            })?;
+        let mut buckets: Vec<(f64, f64)> = Vec::with_capacity(counts.len());
+        for (j, pair) in counts.iter().enumerate() {
+            let pair = pair
+                .as_array()
+                .filter(|p| p.len() == 2)
+                .and_then(|p| Some((p[0].as_u64()?, p[1].as_u64()?)))
+                .ok_or_else(|| {
+                    format!(
+                        "{at}.latency_histogram.counts[{j}] is {pair}, expected [start_ns, count] \
+                         (whole numbers)"
+                    )
+                })?;
+            if buckets
+                .last()
+                .is_some_and(|b| b.0 >= pair.0 as f64 / 1000.0)
+            {
+                return Err(format!(
+                    "{at}.latency_histogram.counts[{j}]: bucket starts must increase"
+                ));
+            }
+            if pair.1 > 0 {
+                buckets.push((pair.0 as f64 / 1000.0, pair.1 as f64));
+            }
+        }
+        let file_max = field(g, "latency_ns")
+            .and_then(Value::as_object)
+            .and_then(|l| field(l, "max_ns"))
+            .and_then(Value::as_f64)
+            .filter(|m| m.is_finite() && *m > 0.0)
+            .map(|m| m / 1000.0);
+        let last = buckets.last().map(|b| b.0);
+        let max_us = last.map(|l| file_max.map_or(l, |m| m.max(l)));
+        let mut label = name;
+        if let Some(p) = metrics
+            .and_then(|m| field(m, "priority"))
+            .and_then(Value::as_i64)
+        {
+            label.push_str(&format!(" (P{p})"));
+        }
+        if buckets.is_empty() {
+            label.push_str(" (no samples)");
+        }
+        out.push(ThreadHist {
+            label,
+            buckets,
+            max_us,
+        });
+    }
+    if out.iter().all(|t| t.buckets.is_empty()) {
+        return Err("every group's latency histogram is empty (no samples recorded)".to_string());
+    }
+    let duration = field(root, "duration_s").and_then(Value::as_f64);
+    Ok(LatencyRun {
+        source: "lfrt run",
+        bucket_us: bucket_ns.unwrap_or(RUN_BUCKET_NS) as f64 / 1000.0,
+        cmdline: Some(match duration {
+            Some(d) => format!("dispatch latency per group, {d:.1} s run"),
+            None => "dispatch latency per group".to_string(),
+        }),
         threads: out,
     })
 }
@@ -649,6 +806,8 @@ enum Body {
 
 struct LatencyBody {
     series: Vec<LatencySeries>,
+    /// Width of a bucket (µs).
+    bucket_us: f64,
     /// Right end of the latency axis (µs).
     x_hi: f64,
     /// Bottom of the count axis; empty buckets are drawn here.
@@ -701,7 +860,7 @@ impl Chart {
                     return Err(PlotError::Shape {
                         path,
                         reason: "lfrt inversion results cannot be overlaid; two inputs must \
-                                 both be latency histograms (cyclictest or lfrt cyclic)"
+                                 both be latency histograms (cyclictest, lfrt cyclic or lfrt run)"
                             .to_string(),
                     })
                 }
@@ -727,6 +886,18 @@ fn fmt_us(v: f64) -> String {
 
 fn latency_chart(runs: Vec<(PathBuf, LatencyRun)>) -> Result<Chart, PlotError> {
     let overlay = runs.len() > 1;
+    let bucket_us = runs[0].1.bucket_us;
+    if let Some((path, run)) = runs.iter().find(|(_, r)| r.bucket_us != bucket_us) {
+        return Err(PlotError::Shape {
+            path: path.clone(),
+            reason: format!(
+                "its buckets are {} µs wide, the first file's {} µs: overlaid histograms need one \
+                 bucket width",
+                fmt_axis(run.bucket_us),
+                fmt_axis(bucket_us)
+            ),
+        });
+    }
     // Each file's name in the legend: its source, and the file name if both are alike.
     let same_source = overlay && runs.windows(2).all(|w| w[0].1.source == w[1].1.source);
     let mut series = Vec::new();
@@ -783,7 +954,7 @@ fn latency_chart(runs: Vec<(PathBuf, LatencyRun)>) -> Result<Chart, PlotError> {
         .map(|(label, color, t)| LatencySeries {
             label,
             color,
-            runs: bucket_runs(&t.buckets, y_lo),
+            runs: bucket_runs(&t.buckets, bucket_us, y_lo),
             max_us: t.max_us,
         })
         .collect();
@@ -812,6 +983,7 @@ fn latency_chart(runs: Vec<(PathBuf, LatencyRun)>) -> Result<Chart, PlotError> {
         subtitle,
         body: Body::Latency(LatencyBody {
             series,
+            bucket_us,
             x_hi,
             y_lo,
             c_max,
@@ -819,14 +991,16 @@ fn latency_chart(runs: Vec<(PathBuf, LatencyRun)>) -> Result<Chart, PlotError> {
     })
 }
 
-/// The lines through a histogram's buckets: one per run of adjacent non-empty buckets, rising
+/// The lines through a histogram's buckets (`width` µs each): one per run of adjacent non-empty
+/// buckets, rising
 /// from `floor` (the bottom of the log axis) at its first bucket, through each bucket's count
 /// and back to `floor` at its last. An isolated sample is a spike; nothing is drawn over empty
 /// buckets.
-fn bucket_runs(buckets: &[(f64, f64)], floor: f64) -> Vec<Vec<(f64, f64)>> {
+fn bucket_runs(buckets: &[(f64, f64)], width: f64, floor: f64) -> Vec<Vec<(f64, f64)>> {
     let mut runs: Vec<Vec<(f64, f64)>> = Vec::new();
     for (i, &(x, c)) in buckets.iter().enumerate() {
-        let joins_previous = i > 0 && buckets[i - 1].0 + 1.0 >= x;
+        // Starts are whole multiples of the width; half a width of slack absorbs rounding.
+        let joins_previous = i > 0 && buckets[i - 1].0 + width * 1.5 > x;
         if !joins_previous {
             if let Some(run) = runs.last_mut() {
                 run.push((buckets[i - 1].0, floor));
@@ -1068,7 +1242,10 @@ where
         .build_cartesian_2d(0f64..b.x_hi, (b.y_lo..y_hi).log_scale())?;
     chart
         .configure_mesh()
-        .x_desc("latency (µs), 1 µs buckets")
+        .x_desc(format!(
+            "latency (µs), {} µs buckets",
+            fmt_axis(b.bucket_us)
+        ))
         .y_desc("samples per bucket (log scale)")
         .x_label_formatter(&|v| fmt_axis(*v))
         .y_label_formatter(&|v| fmt_count(*v))
@@ -1814,6 +1991,43 @@ mod tests {
         assert_eq!(latency(&lfrt_value()).source, "lfrt cyclic");
     }
 
+    /// `lfrt run --json`'s histogram holds every value once, in the 1 µs bucket of its
+    /// hdrhistogram midpoint, and reads back as µs buckets labelled by group.
+    #[test]
+    fn run_histograms_round_trip() {
+        let mut h = lfrt::telemetry::new_histogram();
+        for v in [1, 999, 1000, 1999, 5000, 5000, 5000] {
+            h.record(v).unwrap();
+        }
+        let hist = latency_histogram(&h, RUN_BUCKET_NS);
+        assert_eq!(
+            hist,
+            json!({"bucket_ns": 1000, "counts": [[0, 2], [1000, 2], [5000, 3]]})
+        );
+        let file = json!({"duration_s": 1.0, "groups": [
+            {"metrics": {"name": "control", "priority": 80}, "latency_ns": {"max_ns": 5000},
+             "latency_histogram": hist},
+            {"metrics": {"name": "idle", "priority": 10}, "latency_ns": {"max_ns": 0},
+             "latency_histogram": {"bucket_ns": 1000, "counts": []}}]});
+        let run = latency(&file);
+        assert_eq!((run.source, run.bucket_us), ("lfrt run", 1.0));
+        assert_eq!(run.threads[0].label, "control (P80)");
+        assert_eq!(run.threads[0].buckets, [(0.0, 2.0), (1.0, 2.0), (5.0, 3.0)]);
+        assert_eq!(run.threads[0].max_us, Some(5.0));
+        assert_eq!(run.threads[1].label, "idle (P10) (no samples)");
+        assert_eq!(run.threads[1].max_us, None);
+        // A run's histogram may be overlaid on a cyclictest one only with the same buckets.
+        let mut wide = file.clone();
+        for g in wide["groups"].as_array_mut().unwrap() {
+            g["latency_histogram"]["bucket_ns"] = json!(2000);
+        }
+        let cyclic = json!({"thread": {"0": {"histogram": {"3": 1}}}});
+        let e = chart(&[("run.json", wide), ("ct.json", cyclic)])
+            .err()
+            .unwrap();
+        assert!(e.contains("one bucket width"), "{e}");
+    }
+
     #[test]
     fn bucket_runs_rise_from_and_return_to_the_floor() {
         let b = [
@@ -1825,14 +2039,14 @@ mod tests {
             (12.0, 1.0),
         ];
         assert_eq!(
-            bucket_runs(&b, 0.5),
+            bucket_runs(&b, 1.0, 0.5),
             [
                 vec![(3.0, 0.5), (3.0, 5.0), (4.0, 6.0), (5.0, 2.0), (5.0, 0.5)],
                 vec![(9.0, 0.5), (9.0, 1.0), (9.0, 0.5)],
                 vec![(11.0, 0.5), (11.0, 4.0), (12.0, 1.0), (12.0, 0.5)],
             ]
         );
-        assert!(bucket_runs(&[], 0.5).is_empty());
+        assert!(bucket_runs(&[], 1.0, 0.5).is_empty());
     }
 
     #[test]

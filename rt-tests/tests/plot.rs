@@ -267,3 +267,172 @@ fn bad_input_fails_with_status_2_naming_the_file_or_the_flag() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// One SVG polyline: stroke colour (upper case), stroke width and its points.
+type Polyline = (String, String, Vec<(f64, f64)>);
+
+/// Every polyline of an SVG.
+fn polylines(path: &Path) -> Vec<Polyline> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .map(|n| {
+            let points = n
+                .attribute("points")
+                .unwrap_or("")
+                .split_whitespace()
+                .map(|p| {
+                    let (x, y) = p.split_once(',').expect("x,y");
+                    (x.parse().unwrap(), y.parse().unwrap())
+                })
+                .collect();
+            (
+                n.attribute("stroke").unwrap_or("").to_ascii_uppercase(),
+                n.attribute("stroke-width").unwrap_or("1").to_string(),
+                points,
+            )
+        })
+        .collect()
+}
+
+/// `lfrt run --json` from a real (short, light) run of two groups is drawn as one histogram
+/// per group in its own colour, each with a dashed vertical line at its maximum, to the right
+/// of every bucket of that group; the JSON's histogram holds every sample of its summary.
+#[test]
+fn run_json_draws_one_series_per_group_with_its_max() {
+    let dir = tmp_dir("run");
+    let config = dir.join("two.toml");
+    std::fs::write(
+        &config,
+        "[runtime]\nrt = \"best-effort\"\n\n\
+         [[group]]\nname = \"control\"\npriority = 80\nthreads = 2\n\
+         [[group.handler]]\nkind = \"timer\"\ninterval_us = 1000\n\n\
+         [[group]]\nname = \"bulk\"\npriority = 20\nthreads = 1\n\
+         [[group.handler]]\nkind = \"timer\"\ninterval_us = 2000\n",
+    )
+    .unwrap();
+    let json = dir.join("run.json");
+    {
+        // Where permitted the lanes run SCHED_FIFO: under the RT test lock.
+        let _lock = util::rt_lock();
+        let out = lfrt()
+            .arg("run")
+            .arg(&config)
+            .args(["-D", "1"])
+            .arg("--json")
+            .arg(&json)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        ok(&out);
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let groups = v["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2);
+    // (legend label prefix, max in µs, last bucket start in µs)
+    let mut expected = Vec::new();
+    for g in groups {
+        let h = &g["latency_histogram"];
+        assert_eq!(h["bucket_ns"], 1000, "{h}");
+        let counts = h["counts"].as_array().unwrap();
+        let total: u64 = counts.iter().map(|c| c[1].as_u64().unwrap()).sum();
+        assert_eq!(total, g["latency_ns"]["count"].as_u64().unwrap(), "{g}");
+        assert!(total > 100, "a 1 s run of a 1-2 ms timer: {total} samples");
+        let last_us = counts.last().unwrap()[0].as_f64().unwrap() / 1000.0;
+        let max_us = g["latency_ns"]["max_ns"].as_f64().unwrap() / 1000.0;
+        assert!(max_us >= last_us, "max {max_us} below bucket {last_us}");
+        let m = &g["metrics"];
+        expected.push((
+            format!("{} (P{}), max ", m["name"].as_str().unwrap(), m["priority"]),
+            max_us,
+        ));
+    }
+
+    let svg_path = dir.join("run.svg");
+    ok(&plot(&[&json], &svg_path, &[]));
+    let svg = read_svg(&svg_path);
+    assert!(
+        svg.texts.iter().any(|t| t == "latency (µs), 1 µs buckets"),
+        "{:?}",
+        svg.texts
+    );
+    let labels: Vec<&String> = svg.texts.iter().filter(|t| t.contains(", max ")).collect();
+    assert_eq!(labels.len(), 2, "one legend entry per group: {labels:?}");
+    let lines = polylines(&svg_path);
+    let mut colors = Vec::new();
+    for (prefix, max_us) in &expected {
+        let label = labels
+            .iter()
+            .find(|t| t.starts_with(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no legend {prefix:?} in {labels:?}"));
+        let shown: f64 = label[prefix.len()..]
+            .trim_end_matches(" µs")
+            .parse()
+            .unwrap();
+        assert!(
+            (shown - max_us).abs() <= 0.01 * max_us,
+            "{label} vs {max_us}"
+        );
+        let color = &svg.legend[label.as_str()];
+        assert!(!colors.contains(color), "{color} used twice");
+        colors.push(color.clone());
+        // The histogram: thin lines; the max marker: dashes at one x, right of every bucket.
+        let data: Vec<f64> = lines
+            .iter()
+            .filter(|(c, w, p)| c == color && w == "1" && p.len() >= 3)
+            .flat_map(|(_, _, p)| p.iter().map(|q| q.0))
+            .collect();
+        assert!(!data.is_empty(), "{label}: no histogram lines");
+        let dashes: Vec<&Vec<(f64, f64)>> = lines
+            .iter()
+            .filter(|(c, w, p)| c == color && w == "2" && p.len() == 2)
+            .map(|(_, _, p)| p)
+            .collect();
+        assert!(dashes.len() >= 3, "{label}: no dashed max line");
+        let x = dashes[0][0].0;
+        assert!(
+            dashes.iter().all(|d| d[0].0 == x && d[1].0 == x),
+            "{label}: the max line is not vertical"
+        );
+        let rightmost = data.iter().cloned().fold(f64::MIN, f64::max);
+        assert!(
+            x >= rightmost,
+            "{label}: max at x={x}, a bucket at {rightmost}"
+        );
+    }
+
+    if Path::new(FONT).exists() {
+        let png_path = dir.join("run.png");
+        ok(&plot(&[&json], &png_path, &["--size", "800x480"]));
+        let (w, h, pixels) = read_png(&png_path);
+        assert_eq!((w, h), (800, 480));
+        for color in &colors {
+            let rgb = rgb_of(color);
+            let n = pixels.iter().filter(|p| **p == rgb).count();
+            assert!(n > 100, "{color}: {n} pixels");
+        }
+    } else {
+        util::skip(
+            "run_json_draws_one_series_per_group_with_its_max (PNG half)",
+            &format!("{FONT} missing (Debian fonts-dejavu-core; CI installs it)"),
+        );
+    }
+
+    // A run JSON without histograms says what is missing.
+    let mut old = v.clone();
+    for g in old["groups"].as_array_mut().unwrap() {
+        g.as_object_mut().unwrap().remove("latency_histogram");
+    }
+    let old_path = dir.join("old.json");
+    std::fs::write(&old_path, old.to_string()).unwrap();
+    let o = plot(&[&old_path], &dir.join("old.svg"), &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("old.json") && err.contains("no \"latency_histogram\""),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
