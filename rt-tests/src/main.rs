@@ -93,8 +93,8 @@ enum Cmd {
 #[derive(clap::Args)]
 struct SetArgs {
     /// Override a value of the file: `--set group.control.priority=90`, `--set group.bulk.cpus=[1]`,
-    /// `--set runtime.rt=required` (PATH is runtime.KEY or group.NAME.KEY; VALUE a TOML value, or
-    /// a string). Repeatable. Precedence: --set over LFRT_SET over the file; LFRT_SET holds
+    /// `--set runtime.rt=required` (PATH is runtime.KEY, group.NAME.KEY or
+    /// group.NAME.handler[I].KEY, I from 0; VALUE a TOML value, or a string). Repeatable. Precedence: --set over LFRT_SET over the file; LFRT_SET holds
     /// overrides separated by `;` or newlines.
     #[arg(long = "set", value_name = "PATH=VALUE")]
     set: Vec<String>,
