@@ -86,6 +86,14 @@ pub enum Error {
         /// Each unfinished handler: its group, thread and handle.
         handlers: Vec<String>,
     },
+    /// [`Runtime::lane`](crate::Runtime::lane) was asked for a lane (group) the runtime does
+    /// not have.
+    UnknownLane {
+        /// The name asked for.
+        name: String,
+        /// The runtime's lanes, in order.
+        known: Vec<String>,
+    },
 }
 
 impl Error {
@@ -137,6 +145,16 @@ impl fmt::Display for Error {
                 handlers.len(),
                 handlers.join("; ")
             ),
+            Error::UnknownLane { name, known } => {
+                write!(f, "no lane (group) named `{name}`; the lanes are: ")?;
+                if known.is_empty() {
+                    return f.write_str("none");
+                }
+                for (i, k) in known.iter().enumerate() {
+                    write!(f, "{}`{k}`", if i == 0 { "" } else { ", " })?;
+                }
+                Ok(())
+            }
         }
     }
 }

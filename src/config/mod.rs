@@ -596,6 +596,17 @@ impl RuntimeConfig {
         self.validate_on(&Machine::probe(cpus.to_vec()))
     }
 
+    /// [`validate`](Self::validate) without binding any socket, for a group added in code
+    /// ([`Runtime::add_group`](crate::Runtime::add_group)) checked together with the groups
+    /// already there: the runtime holds their sockets already, and binds the new group's itself
+    /// (a failed bind is [`Error::Bind`]).
+    pub(crate) fn validate_without_binds(&self) -> Result<(), Invalid> {
+        let machine = Machine::probe(sched::online_cpus());
+        self.check_settings(&machine.cpus)?;
+        self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
+        self.check_memory(&machine)
+    }
+
     fn validate_on(&self, machine: &Machine) -> Result<(), Invalid> {
         self.check_settings(&machine.cpus)?;
         self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
