@@ -63,13 +63,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let socket = UdpSocket::bind("127.0.0.1:0")?;
     socket.set_nonblocking(true)?;
     let addr = socket.local_addr()?;
-    rt.registry("service")
-        .expect("group exists")
+    rt.lane("service")?
+        .registry()
         .register(Box::new(Uppercase { socket }))?;
     let mut timer = Timer::new()?;
     timer.arm(lfrt::os::now_ns() + 1_000_000, 1_000_000)?;
-    rt.registry("control")
-        .expect("group exists")
+    rt.lane("control")?
+        .registry()
         .register(Box::new(PeriodicTimer::new(timer)))?;
     let report = rt.start()?;
     println!("started: rt_applied={} (serving {addr})", report.rt_applied);

@@ -77,20 +77,18 @@ fn service() -> Result<(Runtime, u16, u16), Box<dyn std::error::Error>> {
         Duration::from_millis(1),
         |_, _| { /* read sensors, write actuators */ },
     )?;
-    rt.registry("control")
-        .unwrap()
-        .register(Box::new(control))?;
+    rt.lane("control")?.registry().register(Box::new(control))?;
     let feed = UdpSocket::bind("127.0.0.1:0")?;
     feed.set_nonblocking(true)?;
     let feed_port = feed.local_addr()?.port();
-    rt.registry("feed")
-        .unwrap()
+    rt.lane("feed")?
+        .registry()
         .register(Box::new(Feed(feed, 0)))?;
     let admin = TcpListener::bind("127.0.0.1:0")?;
     admin.set_nonblocking(true)?;
     let admin_port = admin.local_addr()?.port();
     let handler = Admin(admin, rt.metrics_handle(), rt.stopper());
-    rt.registry("admin").unwrap().register(Box::new(handler))?;
+    rt.lane("admin")?.registry().register(Box::new(handler))?;
     rt.start()?;
     Ok((rt, feed_port, admin_port))
 }
