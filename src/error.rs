@@ -7,6 +7,19 @@ use std::path::PathBuf;
 
 /// Why building, starting or controlling a runtime failed. Nothing is left running when a
 /// constructor returns an error.
+///
+/// # Examples
+/// ```
+/// use lfrt::{Error, GroupConfig, Policy, Runtime, RuntimeConfig};
+/// let mut cfg = RuntimeConfig::default();
+/// cfg.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
+/// let rt = Runtime::new(cfg)?;
+/// match rt.lane("contorl") {
+///     Err(Error::UnknownLane { name, known }) => assert_eq!((name.as_str(), &known[..]), ("contorl", &["control".to_owned()][..])),
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {

@@ -20,6 +20,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long `shutdown` waits for pool threads (each must finish its current handler).
+///
+/// Example: [`Runtime::shutdown_within`] takes another deadline.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Delay from `start` to the first expiry of built-in timers, so the first period is measured
@@ -27,6 +29,8 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 const TIMER_START_DELAY_NS: u64 = 2_000_000;
 
 /// What `start` found out about the machine.
+///
+/// Example: [`Runtime::start`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartReport {
     /// Every RT group's threads got their configured policy and priority.
@@ -106,9 +110,31 @@ impl Runtime {
     /// binds the built-in handlers' sockets. No thread is started: the pool threads, the
     /// telemetry collector and the watchdog are spawned by [`start`](Self::start).
     ///
+    /// A configuration may have no group: they are then added with
+    /// [`add_group`](Self::add_group), which returns each one's [`Lane`].
+    ///
     /// # Errors
     /// [`Error::Config`] for an invalid configuration, [`Error::Bind`] if a socket cannot be
     /// bound, [`Error::Io`] if a kernel object cannot be created. Nothing is left open.
+    ///
+    /// # Examples
+    /// ```
+    /// // A configuration from TOML (`lfrt::load_config(path)` reads a file), its lanes looked up
+    /// // once, before start:
+    /// let cfg = lfrt::parse_config(
+    ///     r#"
+    ///     [runtime]
+    ///     rt = "best-effort"
+    ///     [[group]]
+    ///     name = "control"
+    ///     policy = "fifo"
+    ///     priority = 80
+    ///     "#,
+    /// )?;
+    /// let rt = lfrt::Runtime::new(cfg)?;
+    /// let control = rt.lane("control")?;
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
     pub fn new(mut cfg: RuntimeConfig) -> Result<Runtime, Error> {
         if !cfg.groups.is_empty() {
             cfg.validate()?;
@@ -274,11 +300,31 @@ impl Runtime {
     }
 
     /// The configuration this runtime runs.
+    ///
+    /// # Examples
+    /// ```
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// assert_eq!(rt.config().groups[0].name, "control"); // added groups included
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
     pub fn config(&self) -> &RuntimeConfig {
         &self.cfg
     }
 
     /// Latency histograms recorded by the collector.
+    ///
+    /// # Examples
+    /// ```
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// // after start, the collector fills one set of histograms per group
+    /// let samples = rt.telemetry().with(|r| r.groups[0].latency.len());
+    /// assert_eq!(samples, 0);
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
     pub fn telemetry(&self) -> &Arc<Telemetry> {
         &self.telemetry
     }
@@ -298,6 +344,18 @@ impl Runtime {
     ///
     /// Any failure stops and joins every thread already started and closes every handle, as
     /// [`shutdown`](Self::shutdown) does; the runtime cannot be started again.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// let report = rt.start()?;
+    /// if !report.rt_applied {
+    ///     eprintln!("running without real-time priorities (rt = \"best-effort\")");
+    /// }
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
     pub fn start(&mut self) -> Result<StartReport, Error> {
         if self.groups.is_empty() && matches!(self.state, State::Built { .. }) {
             return Err(Error::config(
@@ -477,6 +535,16 @@ impl Runtime {
     }
 
     /// Per-group metrics snapshot (the same as [`MetricsHandle::get`]).
+    ///
+    /// # Examples
+    /// ```
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// let m = &rt.metrics()[control.index()];
+    /// assert_eq!((m.name.as_str(), m.dispatched), ("control", 0));
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
     pub fn metrics(&self) -> Vec<GroupMetrics> {
         snapshot(&self.groups, self.counting)
     }
@@ -526,6 +594,18 @@ impl Runtime {
     }
 
     /// `(group index, thread index, kernel tid)` of every pool thread (0 before it started).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// rt.start()?;
+    /// for (group, thread, tid) in rt.thread_ids() {
+    ///     println!("group {group} thread {thread}: {:?}", lfrt::os::read_back(tid));
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn thread_ids(&self) -> Vec<(usize, usize, i32)> {
         self.groups
             .iter()
@@ -540,6 +620,8 @@ impl Runtime {
     }
 
     /// A handle that can stop the runtime from another thread (e.g. a signal waiter).
+    ///
+    /// Example: [`Stopper`].
     pub fn stopper(&self) -> Stopper {
         self.handed_out.store(true, Relaxed);
         Stopper {
@@ -552,6 +634,18 @@ impl Runtime {
     ///
     /// # Errors
     /// As `shutdown_within`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// rt.start()?;
+    /// for m in rt.shutdown()? {
+    ///     println!("{}: {} events, {} panics", m.name, m.dispatched, m.handler_panics);
+    /// }
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
     pub fn shutdown(&mut self) -> Result<Vec<GroupMetrics>, Error> {
         self.shutdown_within(SHUTDOWN_TIMEOUT)
     }
@@ -786,6 +880,8 @@ impl Stopper {
     ///
     /// # Real-time safety
     /// No allocation, no lock: an eventfd write per group and one futex wake.
+    ///
+    /// Example: [`Stopper`].
     pub fn stop(&self) {
         for g in &self.groups {
             g.stop();
@@ -820,6 +916,8 @@ impl MetricsHandle {
     ///
     /// # Real-time safety
     /// Allocates the snapshot (names, vectors): call it from an admin lane, not a hot path.
+    ///
+    /// Example: [`MetricsHandle`].
     pub fn get(&self) -> Vec<GroupMetrics> {
         snapshot(&self.groups, self.counting)
     }
