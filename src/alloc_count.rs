@@ -25,6 +25,20 @@ fn bump() {
 }
 
 /// The system allocator, counting allocations (including reallocations) per thread.
+///
+/// # Examples
+/// ```
+/// #[global_allocator]
+/// static ALLOC: lfrt::CountingAlloc = lfrt::CountingAlloc;
+///
+/// fn main() {
+///     assert!(lfrt::counting_alloc_active()); // pool_allocations is now measured
+///     let before = lfrt::thread_allocations();
+///     let v = vec![1u8; 16];
+///     assert!(lfrt::thread_allocations() > before);
+///     # drop(v);
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CountingAlloc;
 
@@ -53,12 +67,16 @@ unsafe impl GlobalAlloc for CountingAlloc {
 }
 
 /// Allocations made by the calling thread so far.
+///
+/// Example: [`CountingAlloc`].
 #[inline]
 pub fn thread_allocations() -> u64 {
     ALLOCS.try_with(Cell::get).unwrap_or(0)
 }
 
 /// Whether [`CountingAlloc`] is this program's global allocator.
+///
+/// Example: [`CountingAlloc`].
 pub fn is_active() -> bool {
     let before = thread_allocations();
     drop(std::hint::black_box(Box::new(0u64)));

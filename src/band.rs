@@ -63,7 +63,7 @@ pub struct Bands {
 /// // DSCP EF (46) to band 0, everything else to band 1.
 /// let plan = Bands { classify: Classify::Dscp, map: vec![(46, 0)], default: 1, count: 2 };
 /// let sockets = bind("127.0.0.1:7000".parse().unwrap(), &plan)?;
-/// // rt.registry("control")?.register(Box::new(UdpEcho::new(sockets.remove(0), 0)?))?; ...
+/// // control.registry().register(Box::new(UdpEcho::new(sockets.remove(0), 0)?))?; ...
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn bind(addr: SocketAddr, plan: &Bands) -> io::Result<Vec<UdpSocket>> {

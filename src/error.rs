@@ -7,6 +7,19 @@ use std::path::PathBuf;
 
 /// Why building, starting or controlling a runtime failed. Nothing is left running when a
 /// constructor returns an error.
+///
+/// # Examples
+/// ```
+/// use lfrt::{Error, GroupConfig, Policy, Runtime, RuntimeConfig};
+/// let mut cfg = RuntimeConfig::default();
+/// cfg.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
+/// let rt = Runtime::new(cfg)?;
+/// match rt.lane("contorl") {
+///     Err(Error::UnknownLane { name, known }) => assert_eq!((name.as_str(), &known[..]), ("contorl", &["control".to_owned()][..])),
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
@@ -86,6 +99,14 @@ pub enum Error {
         /// Each unfinished handler: its group, thread and handle.
         handlers: Vec<String>,
     },
+    /// [`Runtime::lane`](crate::Runtime::lane) was asked for a lane (group) the runtime does
+    /// not have.
+    UnknownLane {
+        /// The name asked for.
+        name: String,
+        /// The runtime's lanes, in order.
+        known: Vec<String>,
+    },
 }
 
 impl Error {
@@ -137,6 +158,16 @@ impl fmt::Display for Error {
                 handlers.len(),
                 handlers.join("; ")
             ),
+            Error::UnknownLane { name, known } => {
+                write!(f, "no lane (group) named `{name}`; the lanes are: ")?;
+                if known.is_empty() {
+                    return f.write_str("none");
+                }
+                for (i, k) in known.iter().enumerate() {
+                    write!(f, "{}`{k}`", if i == 0 { "" } else { ", " })?;
+                }
+                Ok(())
+            }
         }
     }
 }

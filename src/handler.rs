@@ -11,6 +11,21 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 /// Which readiness a handle is registered for.
+///
+/// # Examples
+/// A handler that waits for both directions:
+/// ```
+/// use lfrt::{Context, Disposition, Event, EventHandler, Interest};
+/// use std::net::TcpStream;
+/// use std::os::fd::{AsFd, BorrowedFd};
+/// struct Conn(TcpStream);
+/// impl EventHandler for Conn {
+///     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+///     fn interest(&self) -> Interest { Interest::READABLE.add(Interest::WRITABLE) }
+///     fn handle(&mut self, _: &Event, _: &mut Context) -> Disposition { Disposition::Rearm }
+/// }
+/// assert_ne!(Interest::READABLE, Interest::READABLE.add(Interest::WRITABLE));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Interest(u32);
 
@@ -31,6 +46,24 @@ impl Interest {
 }
 
 /// One event, as the leader detected it.
+///
+/// # Examples
+/// ```
+/// use lfrt::{Context, Disposition, Event, EventHandler};
+/// use std::net::TcpStream;
+/// use std::os::fd::{AsFd, BorrowedFd};
+/// struct Conn(TcpStream);
+/// impl EventHandler for Conn {
+///     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+///     fn handle(&mut self, ev: &Event, _: &mut Context) -> Disposition {
+///         if ev.is_closed() || ev.is_error() {
+///             return Disposition::Close; // drops the stream, closing the fd
+///         }
+///         if ev.is_readable() { /* read until WouldBlock */ }
+///         Disposition::Rearm
+///     }
+/// }
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Event {
     pub(crate) token: Token,
@@ -66,6 +99,30 @@ impl Event {
 }
 
 /// What happens to the handle after its handler returns.
+///
+/// # Examples
+/// ```
+/// use lfrt::{Context, Disposition, Event, EventHandler};
+/// use std::io::Read;
+/// use std::net::TcpStream;
+/// use std::os::fd::{AsFd, BorrowedFd};
+/// struct Sink(TcpStream);
+/// impl EventHandler for Sink {
+///     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+///     fn handle(&mut self, _: &Event, ctx: &mut Context) -> Disposition {
+///         loop {
+///             match self.0.read(ctx.buffer()) {
+///                 Ok(0) => return Disposition::Close, // the peer closed
+///                 Ok(_) => continue,
+///                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+///                     return Disposition::Rearm // wait for more
+///                 }
+///                 Err(_) => return Disposition::Close,
+///             }
+///         }
+///     }
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub enum Disposition {
@@ -85,6 +142,26 @@ pub enum Disposition {
 /// bounded, must not block (sockets are nonblocking: read until `WouldBlock`), and should use
 /// the [`Context`] buffers instead of allocating. lfrt counts allocations and page faults on
 /// pool threads and reports them (`pool_allocations`, `pool_minor_faults`).
+///
+/// # Examples
+/// A handler on a [`Notifier`](crate::Notifier), registered with a lane:
+/// ```
+/// use lfrt::{Context, Disposition, Event, EventHandler, GroupConfig, Notifier, Policy};
+/// use lfrt::{Runtime, RuntimeConfig};
+/// use std::os::fd::{AsFd, BorrowedFd};
+/// struct Wakeups(Notifier, u64);
+/// impl EventHandler for Wakeups {
+///     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+///     fn handle(&mut self, _: &Event, _: &mut Context) -> Disposition {
+///         self.1 += self.0.take().unwrap_or(0);
+///         Disposition::Rearm
+///     }
+/// }
+/// let mut rt = Runtime::new(RuntimeConfig::default())?;
+/// let lane = rt.add_group(GroupConfig::new("work", Policy::Fifo, 50))?;
+/// lane.registry().register(Box::new(Wakeups(Notifier::new()?, 0)))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait EventHandler: Send + 'static {
     /// The fd to wait on. Must stay the same for the handler's lifetime.
     fn source(&self) -> BorrowedFd<'_>;
@@ -142,6 +219,8 @@ pub(crate) fn close_all(handles: &Handles) {
 /// Every slot is `buffer_bytes` long, so a thread's storage is `buffer_bytes ×
 /// (DATAGRAM_BATCH + 2)` (1.1 MiB at the 64 KiB default; lower `buffer_bytes` to the largest
 /// datagram a service expects to shrink it).
+///
+/// Example: [`DatagramBatch`].
 pub const DATAGRAM_BATCH: usize = 16;
 
 /// A pool thread's own storage (thread-specific storage), created and pre-faulted before the
@@ -149,6 +228,32 @@ pub const DATAGRAM_BATCH: usize = 16;
 ///
 /// # Real-time safety
 /// Nothing here allocates after construction.
+///
+/// # Examples
+/// ```
+/// use lfrt::{Context, Disposition, Event, EventHandler, Incident};
+/// use std::net::UdpSocket;
+/// use std::os::fd::{AsFd, BorrowedFd};
+/// struct Relay(UdpSocket);
+/// impl EventHandler for Relay {
+///     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+///     fn handle(&mut self, ev: &Event, ctx: &mut Context) -> Disposition {
+///         ctx.set_origin_ns(ev.woke_ns()); // latency measured from the wake-up
+///         let (input, reply) = ctx.buffers(); // this thread's own, pre-faulted storage
+///         let mut truncated = 0;
+///         while let Ok((n, from)) = self.0.recv_from(input) {
+///             if n == input.len() {
+///                 truncated += 1; // may have been longer than the buffer
+///                 continue;
+///             }
+///             reply[..n].copy_from_slice(&input[..n]);
+///             let _ = self.0.send_to(&reply[..n], from);
+///         }
+///         ctx.count(Incident::DatagramTruncated, truncated); // in the group's metrics
+///         Disposition::Rearm
+///     }
+/// }
+/// ```
 #[derive(Debug)]
 pub struct Context {
     buffer: Box<[u8]>,
@@ -319,6 +424,25 @@ pub(crate) fn dispatch(handles: &Handles, event: &Event, ctx: &mut Context) -> D
 
 /// A cloneable handle to one group's handle set: register and deregister handles from any
 /// thread, also while the group runs and from inside handlers.
+///
+/// # Examples
+/// ```
+/// use lfrt::{Context, Disposition, Event, EventHandler, GroupConfig, Notifier, Policy};
+/// use lfrt::{Runtime, RuntimeConfig};
+/// use std::os::fd::{AsFd, BorrowedFd};
+/// struct Bell(Notifier);
+/// impl EventHandler for Bell {
+///     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+///     fn handle(&mut self, _: &Event, _: &mut Context) -> Disposition { Disposition::Rearm }
+/// }
+/// let mut rt = Runtime::new(RuntimeConfig::default())?;
+/// let registry = rt.add_group(GroupConfig::new("g", Policy::Fifo, 10))?.registry();
+/// let token = registry.register(Box::new(Bell(Notifier::new()?)))?;
+/// assert_eq!(registry.len(), 1);
+/// assert!(registry.deregister(token)); // drops the handler, closing its eventfd
+/// assert!(registry.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct Registry {
     pub(crate) set: Arc<Handles>,
@@ -335,6 +459,8 @@ impl Registry {
     /// # Real-time safety
     /// Takes the group's free-list lock (priority-inheriting) and calls `epoll_ctl`; the
     /// `Box` is the caller's allocation.
+    ///
+    /// Example: [`Registry`].
     pub fn register(&self, handler: Box<dyn EventHandler>) -> Result<Token, Error> {
         let fd = handler.source().as_raw_fd();
         match crate::sys::fd::is_nonblocking(fd) {
@@ -363,6 +489,8 @@ impl Registry {
     /// Two handlers that deregister each other's handles at the same moment wait for each
     /// other: the process aborts (see [`PiMutex`](crate::PiMutex)). Return
     /// [`Disposition::Close`] or coordinate through your own state instead.
+    ///
+    /// Example: [`Registry`].
     pub fn deregister(&self, token: Token) -> bool {
         self.set.deregister(token)
     }

@@ -52,6 +52,13 @@ impl LogLimit {
 /// burns the same work. CPU time, not wall time, so a handler preempted mid-work still costs the
 /// same CPU as one that is not. Bounded: it also returns after `ns` plus one second of
 /// wall-clock time, whatever happens.
+///
+/// # Examples
+/// ```
+/// let t0 = lfrt::os::thread_cpu_ns();
+/// lfrt::handlers::cpu_work(200_000); // 200 µs of this thread's CPU
+/// println!("burnt {} ns", lfrt::os::thread_cpu_ns() - t0);
+/// ```
 pub fn cpu_work(ns: u64) {
     if ns == 0 {
         return;
@@ -71,6 +78,15 @@ fn busy_work(us: u64) {
 ///
 /// A datagram longer than a slot (`buffer_bytes`) arrives truncated: it is dropped, counted in
 /// `datagrams_truncated` and logged (see the [module docs](self) for the rule).
+///
+/// # Examples
+/// ```no_run
+/// # fn f(lane: lfrt::Lane) -> Result<(), Box<dyn std::error::Error>> {
+/// use lfrt::handlers::UdpEcho;
+/// let socket = std::net::UdpSocket::bind("127.0.0.1:7000")?;
+/// lane.registry().register(Box::new(UdpEcho::new(socket, 0)?))?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct UdpEcho {
     socket: UdpSocket,
@@ -171,6 +187,16 @@ impl EventHandler for UdpEcho {
 /// waiting connection, was not chosen: it only helps `EMFILE` (a spare fd frees neither
 /// system-wide files for long nor memory, so `ENFILE`, `ENOBUFS` and `ENOMEM` would still
 /// spin), and it resets connections that the pause lets wait to be served.
+///
+/// # Examples
+/// ```no_run
+/// # fn f(lane: lfrt::Lane) -> Result<(), Box<dyn std::error::Error>> {
+/// use lfrt::handlers::TcpEcho;
+/// let listener = std::net::TcpListener::bind("127.0.0.1:7001")?;
+/// // Each accepted connection becomes a TcpEchoStream in the same lane.
+/// lane.registry().register(Box::new(TcpEcho::new(listener, 0)?))?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct TcpEcho {
     listener: TcpListener,
@@ -348,6 +374,17 @@ impl EventHandler for TcpEcho {
 ///
 /// Unsent bytes (the peer is not reading) are kept in a buffer sized at accept time, and the
 /// handle waits for writability until they are flushed: no allocation per message.
+///
+/// # Examples
+/// ```no_run
+/// # fn f(lane: lfrt::Lane) -> Result<(), Box<dyn std::error::Error>> {
+/// use lfrt::handlers::TcpEchoStream;
+/// let listener = std::net::TcpListener::bind("127.0.0.1:7002")?;
+/// let (stream, _) = listener.accept()?;
+/// lane.registry()
+///     .register(Box::new(TcpEchoStream::new(stream, 0, 64 * 1024)?))?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct TcpEchoStream {
     stream: TcpStream,
@@ -442,6 +479,17 @@ impl EventHandler for TcpEchoStream {
 /// A periodic timer that reports its wake-up latency through telemetry: the sample's origin is
 /// the expiry the timer was due at, so latency = handler entry − expected expiry. Missed
 /// periods (expirations > 1) are counted as missed periods.
+///
+/// # Examples
+/// ```
+/// use lfrt::{handlers::PeriodicTimer, GroupConfig, Policy, Runtime, RuntimeConfig, Timer};
+/// let mut rt = Runtime::new(RuntimeConfig::default())?;
+/// let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+/// let mut t = Timer::new()?;
+/// t.arm(lfrt::os::now_ns() + 1_000_000, 1_000_000)?; // 1 kHz
+/// control.registry().register(Box::new(PeriodicTimer::new(t)))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct PeriodicTimer {
     timer: Timer,

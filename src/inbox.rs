@@ -47,6 +47,18 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::Arc;
 
 /// In which order a drained batch is delivered.
+///
+/// # Examples
+/// ```
+/// use lfrt::inbox::{Inbox, Order};
+/// let (inbox, poster) = Inbox::new(64, 8, Order::Priority, |alarm: &str, _ctx| {
+///     let _ = alarm; // within a batch: "urgent" before "routine"
+/// })?;
+/// poster.post_with_priority(1, "routine").unwrap();
+/// poster.post_with_priority(9, "urgent").unwrap();
+/// # drop(inbox);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Order {
     /// As posted (per poster; posts from different threads interleave as they reached the
@@ -60,6 +72,17 @@ pub enum Order {
 }
 
 /// The value a full inbox handed back to its sender.
+///
+/// # Examples
+/// ```
+/// use lfrt::inbox::{Full, Inbox, Order};
+/// let (inbox, poster) = Inbox::new(1, 1, Order::Fifo, |_: u32, _ctx| {})?;
+/// poster.post(1).unwrap();
+/// assert_eq!(poster.post(2), Err(Full(2))); // nothing is lost: the sender keeps it
+/// assert_eq!(poster.refused(), 1);
+/// # drop(inbox);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(PartialEq, Eq)]
 pub struct Full<T>(pub T);
 
@@ -141,6 +164,25 @@ impl<T> Shared<T> {
 
 /// The sending side of an inbox: cheap to clone, usable from any thread (real-time or not,
 /// inside the runtime or outside it).
+///
+/// # Examples
+/// ```
+/// use lfrt::inbox::{Inbox, Order};
+/// let (inbox, poster) = Inbox::new(1024, 32, Order::Fifo, |n: u64, _ctx| {
+///     let _ = n;
+/// })?;
+/// let producers: Vec<_> = (0..2u64)
+///     .map(|i| {
+///         let p = poster.clone();
+///         std::thread::spawn(move || p.post(i).is_ok())
+///     })
+///     .collect();
+/// for p in producers {
+///     assert!(p.join().unwrap());
+/// }
+/// # drop(inbox);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub struct Poster<T> {
     shared: Arc<Shared<T>>,
 }
@@ -167,6 +209,8 @@ impl<T: Send> Poster<T> {
     ///
     /// # Real-time safety
     /// Lock-free; no allocation; at most one nonblocking `write(2)`.
+    ///
+    /// Example: [`Poster`].
     pub fn post(&self, value: T) -> Result<(), Full<T>> {
         self.post_with_priority(0, value)
     }
@@ -176,6 +220,8 @@ impl<T: Send> Poster<T> {
     ///
     /// # Errors
     /// As [`post`](Self::post).
+    ///
+    /// Example: [`Order`].
     pub fn post_with_priority(&self, priority: u8, value: T) -> Result<(), Full<T>> {
         let s = &self.shared;
         let seq = s.seq.fetch_add(1, Relaxed);
@@ -196,6 +242,8 @@ impl<T: Send> Poster<T> {
     }
 
     /// Values refused so far because the inbox was full.
+    ///
+    /// Example: [`Full`].
     pub fn refused(&self) -> u64 {
         self.shared.refused.load(Relaxed)
     }
@@ -213,7 +261,7 @@ impl<T: Send> Poster<T> {
 ///     let _ = order;
 /// })?;
 /// poster.post(42).unwrap();
-/// // lane.register(Box::new(inbox))?;
+/// // lane.registry().register(Box::new(inbox))?;
 /// # drop(inbox);
 /// # Ok::<(), std::io::Error>(())
 /// ```
@@ -244,6 +292,8 @@ where
     /// # Errors
     /// `InvalidInput` if `capacity` or `batch` is 0; the eventfd's error if it cannot be
     /// created.
+    ///
+    /// Example: [`Inbox`].
     pub fn new(
         capacity: usize,
         batch: usize,

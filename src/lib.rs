@@ -38,12 +38,11 @@
 //!     }
 //! }
 //!
-//! let mut cfg = RuntimeConfig::default();
-//! cfg.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
-//! let mut rt = Runtime::new(cfg)?;
+//! let mut rt = Runtime::new(RuntimeConfig::default())?;
+//! let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
 //! let sock = UdpSocket::bind("127.0.0.1:7000").unwrap();
 //! sock.set_nonblocking(true).unwrap();
-//! rt.registry("control").unwrap().register(Box::new(Echo(sock)))?;
+//! control.registry().register(Box::new(Echo(sock)))?;
 //! rt.start()?;
 //! # rt.shutdown()?;
 //! # Ok::<(), lfrt::Error>(())
@@ -54,7 +53,7 @@
 //!
 //! | purpose | items |
 //! |---|---|
-//! | run groups | [`Runtime`] (`new`, `registry`, `start`, `metrics`, `metrics_handle`, `stopper`, `wait`, `shutdown`, `shutdown_within`), [`Stopper`], [`MetricsHandle`], [`StartReport`], [`SHUTDOWN_TIMEOUT`] |
+//! | run groups | [`Runtime`] (`new`, `add_group`, `lane`, `start`, `metrics`, `metrics_handle`, `stopper`, `wait`, `shutdown`, `shutdown_within`), [`Lane`] (a group's typed handle), [`Stopper`], [`MetricsHandle`], [`StartReport`], [`SHUTDOWN_TIMEOUT`] |
 //! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`; errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
 //! | write handlers | [`EventHandler`], [`Event`], [`Interest`], [`Disposition`], [`Context`] (thread-specific storage), [`Registry`], [`Token`], [`Incident`] |
 //! | event sources | [`timer`] (callback timers: periodic or one-shot, cancel and re-arm from any thread), [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots; only the datagrams a handler marks with [`Datagram::answer`] are answered) |
@@ -117,7 +116,7 @@ pub use handle_set::Token;
 pub use handler::{Context, Disposition, Event, EventHandler, Interest, Registry, DATAGRAM_BATCH};
 pub use metrics::{GroupMetrics, Incident};
 pub use pi_mutex::{PiMutex, PiMutexGuard};
-pub use runtime::{MetricsHandle, Runtime, StartReport, Stopper, SHUTDOWN_TIMEOUT};
+pub use runtime::{Lane, MetricsHandle, Runtime, StartReport, Stopper, SHUTDOWN_TIMEOUT};
 pub use source::{Notifier, Timer};
 pub use sys::net::{Datagram, DatagramBatch};
 

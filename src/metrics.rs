@@ -27,6 +27,20 @@ impl Counters {
 ///
 /// Counters only grow; gauges (`leader_present`, `followers`, `processing`) are a racy
 /// instant and may have changed by the time they are read.
+///
+/// # Examples
+/// ```
+/// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+/// let mut rt = Runtime::new(RuntimeConfig::default())?;
+/// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+/// for m in rt.metrics() {
+///     println!(
+///         "{} prio {}: {} dispatched, {} panics, allocations after warm-up: {:?}",
+///         m.name, m.priority, m.dispatched, m.handler_panics, m.pool_allocations
+///     );
+/// }
+/// # Ok::<(), lfrt::Error>(())
+/// ```
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct GroupMetrics {
     /// Group name.
@@ -109,6 +123,8 @@ pub struct GroupMetrics {
 /// [`GroupMetrics`] field that counts it.
 ///
 /// [`GroupMetrics`]: crate::GroupMetrics
+///
+/// Example: [`Context`](crate::Context) counts one from a handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Incident {

@@ -63,6 +63,13 @@ impl<T> PiMutex<T> {
     }
 
     /// Consumes the mutex and returns the value.
+    ///
+    /// # Examples
+    /// ```
+    /// let mut m = lfrt::PiMutex::new(vec![1]);
+    /// m.get_mut().push(2); // no lock: `&mut` proves no one else holds it
+    /// assert_eq!(m.into_inner(), [1, 2]);
+    /// ```
     pub fn into_inner(self) -> T {
         self.data.into_inner()
     }
@@ -100,6 +107,15 @@ impl<T: ?Sized> PiMutex<T> {
 
     /// Takes the lock if it is free, without blocking. `None` if another thread holds it, or
     /// the calling thread itself.
+    ///
+    /// # Examples
+    /// ```
+    /// let m = lfrt::PiMutex::new(1);
+    /// let held = m.lock();
+    /// assert!(m.try_lock().is_none()); // held (here by this very thread)
+    /// drop(held);
+    /// assert_eq!(m.try_lock().map(|g| *g), Some(1));
+    /// ```
     pub fn try_lock(&self) -> Option<PiMutexGuard<'_, T>> {
         match self.raw.try_lock() {
             Ok(true) => Some(PiMutexGuard {

@@ -1,7 +1,7 @@
 //! The runtime: owns the groups, starts and stops their threads, reports their metrics.
 
 use crate::alloc_count;
-use crate::config::{HandlerConfig, RtMode, RuntimeConfig};
+use crate::config::{GroupConfig, HandlerConfig, RtMode, RuntimeConfig};
 use crate::error::Error;
 use crate::group::{pool_thread, Applied, Group, Setup, ThreadSlot};
 use crate::handle_set::Token;
@@ -20,6 +20,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long `shutdown` waits for pool threads (each must finish its current handler).
+///
+/// Example: [`Runtime::shutdown_within`] takes another deadline.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Delay from `start` to the first expiry of built-in timers, so the first period is measured
@@ -27,6 +29,8 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 const TIMER_START_DELAY_NS: u64 = 2_000_000;
 
 /// What `start` found out about the machine.
+///
+/// Example: [`Runtime::start`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartReport {
     /// Every RT group's threads got their configured policy and priority.
@@ -66,7 +70,7 @@ enum Pending {
 /// let mut cfg = RuntimeConfig::default();
 /// cfg.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
 /// let mut rt = Runtime::new(cfg)?;
-/// // rt.registry("control").unwrap().register(Box::new(my_handler))?;
+/// // rt.lane("control")?.registry().register(Box::new(my_handler))?;
 /// rt.start()?;
 /// std::thread::sleep(std::time::Duration::from_millis(100));
 /// let metrics = rt.shutdown()?;
@@ -90,6 +94,9 @@ pub struct Runtime {
     counting: bool,
     /// Set to 1 (and futex-woken) by [`Stopper::stop`]; [`Runtime::wait`] sleeps on it.
     stopped: Arc<AtomicU32>,
+    /// A [`Stopper`] or [`MetricsHandle`] was taken: its group list is fixed, so
+    /// [`Runtime::add_group`] is refused.
+    handed_out: AtomicBool,
 }
 
 impl fmt::Debug for Runtime {
@@ -103,95 +110,221 @@ impl Runtime {
     /// binds the built-in handlers' sockets. No thread is started: the pool threads, the
     /// telemetry collector and the watchdog are spawned by [`start`](Self::start).
     ///
+    /// A configuration may have no group: they are then added with
+    /// [`add_group`](Self::add_group), which returns each one's [`Lane`].
+    ///
     /// # Errors
     /// [`Error::Config`] for an invalid configuration, [`Error::Bind`] if a socket cannot be
     /// bound, [`Error::Io`] if a kernel object cannot be created. Nothing is left open.
-    pub fn new(cfg: RuntimeConfig) -> Result<Runtime, Error> {
-        cfg.validate()?;
-        let mut groups = Vec::new();
-        let mut rings = Vec::new();
-        let mut consumers = Vec::new();
-        let mut pending = Vec::new();
-        for (gi, gc) in cfg.groups.iter().enumerate() {
-            let g = Group::new(gi as u16, gc.clone())?;
-            let mut producers = Vec::new();
-            for _ in 0..gc.threads {
-                let (p, c) = rtrb::RingBuffer::new(telemetry::RING_CAPACITY);
-                producers.push(p);
-                consumers.push(c);
-            }
-            rings.push(producers);
-            for h in &gc.handlers {
-                let p = match *h {
-                    HandlerConfig::UdpEcho { bind, work_us } => {
-                        let s = std::net::UdpSocket::bind(bind).map_err(|e| Error::Bind {
-                            addr: bind,
-                            source: e,
-                        })?;
-                        Pending::Handler(Box::new(UdpEcho::new(s, work_us).map_err(|e| {
-                            Error::Io {
-                                context: "configuring a UDP socket",
-                                source: e,
-                            }
-                        })?))
-                    }
-                    HandlerConfig::TcpEcho { bind, work_us } => {
-                        let l = std::net::TcpListener::bind(bind).map_err(|e| Error::Bind {
-                            addr: bind,
-                            source: e,
-                        })?;
-                        Pending::Handler(Box::new(TcpEcho::new(l, work_us).map_err(|e| {
-                            Error::Io {
-                                context: "configuring a TCP listener",
-                                source: e,
-                            }
-                        })?))
-                    }
-                    HandlerConfig::Timer {
-                        interval_us,
-                        count,
-                        distance_us,
-                    } => Pending::Timers {
-                        interval_us,
-                        count,
-                        distance_us,
-                    },
-                };
-                pending.push((gi, p));
-            }
-            groups.push(Arc::new(g));
+    ///
+    /// # Examples
+    /// ```
+    /// // A configuration from TOML (`lfrt::load_config(path)` reads a file), its lanes looked up
+    /// // once, before start:
+    /// let cfg = lfrt::parse_config(
+    ///     r#"
+    ///     [runtime]
+    ///     rt = "best-effort"
+    ///     [[group]]
+    ///     name = "control"
+    ///     policy = "fifo"
+    ///     priority = 80
+    ///     "#,
+    /// )?;
+    /// let rt = lfrt::Runtime::new(cfg)?;
+    /// let control = rt.lane("control")?;
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn new(mut cfg: RuntimeConfig) -> Result<Runtime, Error> {
+        if !cfg.groups.is_empty() {
+            cfg.validate()?;
         }
-        Ok(Runtime {
+        let groups = std::mem::take(&mut cfg.groups);
+        let mut rt = Runtime {
             cfg,
-            telemetry: Arc::new(Telemetry::new(groups.len())),
-            groups,
+            telemetry: Arc::new(Telemetry::new(0)),
+            groups: Vec::new(),
             threads: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
             helpers: Vec::new(),
             state: State::Built {
-                rings,
-                consumers,
-                pending,
+                rings: Vec::new(),
+                consumers: Vec::new(),
+                pending: Vec::new(),
             },
             counting: alloc_count::is_active(),
             stopped: Arc::new(AtomicU32::new(0)),
-        })
+            handed_out: AtomicBool::new(false),
+        };
+        for gc in groups {
+            rt.push_group(gc)?;
+        }
+        Ok(rt)
     }
 
-    /// The registry of the group named `name`, to add handles (before or after `start`).
-    pub fn registry(&self, name: &str) -> Option<Registry> {
-        self.groups
-            .iter()
-            .find(|g| g.cfg.name == name)
-            .map(|g| g.registry())
+    /// Creates group `gc` (validated by the caller) with its telemetry rings and its built-in
+    /// handlers' sockets, and appends it. On error nothing is appended.
+    fn push_group(&mut self, gc: GroupConfig) -> Result<Lane, Error> {
+        let State::Built {
+            rings,
+            consumers,
+            pending,
+        } = &mut self.state
+        else {
+            return Err(Error::State("Runtime::add_group after start or shutdown"));
+        };
+        let gi = self.groups.len();
+        let g = Group::new(gi as u16, gc.clone())?;
+        let mut producers = Vec::new();
+        let mut cons = Vec::new();
+        for _ in 0..gc.threads {
+            let (p, c) = rtrb::RingBuffer::new(telemetry::RING_CAPACITY);
+            producers.push(p);
+            cons.push(c);
+        }
+        let mut handlers = Vec::new();
+        for h in &gc.handlers {
+            let p = match *h {
+                HandlerConfig::UdpEcho { bind, work_us } => {
+                    let s = std::net::UdpSocket::bind(bind).map_err(|e| Error::Bind {
+                        addr: bind,
+                        source: e,
+                    })?;
+                    Pending::Handler(Box::new(UdpEcho::new(s, work_us).map_err(|e| {
+                        Error::Io {
+                            context: "configuring a UDP socket",
+                            source: e,
+                        }
+                    })?))
+                }
+                HandlerConfig::TcpEcho { bind, work_us } => {
+                    let l = std::net::TcpListener::bind(bind).map_err(|e| Error::Bind {
+                        addr: bind,
+                        source: e,
+                    })?;
+                    Pending::Handler(Box::new(TcpEcho::new(l, work_us).map_err(|e| {
+                        Error::Io {
+                            context: "configuring a TCP listener",
+                            source: e,
+                        }
+                    })?))
+                }
+                HandlerConfig::Timer {
+                    interval_us,
+                    count,
+                    distance_us,
+                } => Pending::Timers {
+                    interval_us,
+                    count,
+                    distance_us,
+                },
+            };
+            handlers.push((gi, p));
+        }
+        rings.push(producers);
+        consumers.extend(cons);
+        pending.extend(handlers);
+        self.telemetry.add_group();
+        self.cfg.groups.push(gc);
+        let group = Arc::new(g);
+        self.groups.push(group.clone());
+        Ok(Lane { group })
+    }
+
+    /// Adds a group (a lane) to a runtime that has not started and returns its [`Lane`]: the
+    /// way to build a runtime in code. The group is validated at once together with the groups
+    /// already there (a duplicate name or priority is an error), and its built-in handlers'
+    /// sockets are bound.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the field (`group[i].name` for a duplicate name), as
+    /// [`Runtime::new`] does for a configuration; [`Error::Bind`] or [`Error::Io`] as `new`;
+    /// [`Error::State`] after [`start`](Self::start) or [`shutdown`](Self::shutdown), or after
+    /// a [`Stopper`] or [`MetricsHandle`] was taken (each covers the groups that exist when it
+    /// is taken, so add every group first). On error the runtime is unchanged.
+    ///
+    /// # Examples
+    /// ```
+    /// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// let admin = rt.add_group(GroupConfig::new("admin", Policy::Other, 0))?;
+    /// assert_eq!((control.name(), admin.index()), ("control", 1));
+    /// // Checked at once: a second `control` is refused.
+    /// assert!(rt.add_group(GroupConfig::new("control", Policy::Fifo, 70)).is_err());
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn add_group(&mut self, gc: GroupConfig) -> Result<Lane, Error> {
+        if !matches!(self.state, State::Built { .. }) {
+            return Err(Error::State("Runtime::add_group after start or shutdown"));
+        }
+        if self.handed_out.load(Relaxed) {
+            return Err(Error::State(
+                "Runtime::add_group after stopper() or metrics_handle(): each covers only the \
+                 groups that exist when it is taken; add every group first",
+            ));
+        }
+        let mut all = self.cfg.clone();
+        all.groups.push(gc.clone());
+        all.validate_without_binds()?;
+        self.push_group(gc)
+    }
+
+    /// The lane (group) named `name`: how a service finds the groups of a configuration it
+    /// loaded (e.g. from TOML). Look every lane up once, before [`start`](Self::start), so a
+    /// misspelt name stops the service at set-up, not later.
+    ///
+    /// # Errors
+    /// [`Error::UnknownLane`] naming `name` and listing the runtime's lanes.
+    ///
+    /// # Examples
+    /// ```
+    /// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut cfg = RuntimeConfig::default();
+    /// cfg.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
+    /// let rt = Runtime::new(cfg)?;
+    /// let control = rt.lane("control")?;
+    /// assert_eq!(control.name(), "control");
+    /// let typo = rt.lane("contrl").unwrap_err().to_string();
+    /// assert_eq!(typo, "no lane (group) named `contrl`; the lanes are: `control`");
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn lane(&self, name: &str) -> Result<Lane, Error> {
+        match self.groups.iter().find(|g| g.cfg.name == name) {
+            Some(g) => Ok(Lane { group: g.clone() }),
+            None => Err(Error::UnknownLane {
+                name: name.to_owned(),
+                known: self.groups.iter().map(|g| g.cfg.name.clone()).collect(),
+            }),
+        }
     }
 
     /// The configuration this runtime runs.
+    ///
+    /// # Examples
+    /// ```
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// assert_eq!(rt.config().groups[0].name, "control"); // added groups included
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
     pub fn config(&self) -> &RuntimeConfig {
         &self.cfg
     }
 
     /// Latency histograms recorded by the collector.
+    ///
+    /// # Examples
+    /// ```
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// // after start, the collector fills one set of histograms per group
+    /// let samples = rt.telemetry().with(|r| r.groups[0].latency.len());
+    /// assert_eq!(samples, 0);
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
     pub fn telemetry(&self) -> &Arc<Telemetry> {
         &self.telemetry
     }
@@ -211,7 +344,26 @@ impl Runtime {
     ///
     /// Any failure stops and joins every thread already started and closes every handle, as
     /// [`shutdown`](Self::shutdown) does; the runtime cannot be started again.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// let report = rt.start()?;
+    /// if !report.rt_applied {
+    ///     eprintln!("running without real-time priorities (rt = \"best-effort\")");
+    /// }
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
     pub fn start(&mut self) -> Result<StartReport, Error> {
+        if self.groups.is_empty() && matches!(self.state, State::Built { .. }) {
+            return Err(Error::config(
+                "group",
+                "at least one group is required: add one with Runtime::add_group or in the \
+                 configuration",
+            ));
+        }
         let (rings, consumers, pending) = match std::mem::replace(&mut self.state, State::Running) {
             State::Built {
                 rings,
@@ -383,6 +535,16 @@ impl Runtime {
     }
 
     /// Per-group metrics snapshot (the same as [`MetricsHandle::get`]).
+    ///
+    /// # Examples
+    /// ```
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// let m = &rt.metrics()[control.index()];
+    /// assert_eq!((m.name.as_str(), m.dispatched), ("control", 0));
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
     pub fn metrics(&self) -> Vec<GroupMetrics> {
         snapshot(&self.groups, self.counting)
     }
@@ -401,6 +563,7 @@ impl Runtime {
     /// # Ok::<(), lfrt::Error>(())
     /// ```
     pub fn metrics_handle(&self) -> MetricsHandle {
+        self.handed_out.store(true, Relaxed);
         MetricsHandle {
             groups: self.groups.clone(),
             counting: self.counting,
@@ -431,6 +594,18 @@ impl Runtime {
     }
 
     /// `(group index, thread index, kernel tid)` of every pool thread (0 before it started).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// rt.start()?;
+    /// for (group, thread, tid) in rt.thread_ids() {
+    ///     println!("group {group} thread {thread}: {:?}", lfrt::os::read_back(tid));
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn thread_ids(&self) -> Vec<(usize, usize, i32)> {
         self.groups
             .iter()
@@ -445,7 +620,10 @@ impl Runtime {
     }
 
     /// A handle that can stop the runtime from another thread (e.g. a signal waiter).
+    ///
+    /// Example: [`Stopper`].
     pub fn stopper(&self) -> Stopper {
+        self.handed_out.store(true, Relaxed);
         Stopper {
             groups: self.groups.clone(),
             stopped: self.stopped.clone(),
@@ -456,6 +634,18 @@ impl Runtime {
     ///
     /// # Errors
     /// As `shutdown_within`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// rt.start()?;
+    /// for m in rt.shutdown()? {
+    ///     println!("{}: {} events, {} panics", m.name, m.dispatched, m.handler_panics);
+    /// }
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
     pub fn shutdown(&mut self) -> Result<Vec<GroupMetrics>, Error> {
         self.shutdown_within(SHUTDOWN_TIMEOUT)
     }
@@ -604,6 +794,65 @@ impl Drop for Runtime {
     }
 }
 
+/// One lane of a runtime: a cheap cloneable handle to a group (its name, its index and its
+/// [`Registry`]), returned by [`Runtime::add_group`] or looked up once with [`Runtime::lane`].
+///
+/// A `Lane` is the only way to reach a group, so a misspelt lane name is an error at set-up,
+/// never a missing group later. It holds its own group, so it cannot be used with another
+/// runtime: no [`Runtime`] method takes a `Lane`, and its registry adds handles only to the
+/// group it came from. It stays valid (and refers to the same, possibly stopped, group) for as
+/// long as it lives; cloning it clones an `Arc`.
+///
+/// # Examples
+/// ```
+/// use lfrt::{GroupConfig, Lane, Notifier, Policy, Runtime, RuntimeConfig};
+/// # use lfrt::{Context, Disposition, Event, EventHandler};
+/// # use std::os::fd::{AsFd, BorrowedFd};
+/// # struct Bell(Notifier);
+/// # impl EventHandler for Bell {
+/// #     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+/// #     fn handle(&mut self, _: &Event, _: &mut Context) -> Disposition { Disposition::Rearm }
+/// # }
+/// let mut rt = Runtime::new(RuntimeConfig::default())?;
+/// let control: Lane = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+/// let token = control.registry().register(Box::new(Bell(Notifier::new()?)))?;
+/// assert!(control.registry().deregister(token));
+/// assert_eq!((control.name(), control.index()), ("control", 0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Lane {
+    group: Arc<Group>,
+}
+
+impl Lane {
+    /// The registry of this lane's group: add, remove, suspend and resume its handles from
+    /// any thread, before or after [`Runtime::start`]. A clone (one `Arc` increment).
+    pub fn registry(&self) -> Registry {
+        self.group.registry()
+    }
+
+    /// The group's name, as configured.
+    pub fn name(&self) -> &str {
+        &self.group.cfg.name
+    }
+
+    /// The group's position in the runtime: its index in [`Runtime::metrics`] and
+    /// [`Runtime::thread_ids`].
+    pub fn index(&self) -> usize {
+        usize::from(self.group.index)
+    }
+}
+
+impl fmt::Debug for Lane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lane")
+            .field("name", &self.name())
+            .field("index", &self.index())
+            .finish()
+    }
+}
+
 /// Stops a runtime from any thread, also from inside a handler: every group's threads return,
 /// and [`Runtime::wait`] returns (the owner's [`Runtime::shutdown`] then joins them).
 ///
@@ -631,6 +880,8 @@ impl Stopper {
     ///
     /// # Real-time safety
     /// No allocation, no lock: an eventfd write per group and one futex wake.
+    ///
+    /// Example: [`Stopper`].
     pub fn stop(&self) {
         for g in &self.groups {
             g.stop();
@@ -665,6 +916,8 @@ impl MetricsHandle {
     ///
     /// # Real-time safety
     /// Allocates the snapshot (names, vectors): call it from an admin lane, not a hot path.
+    ///
+    /// Example: [`MetricsHandle`].
     pub fn get(&self) -> Vec<GroupMetrics> {
         snapshot(&self.groups, self.counting)
     }
@@ -735,5 +988,136 @@ mod tests {
         }
         assert_eq!(rt.threads.len(), 1, "the dead thread was joined");
         rt.shutdown().unwrap();
+    }
+
+    fn best_effort() -> RuntimeConfig {
+        RuntimeConfig {
+            rt: RtMode::BestEffort,
+            lock_memory: false,
+            metrics: None,
+            groups: Vec::new(),
+        }
+    }
+
+    /// A handler on an eventfd that never fires unless notified.
+    struct Idle(crate::Notifier);
+    impl EventHandler for Idle {
+        fn source(&self) -> std::os::fd::BorrowedFd<'_> {
+            std::os::fd::AsFd::as_fd(&self.0)
+        }
+        fn handle(&mut self, _: &crate::Event, _: &mut crate::Context) -> crate::Disposition {
+            crate::Disposition::Rearm
+        }
+    }
+
+    /// A misspelt lane name is an error naming it and listing every lane, in order.
+    #[test]
+    fn an_unknown_lane_is_an_error_naming_it_and_the_known_lanes() {
+        let mut cfg = best_effort();
+        cfg.groups
+            .push(GroupConfig::new("control", Policy::Fifo, 80));
+        cfg.groups.push(GroupConfig::new("feed", Policy::Fifo, 60));
+        let rt = Runtime::new(cfg).unwrap();
+        match rt.lane("contrl") {
+            Err(e @ Error::UnknownLane { .. }) => assert_eq!(
+                e.to_string(),
+                "no lane (group) named `contrl`; the lanes are: `control`, `feed`"
+            ),
+            other => panic!("expected UnknownLane, got {other:?}"),
+        }
+        let feed = rt.lane("feed").unwrap();
+        assert_eq!((feed.name(), feed.index()), ("feed", 1));
+        let empty = Runtime::new(best_effort()).unwrap();
+        assert_eq!(
+            empty.lane("x").unwrap_err().to_string(),
+            "no lane (group) named `x`; the lanes are: none"
+        );
+    }
+
+    /// A second group with a name already used is refused with the field that names it, and
+    /// the runtime is left as it was.
+    #[test]
+    fn a_duplicate_group_name_is_refused_at_once() {
+        let mut rt = Runtime::new(best_effort()).unwrap();
+        let control = rt
+            .add_group(GroupConfig::new("control", Policy::Fifo, 80))
+            .unwrap();
+        match rt.add_group(GroupConfig::new("control", Policy::Fifo, 70)) {
+            Err(Error::Config { field, message, .. }) => {
+                assert_eq!(field, "group[1].name");
+                assert!(
+                    message.contains("`control` is used by another group"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected a Config error, got {other:?}"),
+        }
+        assert_eq!(rt.metrics().len(), 1, "the refused group was not added");
+        assert_eq!(rt.config().groups.len(), 1);
+        assert_eq!(rt.lane("control").unwrap().index(), control.index());
+        // The same holds for groups that came from a configuration.
+        let mut cfg = best_effort();
+        cfg.groups.push(GroupConfig::new("a", Policy::Fifo, 80));
+        let mut rt = Runtime::new(cfg).unwrap();
+        assert!(matches!(
+            rt.add_group(GroupConfig::new("a", Policy::Other, 0)),
+            Err(Error::Config { .. })
+        ));
+        let b = rt
+            .add_group(GroupConfig::new("b", Policy::Other, 0))
+            .unwrap();
+        assert_eq!((b.index(), rt.metrics()[1].name.as_str()), (1, "b"));
+        assert_eq!(rt.telemetry().with(|r| r.groups.len()), 2);
+    }
+
+    /// A Lane carries its own group: two runtimes with a lane of the same name, and each
+    /// lane's registry adds handles to its own runtime only.
+    #[test]
+    fn a_lane_registers_only_into_its_own_runtime() {
+        let mut a = Runtime::new(best_effort()).unwrap();
+        let mut b = Runtime::new(best_effort()).unwrap();
+        let la = a
+            .add_group(GroupConfig::new("g", Policy::Other, 0))
+            .unwrap();
+        let _lb = b
+            .add_group(GroupConfig::new("g", Policy::Other, 0))
+            .unwrap();
+        la.registry()
+            .register(Box::new(Idle(crate::Notifier::new().unwrap())))
+            .unwrap();
+        assert_eq!(a.metrics()[0].handles, 1);
+        assert_eq!(b.metrics()[0].handles, 0);
+    }
+
+    /// Groups can be added only before start, before a Stopper or MetricsHandle (whose group
+    /// list is fixed when taken) exists, and a runtime without any group does not start.
+    #[test]
+    fn add_group_is_refused_once_the_group_list_is_fixed() {
+        let mut rt = Runtime::new(best_effort()).unwrap();
+        match rt.start() {
+            Err(Error::Config { field, .. }) => assert_eq!(field, "group"),
+            other => panic!("expected a Config error, got {other:?}"),
+        }
+        rt.add_group(GroupConfig::new("g", Policy::Other, 0))
+            .unwrap();
+        let _stopper = rt.stopper();
+        assert!(matches!(
+            rt.add_group(GroupConfig::new("h", Policy::Other, 0)),
+            Err(Error::State(_))
+        ));
+        let mut rt = Runtime::new(best_effort()).unwrap();
+        rt.add_group(GroupConfig::new("g", Policy::Other, 0))
+            .unwrap();
+        let _metrics = rt.metrics_handle();
+        assert!(matches!(
+            rt.add_group(GroupConfig::new("h", Policy::Other, 0)),
+            Err(Error::State(_))
+        ));
+        let mut rt = Runtime::new(best_effort()).unwrap();
+        rt.shutdown().unwrap();
+        assert!(matches!(
+            rt.add_group(GroupConfig::new("h", Policy::Other, 0)),
+            Err(Error::State(_))
+        ));
     }
 }

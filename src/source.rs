@@ -10,6 +10,29 @@ use std::os::fd::{AsFd, BorrowedFd};
 ///
 /// # Real-time safety
 /// `read` is one nonblocking `read(2)` and never allocates.
+///
+/// # Examples
+/// A 1 ms periodic timer as a handler (see also [`timer`](crate::timer) for callbacks):
+/// ```
+/// use lfrt::{Context, Disposition, Event, EventHandler, Timer};
+/// use std::os::fd::{AsFd, BorrowedFd};
+/// struct Tick(Timer);
+/// impl EventHandler for Tick {
+///     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+///     fn handle(&mut self, _: &Event, ctx: &mut Context) -> Disposition {
+///         if let Ok(Some((expirations, due_ns))) = self.0.read() {
+///             ctx.set_origin_ns(due_ns); // latency from the due instant
+///             ctx.add_missed_periods(expirations - 1);
+///         }
+///         Disposition::Rearm
+///     }
+/// }
+/// let mut t = Timer::new()?;
+/// t.arm(lfrt::os::now_ns() + 1_000_000, 1_000_000)?;
+/// assert_eq!(t.interval_ns(), 1_000_000);
+/// let handler = Tick(t); // register it with a lane's registry
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Timer {
     fd: TimerFd,
@@ -62,6 +85,19 @@ impl AsFd for Timer {
 }
 
 /// A user notification handle (eventfd): any thread can `notify`; a handler `take`s the sum.
+///
+/// # Examples
+/// ```
+/// use lfrt::Notifier;
+/// use std::sync::Arc;
+/// let bell = Arc::new(Notifier::new()?);
+/// let b = bell.clone();
+/// std::thread::spawn(move || b.notify(2)).join().unwrap()?;
+/// bell.notify(1)?;
+/// assert_eq!(bell.take()?, 3); // what a handler on `bell` reads, then resets
+/// assert_eq!(bell.take()?, 0);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Notifier {
     fd: EventFd,

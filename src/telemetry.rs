@@ -184,6 +184,12 @@ impl Telemetry {
         }
     }
 
+    /// Adds the histograms of one more group (a group added before start).
+    pub(crate) fn add_group(&self) {
+        let mut r = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        r.groups.push(Histograms::new());
+    }
+
     /// Runs `f` on the recorded histograms (briefly blocks the collector).
     pub fn with<R>(&self, f: impl FnOnce(&Recorded) -> R) -> R {
         f(&self.recorded.lock().unwrap_or_else(|e| e.into_inner()))

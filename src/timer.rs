@@ -34,6 +34,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// When a timer first expires.
+///
+/// # Examples
+/// ```
+/// use lfrt::timer::{CallbackTimer, Expiry};
+/// use std::time::Duration;
+/// let soon = Expiry::After(Duration::from_millis(5)); // relative to the arming call
+/// let at = Expiry::At(lfrt::os::now_ns() + 5_000_000); // an absolute CLOCK_MONOTONIC instant
+/// let (timer, control) = CallbackTimer::one_shot(soon, |_ev, _ctx| {})?;
+/// control.arm_once(at)?;
+/// # drop(timer);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expiry {
     /// This long after the call that arms it.
@@ -53,6 +65,23 @@ impl Expiry {
 }
 
 /// One expiry as the callback sees it.
+///
+/// # Examples
+/// ```
+/// use lfrt::timer::{CallbackTimer, Expiry, TimerEvent};
+/// use std::time::Duration;
+/// let (timer, _control) = CallbackTimer::periodic(
+///     Expiry::After(Duration::from_millis(1)),
+///     Duration::from_millis(1),
+///     |ev: &TimerEvent, _ctx| {
+///         let late_ns = lfrt::os::now_ns().saturating_sub(ev.due_ns);
+///         if ev.missed > 0 { /* the lane was busy for `missed` whole periods */ }
+///         let _ = late_ns;
+///     },
+/// )?;
+/// # drop(timer);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimerEvent {
     /// When the first expiry reported by this event was due (`CLOCK_MONOTONIC` ns).
@@ -163,7 +192,7 @@ impl TimerControl {
 ///         let _ = ev.missed;
 ///     },
 /// )?;
-/// // lane.register(Box::new(timer))?;
+/// // lane.registry().register(Box::new(timer))?;
 /// # drop((timer, control));
 /// # Ok::<(), std::io::Error>(())
 /// ```
@@ -200,6 +229,8 @@ where
     ///
     /// # Errors
     /// `InvalidInput` for a zero period; the timerfd's errors.
+    ///
+    /// Example: [`CallbackTimer`].
     pub fn periodic(
         first: Expiry,
         period: Duration,
@@ -214,6 +245,8 @@ where
     ///
     /// # Errors
     /// The timerfd's errors.
+    ///
+    /// Example: [`TimerControl`].
     pub fn one_shot(at: Expiry, callback: F) -> io::Result<(Self, TimerControl)> {
         Self::new(at.absolute_ns(), 0, callback)
     }

@@ -217,7 +217,7 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
                 groups: vec![g],
             };
             let mut rt = lfrt::Runtime::new(cfg).expect("runtime");
-            let reg = rt.registry("echo").unwrap();
+            let reg = rt.lane("echo").unwrap().registry();
             for s in socks {
                 let h: Box<dyn lfrt::EventHandler> = if arch != Arch::LfrtPerDatagram {
                     Box::new(lfrt::handlers::UdpEcho::new(s, work_us).unwrap())

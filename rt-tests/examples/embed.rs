@@ -47,29 +47,31 @@ impl EventHandler for Uppercase {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut control = GroupConfig::new("control", Policy::Fifo, 80);
-    control.threads = 1;
-    let mut service = GroupConfig::new("service", Policy::Fifo, 40);
-    service.threads = 2;
-    service.promotion = Promotion::Lifo;
     let cfg = RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
         metrics: None,
-        groups: vec![control, service],
+        groups: Vec::new(), // added below, each returning its Lane
     };
-
     let mut rt = Runtime::new(cfg)?;
+    let mut control = GroupConfig::new("control", Policy::Fifo, 80);
+    control.threads = 1;
+    let control = rt.add_group(control)?;
+    let mut service = GroupConfig::new("service", Policy::Fifo, 40);
+    service.threads = 2;
+    service.promotion = Promotion::Lifo;
+    let service = rt.add_group(service)?;
+
     let socket = UdpSocket::bind("127.0.0.1:0")?;
     socket.set_nonblocking(true)?;
     let addr = socket.local_addr()?;
-    rt.registry("service")
-        .expect("group exists")
+    service
+        .registry()
         .register(Box::new(Uppercase { socket }))?;
     let mut timer = Timer::new()?;
     timer.arm(lfrt::os::now_ns() + 1_000_000, 1_000_000)?;
-    rt.registry("control")
-        .expect("group exists")
+    control
+        .registry()
         .register(Box::new(PeriodicTimer::new(timer)))?;
     let report = rt.start()?;
     println!("started: rt_applied={} (serving {addr})", report.rt_applied);

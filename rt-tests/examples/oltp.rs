@@ -424,8 +424,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     backend.set_nonblocking(true)?;
     let backend_addr = backend.local_addr()?;
     let accepted = Arc::new(AtomicU64::new(0));
-    rt.registry("backend")
-        .unwrap()
+    rt.lane("backend")?
+        .registry()
         .register(Box::new(BackendListener {
             listener: backend,
             reorder: args.reorder,

@@ -63,34 +63,25 @@ fn service() -> Result<(Runtime, u16, u16), Box<dyn std::error::Error>> {
         g.threads = threads;
         g
     };
-    let groups = vec![
-        lane("control", Policy::Fifo, 90, 1),
-        lane("feed", Policy::Fifo, 60, 2),
-        lane("admin", Policy::Other, 0, 1),
-    ];
-    let mut rt = Runtime::new(RuntimeConfig {
-        groups,
-        ..RuntimeConfig::default()
-    })?;
-    let (control, _) = CallbackTimer::periodic(
+    let mut rt = Runtime::new(RuntimeConfig::default())?;
+    let control = rt.add_group(lane("control", Policy::Fifo, 90, 1))?;
+    let feed_lane = rt.add_group(lane("feed", Policy::Fifo, 60, 2))?;
+    let admin_lane = rt.add_group(lane("admin", Policy::Other, 0, 1))?;
+    let (tick, _) = CallbackTimer::periodic(
         Expiry::After(Duration::from_millis(1)),
         Duration::from_millis(1),
         |_, _| { /* read sensors, write actuators */ },
     )?;
-    rt.registry("control")
-        .unwrap()
-        .register(Box::new(control))?;
+    control.registry().register(Box::new(tick))?;
     let feed = UdpSocket::bind("127.0.0.1:0")?;
     feed.set_nonblocking(true)?;
     let feed_port = feed.local_addr()?.port();
-    rt.registry("feed")
-        .unwrap()
-        .register(Box::new(Feed(feed, 0)))?;
+    feed_lane.registry().register(Box::new(Feed(feed, 0)))?;
     let admin = TcpListener::bind("127.0.0.1:0")?;
     admin.set_nonblocking(true)?;
     let admin_port = admin.local_addr()?.port();
     let handler = Admin(admin, rt.metrics_handle(), rt.stopper());
-    rt.registry("admin").unwrap().register(Box::new(handler))?;
+    admin_lane.registry().register(Box::new(handler))?;
     rt.start()?;
     Ok((rt, feed_port, admin_port))
 }

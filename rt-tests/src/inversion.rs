@@ -997,8 +997,8 @@ fn run_once_counting(
                 groups,
             })?;
             let started = rt.start()?;
-            let high = rt.registry(high_group).expect("group exists");
-            let low = rt.registry(low_group).expect("group exists");
+            let high = rt.lane(high_group)?.registry();
+            let low = rt.lane(low_group)?.registry();
             high.register(Box::new(ServiceHandler::timer(timer, 0, probe.clone())))?;
             high.register(Box::new(ServiceHandler::udp(
                 high_sock,
@@ -1249,15 +1249,15 @@ pub fn lock_experiment(plan: &Plan, pi: bool) -> Result<LockResult, BoxError> {
     })?;
     rt.start()?;
     let (wake_high, wake_low) = (Arc::new(Notifier::new()?), Arc::new(Notifier::new()?));
-    rt.registry("lock-high")
-        .expect("group")
+    rt.lane("lock-high")?
+        .registry()
         .register(Box::new(LockUser {
             wake: wake_high.clone(),
             state: state.clone(),
             high: true,
         }))?;
-    rt.registry("lock-low")
-        .expect("group")
+    rt.lane("lock-low")?
+        .registry()
         .register(Box::new(LockUser {
             wake: wake_low.clone(),
             state: state.clone(),

@@ -54,7 +54,7 @@ fn lfrt_group_echoes_every_datagram() {
         ..Default::default()
     })
     .unwrap();
-    let reg = rt.registry("echo").unwrap();
+    let reg = rt.lane("echo").unwrap().registry();
     for s in socks {
         reg.register(Box::new(lfrt::handlers::UdpEcho::new(s, 0).unwrap()))
             .unwrap();

@@ -178,8 +178,9 @@ fn a_streaming_connection_does_not_starve_another_on_a_one_thread_group() {
     let mut g = one_thread_group("tcp");
     g.buffer_bytes = 64;
     let mut rt = runtime(g);
-    rt.registry("tcp")
+    rt.lane("tcp")
         .unwrap()
+        .registry()
         .register(Box::new(TcpEcho::new(l, 1000).unwrap()))
         .unwrap();
     rt.start().unwrap();
@@ -249,8 +250,9 @@ fn a_datagram_longer_than_its_slot_is_counted_and_the_rest_still_echoed() {
     let mut rt = runtime(g);
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = s.local_addr().unwrap();
-    rt.registry("udp")
+    rt.lane("udp")
         .unwrap()
+        .registry()
         .register(Box::new(UdpEcho::new(s, 0).unwrap()))
         .unwrap();
     rt.start().unwrap();
@@ -273,7 +275,7 @@ fn a_connection_beyond_the_handle_table_is_closed_and_counted() {
     let mut rt = runtime(g);
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
-    let reg = rt.registry("tcp").unwrap();
+    let reg = rt.lane("tcp").unwrap().registry();
     reg.register(Box::new(TcpEcho::new(l, 0).unwrap())).unwrap();
     rt.start().unwrap();
     let mut served = TcpStream::connect(addr).unwrap();

@@ -137,7 +137,7 @@ fn zero_allocations_tcp_stream() {
             work_us: 0,
         });
         let rt = runtime(g, false);
-        let reg = rt.registry("tcp").unwrap();
+        let reg = rt.lane("tcp").unwrap().registry();
         assert_no_allocations(&format!("tcp/{p:?}"), rt, |done| {
             // Connection set-up (accept allocates the stream's handler) happens before the
             // measured traffic: connect everything, wait until every stream is registered.
@@ -173,7 +173,7 @@ fn zero_allocations_timerfd() {
     let _l = util::rt_lock();
     for p in PROMOTIONS {
         let rt = runtime(group("timer", p), false);
-        let reg = rt.registry("timer").unwrap();
+        let reg = rt.lane("timer").unwrap().registry();
         let first = lfrt::os::now_ns() + 5_000_000;
         for k in 0..4 {
             let mut t = Timer::new().unwrap();
@@ -203,7 +203,7 @@ fn zero_allocations_eventfd() {
     let _l = util::rt_lock();
     for p in PROMOTIONS {
         let rt = runtime(group("efd", p), false);
-        let reg = rt.registry("efd").unwrap();
+        let reg = rt.lane("efd").unwrap().registry();
         let writers: Vec<OwnedFd> = (0..4)
             .map(|_| {
                 let n = Notifier::new().unwrap();
@@ -366,8 +366,9 @@ fn watchdog_reports_and_demotes_an_overrunning_handler() {
         max_spin_ms: 400,
         policy_mid: policy_mid.clone(),
     };
-    rt.registry("slow")
+    rt.lane("slow")
         .unwrap()
+        .registry()
         .register(Box::new(spinner))
         .unwrap();
     rt.start().unwrap();
@@ -504,8 +505,9 @@ fn an_allocating_handler_is_reported() {
     let mut rt = runtime(g, false);
     let n = Notifier::new().unwrap();
     let w = n.as_fd().try_clone_to_owned().unwrap();
-    rt.registry("alloc")
+    rt.lane("alloc")
         .unwrap()
+        .registry()
         .register(Box::new(Allocating(n)))
         .unwrap();
     rt.start().unwrap();
@@ -529,8 +531,9 @@ fn hygiene_counters_before_warmup_are_not_measured() {
     let mut rt = runtime(g, false);
     let n = Notifier::new().unwrap();
     let w = n.as_fd().try_clone_to_owned().unwrap();
-    rt.registry("cold")
+    rt.lane("cold")
         .unwrap()
+        .registry()
         .register(Box::new(Allocating(n)))
         .unwrap();
     assert!(rt.start().unwrap().counting_allocations);

@@ -55,8 +55,9 @@ fn every_value_is_delivered_exactly_once_and_refusals_are_counted() {
     })
     .unwrap();
     let mut rt = lane(2);
-    rt.registry("lane")
+    rt.lane("lane")
         .unwrap()
+        .registry()
         .register(Box::new(inbox))
         .unwrap();
 
@@ -129,8 +130,9 @@ fn zero_allocations_inbox() {
     })
     .unwrap();
     let mut rt = lane(2);
-    rt.registry("lane")
+    rt.lane("lane")
         .unwrap()
+        .registry()
         .register(Box::new(inbox))
         .unwrap();
     assert!(rt.start().unwrap().counting_allocations);

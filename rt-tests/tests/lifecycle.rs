@@ -63,7 +63,7 @@ fn metrics_are_read_from_inside_a_handler() {
         },
         &closed,
     );
-    rt.registry("lane").unwrap().register(h).unwrap();
+    rt.lane("lane").unwrap().registry().register(h).unwrap();
     rt.start().unwrap();
     bell.notify(1).unwrap();
     assert!(util::wait_until(10, || seen.lock().unwrap().len() == 1));
@@ -105,7 +105,7 @@ fn wait_returns_after_stop() {
         },
         &closed,
     );
-    rt.registry("lane").unwrap().register(h).unwrap();
+    rt.lane("lane").unwrap().registry().register(h).unwrap();
     rt.start().unwrap();
     bell.notify(1).unwrap();
     rt.wait();
@@ -119,7 +119,7 @@ fn wait_returns_after_stop() {
 fn on_close_runs_once_per_registered_handler() {
     let _l = util::rt_lock();
     let mut rt = lane(2);
-    let reg = rt.registry("lane").unwrap();
+    let reg = rt.lane("lane").unwrap().registry();
     let closed = Arc::new(AtomicU64::new(0));
     let mut bells = Vec::new();
     for _ in 0..3 {
@@ -166,7 +166,7 @@ fn shutdown_within_names_an_unfinished_handler() {
         },
         &closed,
     );
-    let token = rt.registry("lane").unwrap().register(h).unwrap();
+    let token = rt.lane("lane").unwrap().registry().register(h).unwrap();
     rt.start().unwrap();
     bell.notify(1).unwrap();
     assert!(util::wait_until(10, || running.load(SeqCst)));
@@ -200,7 +200,7 @@ fn a_blocking_fd_is_refused() {
         }
     }
     let rt = lane(1);
-    let reg = rt.registry("lane").unwrap();
+    let reg = rt.lane("lane").unwrap().registry();
     let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     match reg.register(Box::new(Sock(s.try_clone().unwrap()))) {
         Err(e @ Error::Blocking { .. }) => {

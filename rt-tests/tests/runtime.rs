@@ -152,7 +152,7 @@ fn exactly_once(promotion: Promotion) {
     g.threads = 4;
     g.promotion = promotion;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
-    let reg = rt.registry("exact").unwrap();
+    let reg = rt.lane("exact").unwrap().registry();
     let seen: Arc<Vec<AtomicU8>> = Arc::new(
         (0..SOCKETS * PER_SOCKET)
             .map(|_| AtomicU8::new(0))
@@ -347,8 +347,9 @@ fn handler_panic_keeps_the_pool_serving() {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.set_nonblocking(true).unwrap();
     let addr = s.local_addr().unwrap();
-    rt.registry("p")
+    rt.lane("p")
         .unwrap()
+        .registry()
         .register(Box::new(Boom(s)))
         .unwrap();
     rt.start().unwrap();
@@ -455,7 +456,7 @@ fn panics_in_interest_and_drop_do_not_kill_the_pool_thread() {
     let mut g = GroupConfig::new("p", Policy::Fifo, 10);
     g.threads = 1;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
-    let reg = rt.registry("p").unwrap();
+    let reg = rt.lane("p").unwrap().registry();
     rt.start().unwrap();
     let prev = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {})); // keep the expected panics quiet
@@ -646,7 +647,7 @@ fn handles_added_and_removed_while_running_never_see_stale_events() {
     g.max_handles = 4;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
     rt.start().unwrap();
-    let reg = rt.registry("churn").unwrap();
+    let reg = rt.lane("churn").unwrap().registry();
     let empty = Arc::new(AtomicU64::new(0));
     for round in 0..300u64 {
         let total = Arc::new(AtomicU64::new(0));
@@ -758,8 +759,9 @@ fn a_busy_low_lane_does_not_hold_up_the_high_lane() {
     let (entered, release) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let gate = Notifier::new().unwrap();
     let gate_w = writer_for(&gate);
-    rt.registry("low")
+    rt.lane("low")
         .unwrap()
+        .registry()
         .register(Box::new(Gate {
             n: gate,
             entered: entered.clone(),
@@ -769,8 +771,9 @@ fn a_busy_low_lane_does_not_hold_up_the_high_lane() {
     let total = Arc::new(AtomicU64::new(0));
     let hi = Notifier::new().unwrap();
     let hi_w = writer_for(&hi);
-    rt.registry("high")
+    rt.lane("high")
         .unwrap()
+        .registry()
         .register(Box::new(Counter {
             n: hi,
             total: total.clone(),
@@ -838,7 +841,7 @@ fn a_handler_deregistering_its_own_handle_is_removed_after_it_returns() {
     let mut g = GroupConfig::new("selfrm", Policy::Fifo, 10);
     g.threads = 2;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
-    let reg = rt.registry("selfrm").unwrap();
+    let reg = rt.lane("selfrm").unwrap().registry();
     let (handled, outcome, dropped) = (
         Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicU8::new(0)),
@@ -948,8 +951,9 @@ fn a_failed_start_leaves_no_thread_running() {
         distance_us: 0,
     });
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
-    rt.registry("startfail")
+    rt.lane("startfail")
         .unwrap()
+        .registry()
         .register(Box::new(Counter {
             n: Notifier::new().unwrap(),
             total: Arc::new(AtomicU64::new(0)),

@@ -585,7 +585,10 @@ fn soak_under_load_loses_nothing_and_stays_flat() {
         groups: vec![lane("high", 60, 2048), lane("low", 20, 4096)],
     })
     .unwrap();
-    let regs = [rt.registry("high").unwrap(), rt.registry("low").unwrap()];
+    let regs = [
+        rt.lane("high").unwrap().registry(),
+        rt.lane("low").unwrap().registry(),
+    ];
 
     // UDP echo on the high lane.
     let seq_bits = UDP_RATE * (duration.as_secs() + 10);

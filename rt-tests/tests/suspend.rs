@@ -62,7 +62,7 @@ fn counter(reg: &Registry, suspend_self: bool) -> (Token, Arc<Notifier>, Arc<Ato
 fn suspended_handles_are_not_dispatched_until_resumed() {
     let _l = util::rt_lock();
     let mut rt = lane();
-    let reg = rt.registry("lane").unwrap();
+    let reg = rt.lane("lane").unwrap().registry();
     let (token, bell, got) = counter(&reg, false);
     rt.start().unwrap();
     bell.notify(1).unwrap();
@@ -88,7 +88,7 @@ fn suspended_handles_are_not_dispatched_until_resumed() {
 fn a_handler_suspends_its_own_handle() {
     let _l = util::rt_lock();
     let mut rt = lane();
-    let reg = rt.registry("lane").unwrap();
+    let reg = rt.lane("lane").unwrap().registry();
     let (token, bell, got) = counter(&reg, true);
     rt.start().unwrap();
     bell.notify(1).unwrap();
@@ -120,7 +120,7 @@ fn suspend_during_a_running_handler_takes_effect_when_it_returns() {
     }
     let _l = util::rt_lock();
     let mut rt = lane();
-    let reg = rt.registry("lane").unwrap();
+    let reg = rt.lane("lane").unwrap().registry();
     let (bell, running, done) = (
         Arc::new(Notifier::new().unwrap()),
         Arc::new(AtomicBool::new(false)),
@@ -148,7 +148,7 @@ fn suspend_during_a_running_handler_takes_effect_when_it_returns() {
 fn a_stale_token_is_refused() {
     let _l = util::rt_lock();
     let mut rt = lane();
-    let reg = rt.registry("lane").unwrap();
+    let reg = rt.lane("lane").unwrap().registry();
     let (old, _, _) = counter(&reg, false);
     assert!(reg.deregister(old));
     assert!(!reg.suspend(old) && !reg.resume(old));

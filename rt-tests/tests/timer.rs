@@ -69,7 +69,7 @@ fn missed_periods_are_reported() {
     );
     let bell = Notifier::new().unwrap();
     let mut rt = lane(1);
-    let reg = rt.registry("lane").unwrap();
+    let reg = rt.lane("lane").unwrap().registry();
     reg.register(Box::new(timer)).unwrap();
     let blocker = Blocker {
         bell,
@@ -124,8 +124,9 @@ fn no_callback_after_cancel_returns() {
     )
     .unwrap();
     let mut rt = lane(2);
-    rt.registry("lane")
+    rt.lane("lane")
         .unwrap()
+        .registry()
         .register(Box::new(timer))
         .unwrap();
     rt.start().unwrap();
@@ -150,8 +151,9 @@ fn one_shot_fires_once_and_rearms() {
     let (timer, control) =
         CallbackTimer::one_shot(Expiry::After(Duration::from_millis(1)), cb).unwrap();
     let mut rt = lane(1);
-    rt.registry("lane")
+    rt.lane("lane")
         .unwrap()
+        .registry()
         .register(Box::new(timer))
         .unwrap();
     rt.start().unwrap();
@@ -181,7 +183,7 @@ fn zero_allocations_callback_timer() {
     let _l = util::rt_lock();
     const DISPATCHES: u64 = 20_000;
     let mut rt = lane(2);
-    let reg = rt.registry("lane").unwrap();
+    let reg = rt.lane("lane").unwrap().registry();
     let mut controls = Vec::new();
     for _ in 0..4 {
         let (timer, control) = CallbackTimer::periodic(

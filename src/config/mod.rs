@@ -178,6 +178,16 @@ fn split_named(message: &str) -> Option<(&str, &str)> {
 
 /// One Leader/Followers group: a pool of threads at one priority sharing one handle set
 /// (a `[[group]]` table; every key but `name` may be left out).
+///
+/// # Examples
+/// ```
+/// use lfrt::{GroupConfig, Policy, Promotion};
+/// let mut feed = GroupConfig::new("feed", Policy::Fifo, 60);
+/// feed.threads = 2;
+/// feed.cpus = Some(vec![0]);
+/// feed.promotion = Promotion::Lifo;
+/// let admin = GroupConfig::new("admin", Policy::Other, 0); // time-shared, priority 0
+/// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupConfig {
@@ -417,6 +427,18 @@ impl fmt::Display for GroupMemory {
 ///
 /// In a file the global settings sit in a `[runtime]` table and the groups in `[[group]]`
 /// tables; both may be left out (and then validation asks for a group).
+///
+/// # Examples
+/// ```
+/// use lfrt::{GroupConfig, Policy, RtMode, RuntimeConfig};
+/// let cfg = RuntimeConfig {
+///     rt: RtMode::Required, // refuse to run without SCHED_FIFO
+///     lock_memory: true,
+///     metrics: None,
+///     groups: vec![GroupConfig::new("control", Policy::Fifo, 80)],
+/// };
+/// # let _ = cfg;
+/// ```
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(from = "Document")]
 pub struct RuntimeConfig {
@@ -594,6 +616,17 @@ impl RuntimeConfig {
     /// [`validate`](Self::validate) against a given set of usable CPUs.
     pub fn validate_with_cpus(&self, cpus: &[usize]) -> Result<(), Invalid> {
         self.validate_on(&Machine::probe(cpus.to_vec()))
+    }
+
+    /// [`validate`](Self::validate) without binding any socket, for a group added in code
+    /// ([`Runtime::add_group`](crate::Runtime::add_group)) checked together with the groups
+    /// already there: the runtime holds their sockets already, and binds the new group's itself
+    /// (a failed bind is [`Error::Bind`]).
+    pub(crate) fn validate_without_binds(&self) -> Result<(), Invalid> {
+        let machine = Machine::probe(sched::online_cpus());
+        self.check_settings(&machine.cpus)?;
+        self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
+        self.check_memory(&machine)
     }
 
     fn validate_on(&self, machine: &Machine) -> Result<(), Invalid> {

@@ -43,6 +43,14 @@ pub(crate) fn prefault(buf: &mut [u8]) {
 }
 
 /// Minor page faults of the calling thread (`getrusage(RUSAGE_THREAD)`).
+///
+/// # Examples
+/// ```
+/// let before = lfrt::os::thread_minor_faults();
+/// let page = vec![1u8; 1 << 20]; // touching fresh memory faults pages in
+/// assert!(lfrt::os::thread_minor_faults() >= before);
+/// # drop(page);
+/// ```
 pub fn thread_minor_faults() -> u64 {
     // SAFETY: rusage is plain old data; zeroed is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -53,6 +61,12 @@ pub fn thread_minor_faults() -> u64 {
 }
 
 /// Voluntary + involuntary context switches and user+system CPU time (ns) of the whole process.
+///
+/// # Examples
+/// ```
+/// let (voluntary, involuntary, cpu_ns) = lfrt::os::process_usage();
+/// println!("{voluntary} + {involuntary} context switches, {cpu_ns} ns of CPU");
+/// ```
 pub fn process_usage() -> (u64, u64, u64) {
     // SAFETY: rusage is plain old data; zeroed is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -69,6 +83,13 @@ pub fn process_usage() -> (u64, u64, u64) {
 
 /// CPU time (user + system, ns) of this process's terminated and waited-for children
 /// (`getrusage(RUSAGE_CHILDREN)`), e.g. a load generator run as a child process.
+///
+/// # Examples
+/// ```
+/// std::process::Command::new("true").status()?;
+/// println!("children used {} ns of CPU", lfrt::os::children_cpu_ns());
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn children_cpu_ns() -> u64 {
     // SAFETY: rusage is plain old data; zeroed is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -81,6 +102,13 @@ pub fn children_cpu_ns() -> u64 {
 
 /// `CLOCK_THREAD_CPUTIME_ID` of the calling thread, in ns (0 if the clock cannot be read).
 /// Served by the vDSO: no system call, no allocation.
+///
+/// # Examples
+/// ```
+/// let t0 = lfrt::os::thread_cpu_ns();
+/// lfrt::handlers::cpu_work(100_000);
+/// println!("{} ns of this thread's CPU", lfrt::os::thread_cpu_ns() - t0);
+/// ```
 pub fn thread_cpu_ns() -> u64 {
     use nix::time::{clock_gettime, ClockId};
     clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
@@ -90,6 +118,13 @@ pub fn thread_cpu_ns() -> u64 {
 
 /// The machine's physical memory in bytes (`MemTotal` in `/proc/meminfo`), or `None` if it
 /// cannot be read.
+///
+/// # Examples
+/// ```
+/// if let Some(bytes) = lfrt::os::mem_total() {
+///     println!("{} MiB of RAM", bytes >> 20);
+/// }
+/// ```
 pub fn mem_total() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     parse_mem_total(&info)
@@ -109,6 +144,15 @@ fn parse_mem_total(info: &str) -> Option<u64> {
 }
 
 /// How much memory `mlockall` may lock: the soft `RLIMIT_MEMLOCK`, which `CAP_IPC_LOCK` lifts.
+///
+/// # Examples
+/// ```
+/// let m = lfrt::os::MemLock::probe();
+/// match m.limit() {
+///     None => println!("mlockall may lock everything"),
+///     Some(bytes) => println!("mlockall may lock {bytes} bytes (CAP_IPC_LOCK: {})", m.cap_ipc_lock),
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemLock {
     /// Soft `RLIMIT_MEMLOCK` in bytes; `None` = unlimited (`RLIM_INFINITY`).

@@ -28,6 +28,13 @@ pub(crate) mod signal;
 ///
 /// Served by the vDSO: no system call, no allocation.
 #[inline]
+///
+/// # Examples
+/// ```
+/// let t0 = lfrt::os::now_ns();
+/// std::thread::sleep(std::time::Duration::from_millis(1));
+/// assert!(lfrt::os::now_ns() - t0 >= 1_000_000);
+/// ```
 pub fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -63,6 +70,13 @@ pub(crate) fn errno(e: &std::io::Error) -> i32 {
 }
 
 /// The kernel thread id of the calling thread (what `/proc`, `chrt` and `sched_*` take).
+///
+/// # Examples
+/// ```
+/// let main = lfrt::os::gettid();
+/// let other = std::thread::spawn(lfrt::os::gettid).join().unwrap();
+/// assert_ne!(main, other);
+/// ```
 pub fn gettid() -> i32 {
     nix::unistd::gettid().as_raw()
 }

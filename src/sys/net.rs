@@ -314,6 +314,35 @@ impl DatagramBatch {
 ///
 /// It is not answered until the handler calls [`answer`](Self::answer) or
 /// [`answer_with_len`](Self::answer_with_len); the last call wins.
+///
+/// # Examples
+/// ```
+/// use lfrt::{Context, Disposition, Event, EventHandler};
+/// use std::net::UdpSocket;
+/// use std::os::fd::{AsFd, BorrowedFd};
+/// /// Answers each datagram with its length (2 bytes, big-endian) and ignores empty ones.
+/// struct Len(UdpSocket);
+/// impl EventHandler for Len {
+///     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+///     fn handle(&mut self, _: &Event, ctx: &mut Context) -> Disposition {
+///         let batch = ctx.datagrams();
+///         while batch.recv(self.0.as_fd()).is_ok() {
+///             for i in 0..batch.len() {
+///                 let mut d = batch.get(i);
+///                 let n = d.payload().len();
+///                 if n == 0 {
+///                     continue; // not marked: not answered
+///                 }
+///                 let len = (n as u16).to_be_bytes(); // built in place: no allocation
+///                 d.slot_mut()[..2].copy_from_slice(&len);
+///                 d.answer_with_len(2);
+///             }
+///             batch.reply(self.0.as_fd());
+///         }
+///         Disposition::Rearm
+///     }
+/// }
+/// ```
 #[derive(Debug)]
 pub struct Datagram<'a> {
     received: usize,

@@ -130,6 +130,13 @@ fn attach(sock: &UdpSocket, program: &[Insn]) -> io::Result<()> {
 
 /// Sets the IPv4 TOS byte of a sending socket (`IP_TOS`), so tests and clients can mark their
 /// traffic.
+///
+/// # Examples
+/// ```
+/// let sock = std::net::UdpSocket::bind("127.0.0.1:0")?;
+/// lfrt::os::set_tos(&sock, 46 << 2)?; // DSCP EF
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn set_tos(sock: &UdpSocket, tos: u8) -> io::Result<()> {
     let v = libc::c_int::from(tos);
     syscall!(setsockopt(

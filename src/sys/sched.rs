@@ -3,6 +3,14 @@
 use std::io;
 
 /// A kernel scheduling policy and its static priority, as lfrt applies and reads them back.
+///
+/// # Examples
+/// ```no_run
+/// use lfrt::os::{read_back, set_current_sched, Sched};
+/// set_current_sched(Sched::Fifo(50))?; // needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 50
+/// assert_eq!(read_back(0)?, Sched::Fifo(50));
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sched {
     /// `SCHED_FIFO` at a priority in 1..=99.
@@ -136,6 +144,13 @@ pub(crate) fn current_thread() -> u64 {
 }
 
 /// Sets the calling thread's policy and priority.
+///
+/// # Examples
+/// ```no_run
+/// use lfrt::os::{set_current_sched, Sched};
+/// set_current_sched(Sched::Rr(10))?; // the calling thread only
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn set_current(s: Sched) -> io::Result<()> {
     set_thread(current_thread(), s)
 }
@@ -166,6 +181,14 @@ pub fn nice(tid: i32) -> io::Result<i32> {
 /// Reads a thread's policy and static priority back from the kernel (`sched_getscheduler`,
 /// `sched_getparam`, and `sched_getattr` for `SCHED_DEADLINE`); `tid` 0 is the caller. A policy
 /// lfrt does not use (`SCHED_BATCH`, `SCHED_IDLE`) is an `InvalidData` error naming it.
+///
+/// # Examples
+/// ```
+/// use lfrt::os::{gettid, read_back, Sched};
+/// let s = read_back(gettid())?; // or any thread id of this process
+/// assert!(matches!(s, Sched::Other | Sched::Fifo(_) | Sched::Rr(_) | Sched::Deadline { .. }));
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn read_back(tid: i32) -> io::Result<Sched> {
     let policy = syscall!(sched_getscheduler(tid))? & !libc::SCHED_RESET_ON_FORK;
     let mut param = libc::sched_param { sched_priority: 0 };
@@ -193,6 +216,14 @@ pub fn read_back(tid: i32) -> io::Result<Sched> {
 /// The *effective* priority of a thread as the kernel schedules it, including priority
 /// inheritance boosts: `/proc/self/task/<tid>/stat` field 18 (`prio`), which is
 /// `-1 - rt_priority` for RT threads. Returns the RT priority (0 for SCHED_OTHER).
+///
+/// # Examples
+/// ```
+/// // 0 for a SCHED_OTHER thread; a PI-boosted thread shows its waiter's priority
+/// let prio = lfrt::os::effective_rt_priority(lfrt::os::gettid())?;
+/// assert!((0..=99).contains(&prio));
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn effective_rt_priority(tid: i32) -> io::Result<i32> {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))?;
     // The command name (field 2) may contain spaces; fields after the closing paren are clean.
@@ -206,6 +237,13 @@ pub fn effective_rt_priority(tid: i32) -> io::Result<i32> {
 }
 
 /// Minor page faults of a thread so far (`/proc/self/task/<tid>/stat` field 10).
+///
+/// # Examples
+/// ```
+/// let faults = lfrt::os::minor_faults(lfrt::os::gettid())?;
+/// println!("{faults} minor faults so far");
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn minor_faults(tid: i32) -> io::Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))?;
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
@@ -217,6 +255,14 @@ pub fn minor_faults(tid: i32) -> io::Result<u64> {
 
 /// The one way lfrt sets affinity: pins the calling thread to `cpus` (a mask of several CPUs is
 /// allowed) with `sched_setaffinity`.
+///
+/// # Examples
+/// ```
+/// let cpus = lfrt::os::available_cpus();
+/// lfrt::os::set_current_affinity(&cpus[..1])?; // pin to the first usable CPU
+/// assert_eq!(lfrt::os::affinity(0)?, cpus[..1]);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn set_current_affinity(cpus: &[usize]) -> io::Result<()> {
     let mut set = nix::sched::CpuSet::new();
     for &c in cpus {
@@ -226,6 +272,13 @@ pub fn set_current_affinity(cpus: &[usize]) -> io::Result<()> {
 }
 
 /// CPUs a thread may run on, read back from the kernel.
+///
+/// # Examples
+/// ```
+/// let mine = lfrt::os::affinity(lfrt::os::gettid())?;
+/// assert!(!mine.is_empty());
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn affinity(tid: i32) -> io::Result<Vec<usize>> {
     let set =
         nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(tid)).map_err(io::Error::from)?;
@@ -235,12 +288,23 @@ pub fn affinity(tid: i32) -> io::Result<Vec<usize>> {
 }
 
 /// CPUs the calling thread may run on now (its affinity mask).
+///
+/// # Examples
+/// ```
+/// let usable = lfrt::os::available_cpus();
+/// assert!(usable.iter().all(|c| lfrt::os::online_cpus().contains(c)));
+/// ```
 pub fn available_cpus() -> Vec<usize> {
     affinity(0).unwrap_or_default()
 }
 
 /// CPUs that exist and are online (`/sys/devices/system/cpu/online`, e.g. `0-3,6`), whatever
 /// the calling thread's own affinity. Falls back to [`available_cpus`].
+///
+/// # Examples
+/// ```
+/// println!("online CPUs: {:?}", lfrt::os::online_cpus());
+/// ```
 pub fn online_cpus() -> Vec<usize> {
     let parse = |s: &str| -> Option<Vec<usize>> {
         let mut v = Vec::new();
@@ -260,6 +324,14 @@ pub fn online_cpus() -> Vec<usize> {
 }
 
 /// What the kernel will check before granting an RT policy.
+///
+/// # Examples
+/// ```
+/// let p = lfrt::os::RtPrivilege::probe();
+/// if !p.allows(80) {
+///     eprintln!("SCHED_FIFO 80 will be refused: grant CAP_SYS_NICE or raise RLIMIT_RTPRIO");
+/// }
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct RtPrivilege {
     /// `CAP_SYS_NICE` is in the effective capability set.
@@ -293,6 +365,11 @@ impl RtPrivilege {
 }
 
 /// `sched_getcpu()`: the CPU the caller runs on now.
+///
+/// # Examples
+/// ```
+/// assert!(lfrt::os::current_cpu() >= 0);
+/// ```
 pub fn current_cpu() -> i32 {
     // SAFETY: sched_getcpu takes no arguments and has no preconditions.
     unsafe { libc::sched_getcpu() }

@@ -16,6 +16,15 @@ fn term_set() -> libc::sigset_t {
 
 /// Blocks SIGINT and SIGTERM in the calling thread. Threads spawned afterwards inherit the
 /// mask, so the signals stay pending until [`wait_termination`] takes them.
+///
+/// # Examples
+/// ```no_run
+/// use std::time::Duration;
+/// lfrt::os::block_termination()?; // first thing in main, before spawning threads
+/// // ... start the runtime ...
+/// while lfrt::os::wait_termination(Duration::from_secs(1))?.is_none() { /* housekeeping */ }
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn block_termination() -> io::Result<()> {
     let set = term_set();
     // SAFETY: valid sigset pointer; null old-set pointer is allowed.
@@ -27,6 +36,14 @@ pub fn block_termination() -> io::Result<()> {
 }
 
 /// Waits up to `timeout` for SIGINT or SIGTERM; returns the signal number if one came.
+///
+/// # Examples
+/// ```
+/// lfrt::os::block_termination()?;
+/// let got = lfrt::os::wait_termination(std::time::Duration::from_millis(1))?;
+/// assert_eq!(got, None); // nobody sent SIGINT or SIGTERM
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn wait_termination(timeout: Duration) -> io::Result<Option<i32>> {
     let set = term_set();
     let ts = libc::timespec {

@@ -218,9 +218,7 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
         t.arm(first_ns + spec.phase_us * 1000 + interval_ns, interval_ns)
             .map_err(|e| format!("timerfd_settime: {e}"))?;
         let progress = Arc::new(Progress::default());
-        let registry = rt
-            .registry(&cfg.groups[spec.group].name)
-            .ok_or("group vanished")?;
+        let registry = rt.lane(&cfg.groups[spec.group].name)?.registry();
         let token =
             registry.register(Box::new(CyclicTimer::new(t, plan.loops, progress.clone())))?;
         timers.push((spec.clone(), token.raw(), progress));
