@@ -21,6 +21,11 @@ pub const RING_CAPACITY: usize = 16 * 1024;
 pub const DRAIN_PERIOD: Duration = Duration::from_millis(2);
 /// Highest value a histogram records (10 s in ns); larger values saturate.
 pub const HIST_MAX_NS: u64 = 10_000_000_000;
+/// Most timers that get [`Histograms`] of their own (each is four histograms of about
+/// 200 KiB, so this bounds the per-timer memory near 200 MiB whatever the number of timers).
+/// Samples of further timers are merged per group into [`Recorded::untracked_timers`], so
+/// group figures stay complete.
+pub const MAX_TIMER_HISTOGRAMS: usize = 256;
 
 /// One dispatch, as seen by the pool thread that ran it. All times are `CLOCK_MONOTONIC` ns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -116,8 +121,11 @@ impl Histograms {
 pub struct Recorded {
     /// Per group (index = group index).
     pub groups: Vec<Histograms>,
-    /// Per `(group, raw token)`, for handles whose samples carry an origin (timers).
+    /// Per `(group, raw token)`, for handles whose samples carry an origin (timers): the first
+    /// [`MAX_TIMER_HISTOGRAMS`] timers to report a sample.
     pub timers: BTreeMap<(u16, u64), Histograms>,
+    /// Per group, the merged samples of its timers that found `timers` full.
+    pub untracked_timers: BTreeMap<u16, Histograms>,
     /// Samples recorded.
     pub recorded: u64,
 }
@@ -179,6 +187,7 @@ impl Telemetry {
             recorded: Mutex::new(Recorded {
                 groups: (0..groups).map(|_| Histograms::new()).collect(),
                 timers: BTreeMap::new(),
+                untracked_timers: BTreeMap::new(),
                 recorded: 0,
             }),
         }
@@ -206,22 +215,29 @@ impl Telemetry {
             *h = Histograms::new();
         }
         r.timers.clear();
+        r.untracked_timers.clear();
     }
 
     fn record_all(&self, batch: &[Sample]) {
         if batch.is_empty() {
             return;
         }
-        let mut r = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        let r = &mut *guard;
         for s in batch {
             if let Some(h) = r.groups.get_mut(s.group as usize) {
                 h.record(s);
             }
             if s.origin_ns != 0 {
-                r.timers
-                    .entry((s.group, s.token))
-                    .or_insert_with(Histograms::new)
-                    .record(s);
+                let key = (s.group, s.token);
+                let h = if r.timers.contains_key(&key) || r.timers.len() < MAX_TIMER_HISTOGRAMS {
+                    r.timers.entry(key).or_insert_with(Histograms::new)
+                } else {
+                    r.untracked_timers
+                        .entry(s.group)
+                        .or_insert_with(Histograms::new)
+                };
+                h.record(s);
             }
             r.recorded += 1;
         }
@@ -253,4 +269,50 @@ pub(crate) fn spawn_collector(
                 std::thread::sleep(DRAIN_PERIOD);
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timer_sample(group: u16, token: u64, missed_periods: u32) -> Sample {
+        Sample {
+            group,
+            thread: 0,
+            token,
+            origin_ns: 1_000,
+            woke_ns: 1_500,
+            start_ns: 2_000,
+            end_ns: 2_100,
+            missed_periods,
+        }
+    }
+
+    /// Per-timer histograms stop at `MAX_TIMER_HISTOGRAMS` timers; the samples of further
+    /// timers are kept, merged per group, so nothing is lost from the group's figures.
+    #[test]
+    fn timer_histograms_are_bounded_and_the_rest_is_merged_per_group() {
+        let t = Telemetry::new(2);
+        let extra = 10;
+        let batch: Vec<Sample> = (0..(MAX_TIMER_HISTOGRAMS + extra) as u64)
+            .map(|k| timer_sample(1, k, 1))
+            .collect();
+        t.record_all(&batch);
+        // A second sample of a tracked timer still lands in its own histograms.
+        t.record_all(&[timer_sample(1, 0, 0)]);
+        t.with(|r| {
+            assert_eq!(r.timers.len(), MAX_TIMER_HISTOGRAMS);
+            assert_eq!(r.timers[&(1, 0)].latency.len(), 2);
+            let rest = &r.untracked_timers[&1];
+            assert_eq!(rest.latency.len(), extra as u64);
+            assert_eq!(rest.missed_periods, extra as u64);
+            assert_eq!(
+                r.groups[1].latency.len(),
+                (MAX_TIMER_HISTOGRAMS + extra + 1) as u64
+            );
+            assert_eq!(r.recorded, (MAX_TIMER_HISTOGRAMS + extra + 1) as u64);
+        });
+        t.reset();
+        t.with(|r| assert!(r.timers.is_empty() && r.untracked_timers.is_empty()));
+    }
 }
