@@ -121,8 +121,9 @@ impl Histograms {
 pub struct Recorded {
     /// Per group (index = group index).
     pub groups: Vec<Histograms>,
-    /// Per `(group, raw token)`, for handles whose samples carry an origin (timers): the first
-    /// [`MAX_TIMER_HISTOGRAMS`] timers to report a sample.
+    /// Per `(group, raw token)`, for handles whose samples carry an origin (timers): at most
+    /// [`MAX_TIMER_HISTOGRAMS`], those given to [`Telemetry::preallocate_timers`] first, then
+    /// the first to report a sample.
     pub timers: BTreeMap<(u16, u64), Histograms>,
     /// Per group, the merged samples of its timers that found `timers` full.
     pub untracked_timers: BTreeMap<u16, Histograms>,
@@ -206,6 +207,24 @@ impl Telemetry {
                 .map(|h| LatencySummary::of(&h.latency))
                 .unwrap_or_default()
         })
+    }
+
+    /// Creates the histograms of these timers (`(group, raw token)`) now, before their first
+    /// sample: the collector then does not allocate for them during a run, and it is these
+    /// timers, in this order, that get histograms of their own, up to [`MAX_TIMER_HISTOGRAMS`]
+    /// in all; for a group with timers beyond that, its merged histograms are created too.
+    pub fn preallocate_timers(&self, timers: &[(u16, u64)]) {
+        let mut guard = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        let r = &mut *guard;
+        for &key in timers {
+            if r.timers.contains_key(&key) || r.timers.len() < MAX_TIMER_HISTOGRAMS {
+                r.timers.entry(key).or_insert_with(Histograms::new);
+            } else {
+                r.untracked_timers
+                    .entry(key.0)
+                    .or_insert_with(Histograms::new);
+            }
+        }
     }
 
     /// Clears all histograms (e.g. after a warm-up period).
@@ -314,5 +333,30 @@ mod tests {
         });
         t.reset();
         t.with(|r| assert!(r.timers.is_empty() && r.untracked_timers.is_empty()));
+    }
+
+    /// Preallocated timers are the ones that keep histograms, whatever order their samples
+    /// arrive in; the others are merged into their group's.
+    #[test]
+    fn preallocated_timers_are_the_tracked_ones() {
+        let t = Telemetry::new(1);
+        let keys: Vec<(u16, u64)> = (0..(MAX_TIMER_HISTOGRAMS + 3) as u64)
+            .map(|k| (0, 1000 + k))
+            .collect();
+        t.preallocate_timers(&keys);
+        t.with(|r| {
+            assert_eq!(r.timers.len(), MAX_TIMER_HISTOGRAMS);
+            assert!(r.timers.contains_key(&keys[MAX_TIMER_HISTOGRAMS - 1]));
+            assert!(!r.timers.contains_key(&keys[MAX_TIMER_HISTOGRAMS]));
+            assert!(r.untracked_timers.contains_key(&0));
+        });
+        // The last timer's sample arrives first: it still goes to the merged histograms.
+        let last = keys[MAX_TIMER_HISTOGRAMS + 2].1;
+        t.record_all(&[timer_sample(0, last, 0), timer_sample(0, 1000, 0)]);
+        t.with(|r| {
+            assert_eq!(r.untracked_timers[&0].latency.len(), 1);
+            assert_eq!(r.timers[&(0, 1000)].latency.len(), 1);
+            assert_eq!(r.timers.len(), MAX_TIMER_HISTOGRAMS);
+        });
     }
 }

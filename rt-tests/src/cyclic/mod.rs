@@ -52,8 +52,9 @@
 //!   `priority`, `interval`, `wake`, `dispatch`, and a `groups` array with the same per group
 //!   and the runtime's counters (`pool_allocations`, `pool_minor_faults`: `null` when not
 //!   measured, i.e. no pool thread reached its warm-up; promotions; `untracked_timers`: timers
-//!   beyond [`lfrt::telemetry::MAX_TIMER_HISTOGRAMS`], which have no histograms of their own, so
-//!   their `thread` entries show 0 cycles while the group's figures include them). Histogram
+//!   from `T:` [`lfrt::telemetry::MAX_TIMER_HISTOGRAMS`] on, which have no histograms of their
+//!   own, so their `thread` entries show 0 cycles while the group's figures include them).
+//!   Histogram
 //!   keys are the latency in µs (ns with `-N`), only non-zero buckets; the counts sum to
 //!   `cycles` (with `-h US`, larger values are counted in bucket US−1 and in `hist_overflow`).
 
@@ -144,8 +145,8 @@ pub fn run(args: &CyclicArgs) -> Result<(), Box<dyn std::error::Error>> {
     let untracked: usize = report.groups.iter().map(|g| g.untracked_timers).sum();
     if untracked > 0 {
         eprintln!(
-            "lfrt cyclic: note: {untracked} timers have no histograms of their own (at most {} \
-             are kept, to bound memory); their samples count in their group's figures",
+            "lfrt cyclic: note: {untracked} timers (from T: {} on) have no histograms of their \
+             own, to bound memory; their samples count in their group's figures",
             lfrt::telemetry::MAX_TIMER_HISTOGRAMS
         );
     }
@@ -239,6 +240,13 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
             registry.register(Box::new(CyclicTimer::new(t, plan.loops, progress.clone())))?;
         timers.push((spec.clone(), token.raw(), progress));
     }
+    // Histograms for the timers in `T:` order (the first MAX_TIMER_HISTOGRAMS get their own),
+    // allocated now rather than by the collector during the run.
+    let keys: Vec<(u16, u64)> = timers
+        .iter()
+        .map(|(spec, token, _)| (spec.group as u16, *token))
+        .collect();
+    rt.telemetry().preallocate_timers(&keys);
 
     let began = Instant::now();
     let deadline = plan.duration.map(|d| began + d);
