@@ -69,7 +69,8 @@ pub struct CyclicArgs {
     #[arg(short = 'A', long = "aligned", value_name = "USEC")]
     pub aligned: Option<u64>,
 
-    /// Number of timers; without NUM, one per available CPU [default: 1].
+    /// Number of timers; without NUM, one per available CPU; as many as RLIMIT_NOFILE leaves
+    /// descriptors for [default: 1].
     #[arg(short = 't', long = "threads", value_name = "NUM", num_args = 0..=1, default_missing_value = "0")]
     pub threads: Option<usize>,
 
