@@ -21,6 +21,11 @@ pub const RING_CAPACITY: usize = 16 * 1024;
 pub const DRAIN_PERIOD: Duration = Duration::from_millis(2);
 /// Highest value a histogram records (10 s in ns); larger values saturate.
 pub const HIST_MAX_NS: u64 = 10_000_000_000;
+/// Most timers that get [`Histograms`] of their own (each is four histograms of about
+/// 200 KiB, so this bounds the per-timer memory near 200 MiB whatever the number of timers).
+/// Samples of further timers are merged per group into [`Recorded::untracked_timers`], so
+/// group figures stay complete.
+pub const MAX_TIMER_HISTOGRAMS: usize = 256;
 
 /// One dispatch, as seen by the pool thread that ran it. All times are `CLOCK_MONOTONIC` ns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -116,8 +121,12 @@ impl Histograms {
 pub struct Recorded {
     /// Per group (index = group index).
     pub groups: Vec<Histograms>,
-    /// Per `(group, raw token)`, for handles whose samples carry an origin (timers).
+    /// Per `(group, raw token)`, for handles whose samples carry an origin (timers): at most
+    /// [`MAX_TIMER_HISTOGRAMS`], those given to [`Telemetry::preallocate_timers`] first, then
+    /// the first to report a sample.
     pub timers: BTreeMap<(u16, u64), Histograms>,
+    /// Per group, the merged samples of its timers that found `timers` full.
+    pub untracked_timers: BTreeMap<u16, Histograms>,
     /// Samples recorded.
     pub recorded: u64,
 }
@@ -179,6 +188,7 @@ impl Telemetry {
             recorded: Mutex::new(Recorded {
                 groups: (0..groups).map(|_| Histograms::new()).collect(),
                 timers: BTreeMap::new(),
+                untracked_timers: BTreeMap::new(),
                 recorded: 0,
             }),
         }
@@ -205,6 +215,24 @@ impl Telemetry {
         })
     }
 
+    /// Creates the histograms of these timers (`(group, raw token)`) now, before their first
+    /// sample: the collector then does not allocate for them during a run, and it is these
+    /// timers, in this order, that get histograms of their own, up to [`MAX_TIMER_HISTOGRAMS`]
+    /// in all; for a group with timers beyond that, its merged histograms are created too.
+    pub fn preallocate_timers(&self, timers: &[(u16, u64)]) {
+        let mut guard = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        let r = &mut *guard;
+        for &key in timers {
+            if r.timers.contains_key(&key) || r.timers.len() < MAX_TIMER_HISTOGRAMS {
+                r.timers.entry(key).or_insert_with(Histograms::new);
+            } else {
+                r.untracked_timers
+                    .entry(key.0)
+                    .or_insert_with(Histograms::new);
+            }
+        }
+    }
+
     /// Clears all histograms (e.g. after a warm-up period).
     pub fn reset(&self) {
         let mut r = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
@@ -212,22 +240,29 @@ impl Telemetry {
             *h = Histograms::new();
         }
         r.timers.clear();
+        r.untracked_timers.clear();
     }
 
     fn record_all(&self, batch: &[Sample]) {
         if batch.is_empty() {
             return;
         }
-        let mut r = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        let r = &mut *guard;
         for s in batch {
             if let Some(h) = r.groups.get_mut(s.group as usize) {
                 h.record(s);
             }
             if s.origin_ns != 0 {
-                r.timers
-                    .entry((s.group, s.token))
-                    .or_insert_with(Histograms::new)
-                    .record(s);
+                let key = (s.group, s.token);
+                let h = if r.timers.contains_key(&key) || r.timers.len() < MAX_TIMER_HISTOGRAMS {
+                    r.timers.entry(key).or_insert_with(Histograms::new)
+                } else {
+                    r.untracked_timers
+                        .entry(s.group)
+                        .or_insert_with(Histograms::new)
+                };
+                h.record(s);
             }
             r.recorded += 1;
         }
@@ -259,4 +294,75 @@ pub(crate) fn spawn_collector(
                 std::thread::sleep(DRAIN_PERIOD);
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timer_sample(group: u16, token: u64, missed_periods: u32) -> Sample {
+        Sample {
+            group,
+            thread: 0,
+            token,
+            origin_ns: 1_000,
+            woke_ns: 1_500,
+            start_ns: 2_000,
+            end_ns: 2_100,
+            missed_periods,
+        }
+    }
+
+    /// Per-timer histograms stop at `MAX_TIMER_HISTOGRAMS` timers; the samples of further
+    /// timers are kept, merged per group, so nothing is lost from the group's figures.
+    #[test]
+    fn timer_histograms_are_bounded_and_the_rest_is_merged_per_group() {
+        let t = Telemetry::new(2);
+        let extra = 10;
+        let batch: Vec<Sample> = (0..(MAX_TIMER_HISTOGRAMS + extra) as u64)
+            .map(|k| timer_sample(1, k, 1))
+            .collect();
+        t.record_all(&batch);
+        // A second sample of a tracked timer still lands in its own histograms.
+        t.record_all(&[timer_sample(1, 0, 0)]);
+        t.with(|r| {
+            assert_eq!(r.timers.len(), MAX_TIMER_HISTOGRAMS);
+            assert_eq!(r.timers[&(1, 0)].latency.len(), 2);
+            let rest = &r.untracked_timers[&1];
+            assert_eq!(rest.latency.len(), extra as u64);
+            assert_eq!(rest.missed_periods, extra as u64);
+            assert_eq!(
+                r.groups[1].latency.len(),
+                (MAX_TIMER_HISTOGRAMS + extra + 1) as u64
+            );
+            assert_eq!(r.recorded, (MAX_TIMER_HISTOGRAMS + extra + 1) as u64);
+        });
+        t.reset();
+        t.with(|r| assert!(r.timers.is_empty() && r.untracked_timers.is_empty()));
+    }
+
+    /// Preallocated timers are the ones that keep histograms, whatever order their samples
+    /// arrive in; the others are merged into their group's.
+    #[test]
+    fn preallocated_timers_are_the_tracked_ones() {
+        let t = Telemetry::new(1);
+        let keys: Vec<(u16, u64)> = (0..(MAX_TIMER_HISTOGRAMS + 3) as u64)
+            .map(|k| (0, 1000 + k))
+            .collect();
+        t.preallocate_timers(&keys);
+        t.with(|r| {
+            assert_eq!(r.timers.len(), MAX_TIMER_HISTOGRAMS);
+            assert!(r.timers.contains_key(&keys[MAX_TIMER_HISTOGRAMS - 1]));
+            assert!(!r.timers.contains_key(&keys[MAX_TIMER_HISTOGRAMS]));
+            assert!(r.untracked_timers.contains_key(&0));
+        });
+        // The last timer's sample arrives first: it still goes to the merged histograms.
+        let last = keys[MAX_TIMER_HISTOGRAMS + 2].1;
+        t.record_all(&[timer_sample(0, last, 0), timer_sample(0, 1000, 0)]);
+        t.with(|r| {
+            assert_eq!(r.untracked_timers[&0].latency.len(), 1);
+            assert_eq!(r.timers[&(0, 1000)].latency.len(), 1);
+            assert_eq!(r.timers.len(), MAX_TIMER_HISTOGRAMS);
+        });
+    }
 }

@@ -261,6 +261,11 @@ pub struct LoadReport {
     pub throughput_msgs_per_s: f64,
     /// Round-trip times.
     pub rtt_us: RttSummary,
+    /// Datagrams received per target port, in `LoadConfig::ports` order.
+    pub received_per_port: Vec<u64>,
+    /// Per-port fairness: the least-served port's `received` over the mean per port (1.0 =
+    /// every port served equally; 0.0 when nothing was received).
+    pub port_fairness: f64,
 }
 
 /// Parses a port list: a range `"7000-7003"`, a comma list `"7000,7002"`, or
@@ -375,6 +380,16 @@ pub fn run_threaded(cfg: &LoadConfig, threads: usize) -> io::Result<LoadReport> 
     merge(results, start_ns)
 }
 
+/// The least-served port's count over the mean count per port: 1.0 when every port got the
+/// same service, 0.0 when nothing was received (or there are no ports).
+pub fn port_fairness(per_port: &[u64]) -> f64 {
+    let total: u64 = per_port.iter().sum();
+    match per_port.iter().min() {
+        Some(&min) if total > 0 => min as f64 * per_port.len() as f64 / total as f64,
+        _ => 0.0,
+    }
+}
+
 /// `floor(total * num / den)` without overflow.
 fn split(total: u64, num: u64, den: u64) -> u64 {
     (u128::from(total) * u128::from(num) / u128::from(den)) as u64
@@ -393,9 +408,16 @@ fn merge(results: Vec<WorkerResult>, start_ns: u64) -> io::Result<LoadReport> {
         duration_s: 0.0,
         throughput_msgs_per_s: 0.0,
         rtt_us: RttSummary::default(),
+        received_per_port: Vec::new(),
+        port_fairness: 0.0,
     };
     let mut end_ns = start_ns;
+    let ports: usize = results.iter().map(|w| w.per_port.len()).sum();
+    r.received_per_port = vec![0; ports];
     for w in results {
+        for &(index, received) in &w.per_port {
+            r.received_per_port[index as usize] = received;
+        }
         r.sent += w.c.sent;
         r.received += w.c.received;
         r.lost += w.lost;
@@ -412,6 +434,7 @@ fn merge(results: Vec<WorkerResult>, start_ns: u64) -> io::Result<LoadReport> {
         r.received + r.lost,
         "accounting invariant sent == received + lost violated"
     );
+    r.port_fairness = port_fairness(&r.received_per_port);
     r.duration_s = end_ns.saturating_sub(start_ns) as f64 / NS_PER_S as f64;
     r.throughput_msgs_per_s = if r.duration_s > 0.0 {
         r.received as f64 / r.duration_s
@@ -486,6 +509,8 @@ struct Target {
     /// Local sequence index of each queued datagram.
     queued: Vec<u64>,
     send_headers: Headers,
+    /// Intact echoes received from this port (unique datagrams).
+    received: u64,
 }
 
 /// Preallocated `mmsghdr`s for one `recvmmsg` / `sendmmsg` site.
@@ -523,6 +548,7 @@ fn open_target(ip: IpAddr, port: u16, index: u32) -> io::Result<Target> {
         outbox: Vec::new(),
         queued: Vec::with_capacity(IO_BATCH),
         send_headers: Headers::new(),
+        received: 0,
     })
 }
 
@@ -639,6 +665,8 @@ struct WorkerResult {
     lost: u64,
     hist: Histogram<u64>,
     active_end_ns: u64,
+    /// `(index in LoadConfig::ports, received)` of each of the worker's targets.
+    per_port: Vec<(u32, u64)>,
 }
 
 struct Worker {
@@ -878,6 +906,7 @@ impl Worker {
             c: self.c,
             lost,
             active_end_ns: send_stop_ns.max(self.last_recv_ns),
+            per_port: self.targets.iter().map(|t| (t.index, t.received)).collect(),
             hist: self.hist,
         })
     }
@@ -1064,6 +1093,7 @@ impl Worker {
                 let was_outstanding = state == ST_OUTSTANDING;
                 self.states[local] = ST_RECEIVED;
                 self.c.received += 1;
+                self.targets[t].received += 1;
                 self.last_recv_ns = now;
                 let (_, ts, _) = header(&self.rbufs[k][..len]);
                 self.hist.saturating_record((now - ts).max(1));
@@ -1140,7 +1170,7 @@ pub fn format_report(report: &LoadReport, cfg: &LoadConfig, threads: usize) -> S
         "lfrt-loadgen: {mode} -> {} ports {:?}, {} B, {} thread(s)\n",
         cfg.target, cfg.ports, cfg.size, threads
     );
-    let rows: [(&str, String); 12] = [
+    let rows: [(&str, String); 13] = [
         ("sent", r.sent.to_string()),
         ("received", r.received.to_string()),
         ("lost", r.lost.to_string()),
@@ -1162,6 +1192,14 @@ pub fn format_report(report: &LoadReport, cfg: &LoadConfig, threads: usize) -> S
             format!("{:.1} / {:.1} us", r.rtt_us.p999, r.rtt_us.max),
         ),
         ("rtt mean", format!("{:.1} us", r.rtt_us.mean)),
+        (
+            "port fairness",
+            format!(
+                "{:.3} (least-served port / mean of {} ports)",
+                r.port_fairness,
+                r.received_per_port.len()
+            ),
+        ),
     ];
     for (k, v) in rows {
         s.push_str(&format!("  {k:<14} {v:>20}\n"));
@@ -1742,6 +1780,7 @@ mod tests {
                 lost: 1,
                 hist: new_histogram().unwrap(),
                 active_end_ns: NS_PER_S,
+                per_port: vec![(0, 2)],
             }],
             0,
         )
@@ -1765,5 +1804,15 @@ mod tests {
         assert_eq!(v["config"]["mode"], "open");
         assert_eq!(v["config"]["rate_per_s"], 10);
         assert_eq!(v["throughput_msgs_per_s"], 2.0);
+        assert_eq!(v["received_per_port"], serde_json::json!([2]));
+        assert_eq!(v["port_fairness"], 1.0);
+    }
+
+    #[test]
+    fn port_fairness_is_the_least_served_port_over_the_mean() {
+        assert_eq!(port_fairness(&[]), 0.0);
+        assert_eq!(port_fairness(&[0, 0]), 0.0);
+        assert_eq!(port_fairness(&[5, 5, 5]), 1.0);
+        assert_eq!(port_fairness(&[50, 100, 150]), 0.5);
     }
 }

@@ -1,7 +1,7 @@
 //! The command line (cyclictest's options) and the plan it maps to: groups and timers.
 
 use lfrt::MAX_GROUP_THREADS;
-use lfrt::{GroupConfig, HandlerConfig, Policy, Promotion, RtMode, RuntimeConfig};
+use lfrt::{Deadline, GroupConfig, HandlerConfig, Policy, Promotion, RtMode, RuntimeConfig};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -10,8 +10,11 @@ use std::time::Duration;
 pub const MIN_INTERVAL_US: u64 = 50;
 /// Longest timer interval accepted (µs).
 pub const MAX_INTERVAL_US: u64 = 10_000_000;
-/// Most timers one run measures.
-pub const MAX_TIMERS: usize = 256;
+/// Descriptors a run needs besides its timerfds, per group (epoll set, wake-up eventfds; pool
+/// threads open none), on top of those already open when the plan is made: a generous
+/// estimate (a run of 10 timers holds 18 in all), so the check errs towards a clear message.
+const FDS_PER_GROUP: u64 = 8;
+const FDS_SPARE: u64 = 32;
 /// Name of the group built from the flags (thread names are `lf-cyclic-<n>`).
 pub const GROUP_NAME: &str = "cyclic";
 /// Per-thread buffer of the flag-built group: timer handlers read 8 bytes, so the runtime's
@@ -33,9 +36,24 @@ pub struct CyclicArgs {
     #[arg(short = 'p', long = "priority", value_name = "PRIO", value_parser = clap::value_parser!(u8).range(0..=99))]
     pub priority: Option<u8>,
 
-    /// Scheduling policy of the group: other, fifo or rr [default: fifo for PRIO 1..=99, other for 0].
+    /// Scheduling policy of the group: other, fifo, rr or deadline [default: fifo for PRIO
+    /// 1..=99, other for 0]. With deadline, PRIO only ranks the group (default 1) and the
+    /// --dl-* options give each pool thread's reservation.
     #[arg(long = "policy", value_name = "NAME", value_parser = parse_policy)]
     pub policy: Option<Policy>,
+
+    /// --policy deadline: CPU time each pool thread may use per period, in µs
+    /// [default: a tenth of the period].
+    #[arg(long = "dl-runtime", value_name = "US")]
+    pub dl_runtime: Option<u64>,
+
+    /// --policy deadline: relative deadline in µs [default: the period].
+    #[arg(long = "dl-deadline", value_name = "US")]
+    pub dl_deadline: Option<u64>,
+
+    /// --policy deadline: reservation period in µs [default: INTV, the -i interval].
+    #[arg(long = "dl-period", value_name = "US")]
+    pub dl_period: Option<u64>,
 
     /// Base interval of the timers in µs [default: 1000].
     #[arg(short = 'i', long = "interval", value_name = "INTV")]
@@ -51,7 +69,8 @@ pub struct CyclicArgs {
     #[arg(short = 'A', long = "aligned", value_name = "USEC")]
     pub aligned: Option<u64>,
 
-    /// Number of timers; without NUM, one per available CPU [default: 1].
+    /// Number of timers; without NUM, one per available CPU; as many as RLIMIT_NOFILE leaves
+    /// descriptors for [default: 1].
     #[arg(short = 't', long = "threads", value_name = "NUM", num_args = 0..=1, default_missing_value = "0")]
     pub threads: Option<usize>,
 
@@ -143,7 +162,8 @@ fn parse_policy(s: &str) -> Result<Policy, String> {
         "fifo" => Ok(Policy::Fifo),
         "rr" => Ok(Policy::Rr),
         "other" | "normal" => Ok(Policy::Other),
-        _ => Err(format!("`{s}`: use other, fifo or rr")),
+        "deadline" => Ok(Policy::Deadline),
+        _ => Err(format!("`{s}`: use other, fifo, rr or deadline")),
     }
 }
 
@@ -259,6 +279,7 @@ impl Plan {
             None => from_flags(a, &lfrt::os::available_cpus())?,
         };
         assign_phases(&mut timers, a.aligned);
+        check_open_files(&config, timers.len())?;
         if a.histfile.is_some() && a.histogram.is_none() {
             return Err("--histfile needs -h/--histogram".into());
         }
@@ -282,12 +303,26 @@ pub(crate) fn from_flags(
     a: &CyclicArgs,
     cpus: &[usize],
 ) -> Result<(RuntimeConfig, Vec<TimerSpec>), String> {
-    let priority = a.priority.unwrap_or(0);
-    let policy = a.policy.unwrap_or(if priority > 0 {
+    let policy = a.policy.unwrap_or(if a.priority.unwrap_or(0) > 0 {
         Policy::Fifo
     } else {
         Policy::Other
     });
+    // A deadline lane's priority only ranks it: any valid one will do when none is given.
+    let priority = match (policy, a.priority) {
+        (Policy::Deadline, None | Some(0)) => 1,
+        (_, p) => p.unwrap_or(0),
+    };
+    let dl_flags = [
+        (a.dl_runtime.is_some(), "--dl-runtime"),
+        (a.dl_deadline.is_some(), "--dl-deadline"),
+        (a.dl_period.is_some(), "--dl-period"),
+    ];
+    if policy != Policy::Deadline {
+        if let Some((_, flag)) = dl_flags.iter().find(|(set, _)| *set) {
+            return Err(format!("{flag} needs --policy deadline"));
+        }
+    }
     match policy {
         Policy::Other if priority > 0 => {
             return Err(format!(
@@ -304,9 +339,6 @@ pub(crate) fn from_flags(
         Some(0) => cpus.len().max(1),
         Some(n) => n,
     };
-    if timers > MAX_TIMERS {
-        return Err(format!("-t {timers}: at most {MAX_TIMERS} timers"));
-    }
     let interval = a.interval.unwrap_or(1000);
     // cyclictest gives every thread the same interval when it records a histogram.
     let distance = if a.histogram.is_some() {
@@ -328,7 +360,16 @@ pub(crate) fn from_flags(
     g.threads = pool;
     g.promotion = a.promotion.unwrap_or_default();
     g.buffer_bytes = BUFFER_BYTES;
+    // The handle table holds exactly the timers: it grows with -t, not with a fixed cap.
     g.max_handles = timers;
+    if policy == Policy::Deadline {
+        let period_us = a.dl_period.unwrap_or(interval);
+        g.deadline = Some(Deadline {
+            runtime_us: a.dl_runtime.unwrap_or(period_us / 10),
+            deadline_us: a.dl_deadline.unwrap_or(period_us),
+            period_us,
+        });
+    }
     g.cpus = match a.affinity.as_deref() {
         None => None,
         Some("") => Some(cpus.to_vec()),
@@ -345,9 +386,14 @@ pub(crate) fn from_flags(
         metrics: None,
         groups: vec![g],
     };
-    config
-        .validate_with_cpus(cpus)
-        .map_err(|e| format!("{}: {}", e.path(), e.message))?;
+    config.validate_with_cpus(cpus).map_err(|e| {
+        let flags = match e.field {
+            "deadline" => " (--dl-runtime, --dl-deadline, --dl-period)",
+            "max_handles" => " (-t)",
+            _ => "",
+        };
+        format!("{}{flags}: {}", e.path(), e.message)
+    })?;
     let timers = (0..timers as u64)
         .map(|k| TimerSpec {
             group: 0,
@@ -393,6 +439,9 @@ fn from_file(
     let conflicting = [
         (a.priority.is_some(), "-p"),
         (a.policy.is_some(), "--policy"),
+        (a.dl_runtime.is_some(), "--dl-runtime"),
+        (a.dl_deadline.is_some(), "--dl-deadline"),
+        (a.dl_period.is_some(), "--dl-period"),
         (a.interval.is_some(), "-i"),
         (a.distance.is_some(), "-d"),
         (a.threads.is_some(), "-t"),
@@ -411,15 +460,30 @@ fn from_file(
             path.display()
         ));
     }
-    if timers.len() > MAX_TIMERS {
-        return Err(format!(
-            "{}: {} timers; at most {MAX_TIMERS}",
-            path.display(),
-            timers.len()
-        ));
-    }
     cfg.lock_memory |= a.mlockall;
     Ok((cfg, timers))
+}
+
+/// Checks that `timers` timerfds, with the runtime's own descriptors and those already open,
+/// fit the soft `RLIMIT_NOFILE`: otherwise the run would fail halfway through registering its
+/// timers with a bare `EMFILE`.
+fn check_open_files(config: &RuntimeConfig, timers: usize) -> Result<(), String> {
+    use nix::sys::resource::{getrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return Ok(());
+    };
+    let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
+    let others = open + FDS_SPARE + FDS_PER_GROUP * config.groups.len() as u64;
+    let needed = timers as u64 + others;
+    if needed > soft {
+        return Err(format!(
+            "{timers} timers need {timers} timerfds plus about {others} other descriptors \
+             ({needed}), more than RLIMIT_NOFILE allows (open files: soft limit {soft}, hard \
+             limit {hard}); raise it (ulimit -n {needed}, or prlimit --nofile={needed}) or use \
+             fewer timers (-t)"
+        ));
+    }
+    Ok(())
 }
 
 /// Moves every `kind = "timer"` handler out of the configuration, as timer specs in group
@@ -610,8 +674,60 @@ mod tests {
         assert!(plan("-i 10").is_err());
         assert!(plan("--policy fifo").is_err());
         assert!(plan("-p 5 --policy other").is_err());
-        assert!(plan("-t 300").is_err());
+        assert_eq!(
+            plan("-t 4096 -d 0").unwrap().1.len(),
+            4096,
+            "no cap at 256 timers"
+        );
+        assert_eq!(plan("-t 4096 -d 0").unwrap().0.groups[0].max_handles, 4096);
+        assert!(plan("-t 300").is_ok());
         assert!(plan("--pool-threads 65").is_err());
+    }
+
+    #[test]
+    fn deadline_policy_takes_its_reservation_from_the_dl_flags() {
+        let (cfg, _) = plan("--policy deadline -i 500 -t 2").unwrap();
+        let g = &cfg.groups[0];
+        assert_eq!(
+            (g.policy, g.priority, cfg.rt),
+            (Policy::Deadline, 1, RtMode::Required)
+        );
+        assert_eq!(
+            g.deadline,
+            Some(Deadline {
+                runtime_us: 50,
+                deadline_us: 500,
+                period_us: 500
+            }),
+            "defaults: period = -i, deadline = period, runtime = a tenth"
+        );
+        let (cfg, _) =
+            plan("--policy deadline -p 90 --dl-runtime 100 --dl-deadline 400 --dl-period 1000")
+                .unwrap();
+        assert_eq!(cfg.groups[0].priority, 90);
+        assert_eq!(
+            cfg.groups[0].deadline,
+            Some(Deadline {
+                runtime_us: 100,
+                deadline_us: 400,
+                period_us: 1000
+            })
+        );
+        let e = plan("-p 80 --dl-runtime 100").unwrap_err();
+        assert!(e.contains("--dl-runtime needs --policy deadline"), "{e}");
+        let e = plan("--policy deadline --dl-runtime 600 --dl-deadline 500").unwrap_err();
+        assert!(
+            e.contains("--dl-runtime, --dl-deadline, --dl-period"),
+            "{e}"
+        );
+        let e = plan("--policy deadline -a 1").unwrap_err();
+        assert!(e.contains("root domain"), "{e}");
+        let a = parse("--config configs/default.toml --dl-period 1000").unwrap();
+        let e = Plan::from_args(&a).unwrap_err();
+        assert!(
+            e.contains("--dl-period cannot be combined with --config"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -164,6 +164,7 @@ struct Group {
     pool_allocations: Option<u64>,
     pool_minor_faults: Option<u64>,
     samples_dropped: u64,
+    untracked_timers: usize,
 }
 
 impl Group {
@@ -195,6 +196,7 @@ impl Group {
             pool_allocations: m.pool_allocations,
             pool_minor_faults: m.pool_minor_faults,
             samples_dropped: m.samples_dropped,
+            untracked_timers: g.untracked_timers,
         }
     }
 }

@@ -31,6 +31,7 @@
 //! | threads start unaligned (each at its own clock reading); `-A USEC`: a common start, thread k USEC·k later | unaligned by default, deterministically: timer j of a group's n timers starts j/n of the group's first interval after timer 0, so equal periods do not expire together; `-A USEC` as cyclictest (`-A 0`: all at once, so one group's leader meets them together and the later ones wait for a promotion) |
 //! | `-a [CPUSET]` | the group's threads are pinned to CPUSET (all available CPUs without a value); threads are not pinned one per CPU, since any of them may lead |
 //! | `-l`, `-D`, `-m`, `-q`, `-N`, `-h US`, `--histfile`, `--json`, `--policy`, `--laptop`, `--latency` | the same meaning |
+//! | `--policy deadline` (lfrt only) | the group is a `SCHED_DEADLINE` lane: each pool thread reserves `--dl-runtime` µs (default a tenth of the period) in every `--dl-period` µs (default `-i`), within `--dl-deadline` µs (default the period); `-p` then only ranks the group |
 //! | `--config FILE` (lfrt only) | the file's groups run at their own priorities; every `kind = "timer"` handler becomes measured timers, other handlers (e.g. an echo service) run as load |
 //!
 //! With `-p` > 0 the run refuses to start without `SCHED_FIFO`/`SCHED_RR` (as cyclictest
@@ -50,7 +51,10 @@
 //!   node}}`) plus, per thread, `p50`, `p99`, `p999`, `missed_periods`, `hist_overflow`, `group`,
 //!   `priority`, `interval`, `wake`, `dispatch`, and a `groups` array with the same per group
 //!   and the runtime's counters (`pool_allocations`, `pool_minor_faults`: `null` when not
-//!   measured, i.e. no pool thread reached its warm-up; promotions). Histogram
+//!   measured, i.e. no pool thread reached its warm-up; promotions; `untracked_timers`: timers
+//!   from `T:` [`lfrt::telemetry::MAX_TIMER_HISTOGRAMS`] on, which have no histograms of their
+//!   own, so their `thread` entries show 0 cycles while the group's figures include them).
+//!   Histogram
 //!   keys are the latency in µs (ns with `-N`), only non-zero buckets; the counts sum to
 //!   `cycles` (with `-h US`, larger values are counted in bucket US−1 and in `hist_overflow`).
 
@@ -60,8 +64,7 @@ mod report;
 mod timer;
 
 pub use args::{
-    parse_cpuset, CyclicArgs, Plan, TimerSpec, Unit, GROUP_NAME, MAX_INTERVAL_US, MAX_TIMERS,
-    MIN_INTERVAL_US,
+    parse_cpuset, CyclicArgs, Plan, TimerSpec, Unit, GROUP_NAME, MAX_INTERVAL_US, MIN_INTERVAL_US,
 };
 pub use json::FILE_VERSION;
 pub use report::{Buckets, GroupResult, TimerResult};
@@ -83,8 +86,10 @@ const REFRESH_PLAIN: Duration = Duration::from_secs(1);
 /// How often the main thread checks for the end of the run (loops done, duration, signal).
 const POLL: Duration = Duration::from_millis(10);
 /// Delay from registering the timers to their common start, so every timer is armed and
-/// registered before the first period begins.
+/// registered before the first period begins: a base, plus a share per timer (thousands of
+/// timers take milliseconds to create, arm and register).
 const START_DELAY_NS: u64 = 10_000_000;
+const START_DELAY_PER_TIMER_NS: u64 = 5_000;
 
 /// Everything a finished run measured.
 #[derive(Debug, Clone)]
@@ -137,8 +142,17 @@ pub fn run(args: &CyclicArgs) -> Result<(), Box<dyn std::error::Error>> {
         report::summary(&report.timers, &report.groups, plan.unit)
     )?;
     out.flush()?;
+    let untracked: usize = report.groups.iter().map(|g| g.untracked_timers).sum();
+    if untracked > 0 {
+        eprintln!(
+            "lfrt cyclic: note: {untracked} timers (from T: {} on) have no histograms of their \
+             own, to bound memory; their samples count in their group's figures",
+            lfrt::telemetry::MAX_TIMER_HISTOGRAMS
+        );
+    }
     for t in &report.timers {
-        if t.handled != t.latency.count {
+        // A timer without histograms of its own (see the note above) is not a dropped sample.
+        if t.handled != t.latency.count && !(untracked > 0 && t.latency.count == 0) {
             eprintln!(
                 "lfrt cyclic: warning: timer {} ran {} cycles but telemetry recorded {} (samples dropped: see samples_dropped)",
                 t.index, t.handled, t.latency.count
@@ -210,7 +224,8 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
         tids[gi][ti] = tid;
     }
 
-    let first_ns = lfrt::os::now_ns() + START_DELAY_NS;
+    let first_ns =
+        lfrt::os::now_ns() + START_DELAY_NS + plan.timers.len() as u64 * START_DELAY_PER_TIMER_NS;
     let mut timers = Vec::with_capacity(plan.timers.len());
     for spec in &plan.timers {
         let mut t = Timer::new().map_err(|e| format!("timerfd_create: {e}"))?;
@@ -223,6 +238,13 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
             registry.register(Box::new(CyclicTimer::new(t, plan.loops, progress.clone())))?;
         timers.push((spec.clone(), token.raw(), progress));
     }
+    // Histograms for the timers in `T:` order (the first MAX_TIMER_HISTOGRAMS get their own),
+    // allocated now rather than by the collector during the run.
+    let keys: Vec<(u16, u64)> = timers
+        .iter()
+        .map(|(spec, token, _)| (spec.group as u16, *token))
+        .collect();
+    rt.telemetry().preallocate_timers(&keys);
 
     let began = Instant::now();
     let deadline = plan.duration.map(|d| began + d);

@@ -98,6 +98,9 @@ pub struct GroupResult {
     pub buckets: Buckets,
     /// Overruns of its timers.
     pub missed_periods: u64,
+    /// Timers that ran but have no histograms of their own (beyond
+    /// [`lfrt::telemetry::MAX_TIMER_HISTOGRAMS`]): their samples count only in the group's figures.
+    pub untracked_timers: usize,
 }
 
 /// What `collect` needs to know of each registered timer.
@@ -171,15 +174,23 @@ pub(crate) fn collect(
                 (new_histogram(), new_histogram(), new_histogram());
             let mut missed_periods = 0;
             let mut members = Vec::new();
+            let mut untracked_timers = 0;
+            let untracked = rec.untracked_timers.get(&(gi as u16));
             for (i, k) in keys.iter().enumerate().filter(|(_, k)| k.spec.group == gi) {
                 members.push(i);
-                if let Some(h) = timer_hist(rec, gi, k.token) {
-                    // Same bounds on both sides: adding cannot fail.
-                    let _ = latency.add(&h.latency);
-                    let _ = wake.add(&h.wake);
-                    let _ = dispatch.add(&h.dispatch);
-                    missed_periods += h.missed_periods;
+                if k.handled > 0 && timer_hist(rec, gi, k.token).is_none() {
+                    untracked_timers += 1;
                 }
+            }
+            let own = members
+                .iter()
+                .filter_map(|&i| timer_hist(rec, gi, keys[i].token));
+            for h in own.chain(untracked) {
+                // Same bounds on both sides: adding cannot fail.
+                let _ = latency.add(&h.latency);
+                let _ = wake.add(&h.wake);
+                let _ = dispatch.add(&h.dispatch);
+                missed_periods += h.missed_periods;
             }
             GroupResult {
                 metrics: g.metrics.clone(),
@@ -191,6 +202,7 @@ pub(crate) fn collect(
                 dispatch: LatencySummary::of(&dispatch),
                 buckets: Buckets::of(&latency, unit, limit),
                 missed_periods,
+                untracked_timers,
             }
         })
         .collect();
