@@ -169,7 +169,8 @@ impl EventHandler for UdpEcho {
 ///   `max_handles` handles, or epoll refuses the fd) is closed at once, counted in
 ///   `connections_refused` and logged.
 ///
-/// Both logs follow the [module](self)'s rule.
+/// Both logs follow the [module](self)'s rule. The same accept side (pause, retry, refusal)
+/// serves [`stream::Framed`](crate::stream::Framed).
 ///
 /// # Implementation notes
 /// Without the pause, a listener whose backlog holds a connection it cannot accept is
@@ -199,8 +200,76 @@ impl EventHandler for UdpEcho {
 /// ```
 #[derive(Debug)]
 pub struct TcpEcho {
-    listener: TcpListener,
+    acceptor: Acceptor,
     work_us: u64,
+}
+
+impl TcpEcho {
+    /// Wraps a bound listener (made nonblocking here). Opens two more descriptors, an epoll
+    /// set and a timer (see the type's implementation notes).
+    pub fn new(listener: TcpListener, work_us: u64) -> io::Result<TcpEcho> {
+        Ok(TcpEcho {
+            acceptor: Acceptor::new(listener)?,
+            work_us,
+        })
+    }
+}
+
+impl EventHandler for TcpEcho {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.acceptor.source()
+    }
+
+    fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
+        let work_us = self.work_us;
+        self.acceptor.accept(ctx, |stream, ctx| {
+            // Accepting allocates the connection's handler: connection set-up is not the
+            // per-message path.
+            let h =
+                TcpEchoStream::new(stream, work_us, ctx.buffer().len()).map_err(Refused::Setup)?;
+            // On error the handler, and with it the connection, was dropped: closed.
+            ctx.registry()
+                .register(Box::new(h))
+                .map(drop)
+                .map_err(Refused::Register)
+        })
+    }
+}
+
+/// Why an accepted connection was closed unserved (for the log line; each is counted in
+/// `connections_refused`).
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// Configuring the accepted socket failed.
+    Setup(io::Error),
+    /// The group's handle table is full, or epoll refused the fd.
+    Register(Error),
+    /// Every slot of a handler's own connection table is in use.
+    TableFull {
+        /// The table's size.
+        max: usize,
+    },
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Setup(e) => write!(f, "configuring an accepted connection: {e}"),
+            Refused::Register(e) => e.fmt(f),
+            Refused::TableFull { max } => {
+                write!(f, "all {max} connection slots are in use (max_connections)")
+            }
+        }
+    }
+}
+
+/// The accept side of the built-in TCP listeners ([`TcpEcho`], [`crate::stream::Framed`]):
+/// the gate, the pause on exhaustion and its retry timer, and the counting and logging of
+/// refused connections (see [`TcpEcho`]'s failure behaviour and implementation notes). One
+/// mechanism; each listener supplies only how it admits a connection.
+#[derive(Debug)]
+pub(crate) struct Acceptor {
+    listener: TcpListener,
     /// What the group waits on: holds the listener (readable, unless paused) and `retry`.
     gate: Epoll,
     /// One-shot timer that ends a pause.
@@ -216,23 +285,21 @@ pub struct TcpEcho {
     refused_log: LogLimit,
 }
 
-/// Epoll data words in a [`TcpEcho`] gate (informative only: nothing waits on the gate itself).
+/// Epoll data words in an [`Acceptor`] gate (informative only: nothing waits on the gate itself).
 const GATE_LISTENER: u64 = 0;
 const GATE_RETRY: u64 = 1;
 
-impl TcpEcho {
-    /// Wraps a bound listener (made nonblocking here). Opens two more descriptors, an epoll
-    /// set and a timer (see the type's implementation notes).
-    pub fn new(listener: TcpListener, work_us: u64) -> io::Result<TcpEcho> {
+impl Acceptor {
+    /// Wraps a bound listener (made nonblocking here); opens the gate and the retry timer.
+    pub(crate) fn new(listener: TcpListener) -> io::Result<Acceptor> {
         listener.set_nonblocking(true)?;
         let gate = Epoll::new()?;
         let retry = Timer::new()?;
         gate.add(listener.as_raw_fd(), sys::epoll::IN, GATE_LISTENER)?;
         gate.add(retry.as_fd().as_raw_fd(), sys::epoll::IN, GATE_RETRY)?;
-        Ok(TcpEcho {
+        Ok(Acceptor {
             addr: listener.local_addr().ok(),
             listener,
-            work_us,
             gate,
             retry,
             paused: false,
@@ -240,6 +307,16 @@ impl TcpEcho {
             exhausted_log: LogLimit::default(),
             refused_log: LogLimit::default(),
         })
+    }
+
+    /// What the listener's handler waits on: the gate.
+    pub(crate) fn source(&self) -> BorrowedFd<'_> {
+        self.gate.as_fd()
+    }
+
+    /// The listener's address, as read at construction.
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
+        self.addr
     }
 
     /// Takes the listener out of the gate and arms the retry timer. Neither call can fail on
@@ -307,47 +384,39 @@ impl TcpEcho {
         }
     }
 
-    /// Registers the accepted connection's handler, or closes the connection and counts it.
-    fn admit(&mut self, stream: TcpStream, ctx: &mut Context) {
-        // Accepting allocates the connection's handler: connection set-up is not the
-        // per-message path.
-        let error = match TcpEchoStream::new(stream, self.work_us, ctx.buffer().len()) {
-            Ok(h) => match ctx.registry().register(Box::new(h)) {
-                Ok(_) => return,
-                // The handler, and with it the connection, was dropped: closed.
-                Err(e) => e,
-            },
-            Err(e) => Error::Io {
-                context: "configuring an accepted connection",
-                source: e,
-            },
-        };
+    /// A connection `admit` refused (and dropped, closing it): count and log it.
+    fn refused(&mut self, why: &Refused, ctx: &Context) {
         let total = ctx.count(Incident::ConnectionRefused, 1);
         if self.refused_log.allow() {
             tracing::warn!(
                 group = ctx.group(),
                 listener = ?self.addr,
-                error = %error,
+                error = %why,
                 connections_refused = total,
-                "TCP echo closed an accepted connection it could not register; counted in \
+                "TCP listener closed an accepted connection it could not register; counted in \
                  connections_refused, logged at most once a second"
             );
         }
     }
-}
 
-impl EventHandler for TcpEcho {
-    fn source(&self) -> BorrowedFd<'_> {
-        self.gate.as_fd()
-    }
-
-    fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
+    /// One event of the gate: ends a pause whose timer fired, then accepts the backlog,
+    /// handing each connection to `admit`. A connection `admit` refuses (it is dropped, so
+    /// closed) is counted in `connections_refused` and logged.
+    pub(crate) fn accept(
+        &mut self,
+        ctx: &mut Context,
+        mut admit: impl FnMut(TcpStream, &mut Context) -> Result<(), Refused>,
+    ) -> Disposition {
         if self.paused && !self.resume() {
             return Disposition::Rearm;
         }
         loop {
             match self.listener.accept() {
-                Ok((stream, _)) => self.admit(stream, ctx),
+                Ok((stream, _)) => {
+                    if let Err(why) = admit(stream, ctx) {
+                        self.refused(&why, ctx);
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if sys::net::is_out_of_resources(&e) => {
                     self.exhausted(&e, ctx);

@@ -57,6 +57,7 @@
 //! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`; errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
 //! | write handlers | [`EventHandler`], [`Event`], [`Interest`], [`Disposition`], [`Context`] (thread-specific storage), [`Registry`], [`Token`], [`Incident`] |
 //! | event sources | [`timer`] (callback timers: periodic or one-shot, cancel and re-arm from any thread), [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots; only the datagrams a handler marks with [`Datagram::answer`] are answered) |
+//! | streams | [`stream`]: length-prefixed frames over TCP ([`stream::Framed`]): per-connection read and write state, bounded preallocated buffers ([`stream::Limits`]), back-pressure, half-close and reset handling |
 //! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer, and [`handlers::cpu_work`] |
 //! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]) |
 //! | share state across lanes | [`PiMutex`], [`PiMutexGuard`] (priority inheritance) |
@@ -94,6 +95,7 @@ mod parker;
 mod pi_mutex;
 mod runtime;
 mod source;
+pub mod stream;
 mod sync;
 pub mod telemetry;
 pub mod timer;

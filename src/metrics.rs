@@ -116,6 +116,15 @@ pub struct GroupMetrics {
     /// Values a full lane inbox of this group handed back to their senders
     /// ([`Inbox`](crate::inbox::Inbox)), counted when the inbox next drains.
     pub inbox_refused: u64,
+    /// Stream connections ([`stream::Framed`](crate::stream::Framed)) closed because the peer
+    /// sent a frame longer than `max_frame`.
+    pub frames_oversize: u64,
+    /// Stream connections closed abnormally: reset by the peer (`ECONNRESET`, `EPIPE`), another
+    /// socket error, or the peer's end of stream in the middle of a frame.
+    pub connections_reset: u64,
+    /// Back-pressure episodes: times a stream connection stopped reading because the socket
+    /// would not take its pending replies; it reads again once they drained.
+    pub stream_backpressure: u64,
 }
 
 /// A failure that a handler counts in its group's metrics with [`Context::count`](crate::Context::count): work
@@ -138,6 +147,15 @@ pub enum Incident {
     DatagramTruncated,
     /// A lane inbox was full and handed a value back to its sender (`inbox_refused`).
     InboxRefused,
+    /// A stream connection was closed because its peer sent a frame above the bound
+    /// (`frames_oversize`).
+    FrameOversize,
+    /// A stream connection was closed abnormally: reset, socket error, or end of stream inside
+    /// a frame (`connections_reset`).
+    ConnectionReset,
+    /// A stream connection stopped reading until its pending output drained
+    /// (`stream_backpressure`).
+    StreamBackpressure,
 }
 
 /// The counters behind [`Incident`]: kept in each handle set (a group's, or a bound pool's),
@@ -148,6 +166,9 @@ pub(crate) struct IncidentCounters {
     pub(crate) connections_refused: AtomicU64,
     pub(crate) datagrams_truncated: AtomicU64,
     pub(crate) inbox_refused: AtomicU64,
+    pub(crate) frames_oversize: AtomicU64,
+    pub(crate) connections_reset: AtomicU64,
+    pub(crate) stream_backpressure: AtomicU64,
 }
 
 impl IncidentCounters {
@@ -159,6 +180,9 @@ impl IncidentCounters {
             Incident::ConnectionRefused => &self.connections_refused,
             Incident::DatagramTruncated => &self.datagrams_truncated,
             Incident::InboxRefused => &self.inbox_refused,
+            Incident::FrameOversize => &self.frames_oversize,
+            Incident::ConnectionReset => &self.connections_reset,
+            Incident::StreamBackpressure => &self.stream_backpressure,
         };
         c.fetch_add(n, Relaxed).wrapping_add(n)
     }

@@ -768,6 +768,9 @@ fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
                 connections_refused: g.handles.incidents.connections_refused.load(Relaxed),
                 datagrams_truncated: g.handles.incidents.datagrams_truncated.load(Relaxed),
                 inbox_refused: g.handles.incidents.inbox_refused.load(Relaxed),
+                frames_oversize: g.handles.incidents.frames_oversize.load(Relaxed),
+                connections_reset: g.handles.incidents.connections_reset.load(Relaxed),
+                stream_backpressure: g.handles.incidents.stream_backpressure.load(Relaxed),
             }
         })
         .collect()

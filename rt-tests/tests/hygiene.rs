@@ -168,6 +168,62 @@ fn zero_allocations_tcp_stream() {
     }
 }
 
+/// The framed stream path (`lfrt::stream`): reading, framing, the handler's replies and
+/// writing, with several frames per read.
+#[test]
+fn zero_allocations_framed_stream() {
+    use lfrt::stream::{Flow, Framed, Limits, Output};
+    let _l = util::rt_lock();
+    for p in PROMOTIONS {
+        let rt = runtime(group("stream", p), false);
+        let reg = rt.registry("stream").unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let echo = |frame: &[u8], out: &mut Output<'_>| {
+            out.send(frame).expect("one reply always fits");
+            Flow::Continue
+        };
+        reg.register(Box::new(
+            Framed::new(listener, Limits::default(), echo).unwrap(),
+        ))
+        .unwrap();
+        assert_no_allocations(&format!("stream/{p:?}"), rt, |done| {
+            // Connection set-up (accepting allocates the connection's handle) happens before
+            // the measured traffic: connect everything, wait until every stream is registered.
+            let clients: Vec<TcpStream> =
+                (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+            assert!(
+                util::wait_until(10, || reg.len() == 5),
+                "streams not accepted"
+            );
+            let stop = AtomicBool::new(false);
+            let stop = &stop;
+            std::thread::scope(|s| {
+                for mut c in clients {
+                    s.spawn(move || {
+                        c.set_nodelay(true).unwrap();
+                        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                        // Four 12-byte frames per write, so one read holds several frames.
+                        let mut wire = Vec::new();
+                        for k in 0..4u8 {
+                            wire.extend_from_slice(&8u32.to_be_bytes());
+                            wire.extend_from_slice(&[k; 8]);
+                        }
+                        let mut buf = [0u8; 48];
+                        while !stop.load(Relaxed) {
+                            c.write_all(&wire).unwrap();
+                            c.read_exact(&mut buf).expect("echo");
+                            assert_eq!(buf[..], wire[..]);
+                        }
+                    });
+                }
+                assert!(util::wait_until(120, done));
+                stop.store(true, Relaxed);
+            });
+        });
+    }
+}
+
 #[test]
 fn zero_allocations_timerfd() {
     let _l = util::rt_lock();

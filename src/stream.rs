@@ -1,0 +1,688 @@
+//! Stream handlers: framed request/reply over TCP, with per-connection read and write state,
+//! bounded write buffering, back-pressure, half-close and reset handling.
+//!
+//! A [`Framed`] listener, registered in a lane, accepts connections and registers one handle
+//! per connection in the same lane, so the lane's threads serve different connections at the
+//! same time (one thread per connection at a time, as for every handle). On the wire a frame
+//! is a 4-byte big-endian body length ([`HEADER`]) followed by the body. The user's
+//! [`FrameHandler`] (a closure is one) receives each complete frame and writes reply frames
+//! into an [`Output`].
+//!
+//! Each connection moves through these states:
+//!
+//! ```text
+//!              frames read and answered; replies flushed
+//!            ┌──────────────────────────────┐
+//!            ▼                              │ pending output drained: read again
+//!   ──► READING ─── write returned EAGAIN, ──► WRITING (back-pressure: armed for writability
+//!    (armed readable)  or frame budget spent     only, nothing read, no frame delivered)
+//!                      with the socket full
+//!                      (count 1 episode)
+//!            │
+//!            │ peer EOF (half-close), or the handler returned Flow::Close
+//!            ▼
+//!        DRAINING ── frames already read are answered (not after Flow::Close), replies
+//!            │       flushed (armed for writability while the peer does not take them)
+//!            ▼
+//!         CLOSED ◄── from any state: reset, EPIPE or another socket error, EOF inside a
+//!                    frame (connections_reset); a frame above max_frame (frames_oversize)
+//! ```
+//!
+//! # Invariants
+//! * **Reading only in READING.** While replies wait for the socket (a write returned
+//!   `EAGAIN`) the handle is armed for writability only: nothing more is read and no frame is
+//!   delivered until the output drained. A peer that does not read its replies therefore
+//!   stops being read; TCP flow control then stops it sending. A connection never holds more
+//!   than [`Limits::max_output`] bytes of replies.
+//! * **A frame is delivered only with room for its reply**: at least [`HEADER`] +
+//!   [`Limits::max_frame`] bytes free in the output buffer, so the first reply to any frame
+//!   always fits. A handler that writes more replies than fit gets [`SendError::Full`].
+//! * **Exactly once, in order.** Frames are delivered in the order they arrived; a frame is
+//!   consumed as soon as its handler call returns. A handler that panics closes the connection
+//!   (it is not shown the frame again).
+//! * **Bounded work per event**: at most [`READS_PER_EVENT`] reads and [`FRAMES_PER_EVENT`]
+//!   frames, then the handle is re-armed. If complete frames remain, it is armed for
+//!   writability, which is ready at once when the socket has room, so they are served on the
+//!   next dispatch without waiting for new input (and other handles run in between).
+//! * **Nothing is dropped silently**: an oversized frame closes the connection and counts
+//!   (`frames_oversize`); a reset, broken pipe or truncated last frame counts
+//!   (`connections_reset`); a connection beyond the table closes unserved and counts
+//!   (`connections_refused`). No path panics on a peer's behaviour.
+//!
+//! # Real-time contract and memory bound
+//! [`Framed::new`] allocates and pre-faults the whole connection table:
+//! `max_connections × (HEADER + max_frame + max_output)` bytes ([`Limits::table_bytes`]). A
+//! connection borrows one slot (its input and output buffers) for its life and returns it when
+//! it closes. Reading, framing, the handler calls and writing allocate nothing. Accepting a
+//! connection allocates only its handle (one small `Box`, because [`Registry::register`]
+//! takes one; connection set-up, not the per-frame path). The accept side — the pause when
+//! descriptors or memory run out, refusals counted in `connections_refused` — is the one
+//! [`TcpEcho`](crate::handlers::TcpEcho) uses.
+//!
+//! [`Registry::register`]: crate::Registry::register
+//!
+//! # Example
+//! A lane that answers each frame with its body reversed:
+//! ```no_run
+//! use lfrt::stream::{Flow, Framed, Limits, Output};
+//! use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+//! use std::net::TcpListener;
+//!
+//! let mut cfg = RuntimeConfig::default();
+//! cfg.groups.push(GroupConfig::new("admin", Policy::Other, 0));
+//! let mut rt = Runtime::new(cfg)?;
+//! let listener = TcpListener::bind("127.0.0.1:7100").unwrap();
+//! let reverse = |frame: &[u8], out: &mut Output<'_>| {
+//!     match out.frame(frame.len()) {
+//!         Ok(body) => {
+//!             body.copy_from_slice(frame);
+//!             body.reverse();
+//!             Flow::Continue
+//!         }
+//!         Err(_) => Flow::Close,
+//!     }
+//! };
+//! let server = Framed::new(listener, Limits::default(), reverse).unwrap();
+//! rt.registry("admin").unwrap().register(Box::new(server))?;
+//! rt.start()?;
+//! # rt.shutdown()?;
+//! # Ok::<(), lfrt::Error>(())
+//! ```
+
+use crate::handler::{Context, Disposition, Event, EventHandler, Interest, DATAGRAM_BATCH};
+use crate::handlers::{Acceptor, Refused};
+use crate::metrics::Incident;
+use crate::sys::{mem, net};
+use crossbeam_queue::ArrayQueue;
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+
+/// Bytes of a frame's header: the body length, big-endian `u32`.
+pub const HEADER: usize = 4;
+
+/// Most `read` calls one event of a connection makes.
+pub const READS_PER_EVENT: usize = DATAGRAM_BATCH;
+
+/// Most frames one event of a connection delivers to its handler.
+pub const FRAMES_PER_EVENT: usize = 64;
+
+/// The bounds of a [`Framed`] listener, fixed at construction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections served at once (the table's slots). One more is accepted, closed at once
+    /// and counted in `connections_refused`. Default 64.
+    pub max_connections: usize,
+    /// Largest frame body, in bytes, either way. A peer's frame above it closes the connection
+    /// (`frames_oversize`); a reply above it is refused ([`SendError::TooLarge`]). At most
+    /// `u32::MAX`. Default 16 KiB.
+    pub max_frame: usize,
+    /// Bytes of replies a connection may hold unsent (headers included); at least
+    /// [`HEADER`] + `max_frame`, so one largest reply always fits. Default 64 KiB.
+    pub max_output: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: 64,
+            max_frame: 16 * 1024,
+            max_output: 64 * 1024,
+        }
+    }
+}
+
+impl Limits {
+    /// Bytes one connection's slot holds: input (`HEADER + max_frame`) and output
+    /// (`max_output`).
+    pub fn slot_bytes(&self) -> u64 {
+        (HEADER as u64)
+            .saturating_add(self.max_frame as u64)
+            .saturating_add(self.max_output as u64)
+    }
+
+    /// Bytes [`Framed::new`] allocates for the table: `max_connections × slot_bytes()`.
+    pub fn table_bytes(&self) -> u64 {
+        (self.max_connections as u64).saturating_mul(self.slot_bytes())
+    }
+
+    /// An `InvalidInput` error naming the first field out of range.
+    fn check(&self) -> io::Result<()> {
+        let bad = |msg: String| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
+        if self.max_connections == 0 {
+            return bad("stream::Limits.max_connections must be at least 1".into());
+        }
+        if u32::try_from(self.max_frame).is_err() {
+            return bad(format!(
+                "stream::Limits.max_frame ({}) must fit the 4-byte header (at most {})",
+                self.max_frame,
+                u32::MAX
+            ));
+        }
+        if self.max_output < HEADER + self.max_frame {
+            return bad(format!(
+                "stream::Limits.max_output ({}) must hold one largest reply: at least \
+                 HEADER + max_frame = {}",
+                self.max_output,
+                HEADER + self.max_frame
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a [`FrameHandler`] wants after a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Keep serving the connection.
+    Continue,
+    /// Deliver no more frames; flush the replies written so far, then close.
+    Close,
+}
+
+/// Application code for one connection: receives each complete frame, writes replies.
+///
+/// Each connection gets its own clone of the handler given to [`Framed::new`] (clone
+/// shared state behind an `Arc`: no allocation). Any `FnMut(&[u8], &mut Output<'_>) -> Flow`
+/// closure that is `Clone + Send + 'static` is a handler.
+///
+/// # Real-time safety
+/// It runs on a pool thread like any [`EventHandler`]: it should be short
+/// and must not block or allocate.
+pub trait FrameHandler: Clone + Send + 'static {
+    /// One complete frame's body (without the header). Replies written to `out` are sent in
+    /// order after it returns.
+    fn frame(&mut self, frame: &[u8], out: &mut Output<'_>) -> Flow;
+}
+
+impl<F> FrameHandler for F
+where
+    F: FnMut(&[u8], &mut Output<'_>) -> Flow + Clone + Send + 'static,
+{
+    fn frame(&mut self, frame: &[u8], out: &mut Output<'_>) -> Flow {
+        self(frame, out)
+    }
+}
+
+/// Why a reply was not written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// The body is longer than [`Limits::max_frame`].
+    TooLarge,
+    /// The connection's pending output ([`Limits::max_output`]) has no room for it now.
+    Full,
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SendError::TooLarge => "reply longer than max_frame",
+            SendError::Full => "no room for the reply in the connection's pending output",
+        })
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// Where a [`FrameHandler`] writes its replies: the connection's output buffer. Each reply is
+/// one frame (the header is written for you).
+pub struct Output<'a> {
+    buf: &'a mut [u8],
+    len: &'a mut usize,
+    max_frame: usize,
+}
+
+impl Output<'_> {
+    /// The longest body that fits now (at least `max_frame` for the first reply to a frame).
+    pub fn room(&self) -> usize {
+        (self.buf.len() - *self.len)
+            .saturating_sub(HEADER)
+            .min(self.max_frame)
+    }
+
+    /// Appends a reply of `len` body bytes and returns the body to fill in place (its bytes
+    /// are unspecified until written).
+    ///
+    /// # Errors
+    /// [`SendError::TooLarge`] above `max_frame`, [`SendError::Full`] when it does not fit;
+    /// nothing is written then.
+    pub fn frame(&mut self, len: usize) -> Result<&mut [u8], SendError> {
+        if len > self.max_frame {
+            return Err(SendError::TooLarge);
+        }
+        let at = *self.len;
+        if self.buf.len() - at < HEADER + len {
+            return Err(SendError::Full);
+        }
+        // `len <= max_frame <= u32::MAX` (checked by `Limits::check`).
+        self.buf[at..at + HEADER].copy_from_slice(&(len as u32).to_be_bytes());
+        *self.len = at + HEADER + len;
+        Ok(&mut self.buf[at + HEADER..at + HEADER + len])
+    }
+
+    /// Appends a reply with this body. Errors as for [`frame`](Self::frame).
+    pub fn send(&mut self, body: &[u8]) -> Result<(), SendError> {
+        self.frame(body.len())?.copy_from_slice(body);
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Output<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Output")
+            .field("pending", &*self.len)
+            .field("room", &self.room())
+            .finish()
+    }
+}
+
+/// One slot of the connection table: a connection's input and output buffers.
+struct Slot {
+    /// Input: at most one frame (`HEADER + max_frame`); complete frames are consumed from the
+    /// front, a partial one moves to the front.
+    rx: Box<[u8]>,
+    /// Output: `max_output` bytes of reply frames.
+    tx: Box<[u8]>,
+}
+
+/// The free slots. Lock-free and preallocated: taking and returning a slot allocates nothing.
+type Table = ArrayQueue<Box<Slot>>;
+
+/// A TCP listener whose connections speak length-prefixed frames to a [`FrameHandler`]. See
+/// the [module docs](self).
+pub struct Framed<H> {
+    acceptor: Acceptor,
+    table: Arc<Table>,
+    handler: H,
+    limits: Limits,
+}
+
+impl<H: FrameHandler> Framed<H> {
+    /// Wraps a bound listener (made nonblocking here) and allocates and pre-faults the
+    /// connection table ([`Limits::table_bytes`]).
+    ///
+    /// # Errors
+    /// `InvalidInput` naming the [`Limits`] field out of range; the errors of opening the
+    /// accept side (an epoll set and a timer, as for [`TcpEcho`](crate::handlers::TcpEcho)).
+    pub fn new(listener: TcpListener, limits: Limits, handler: H) -> io::Result<Framed<H>> {
+        limits.check()?;
+        let table = ArrayQueue::new(limits.max_connections);
+        for _ in 0..limits.max_connections {
+            let mut slot = Box::new(Slot {
+                rx: vec![0u8; HEADER + limits.max_frame].into_boxed_slice(),
+                tx: vec![0u8; limits.max_output].into_boxed_slice(),
+            });
+            mem::prefault(&mut slot.rx);
+            mem::prefault(&mut slot.tx);
+            // Cannot fail: the queue holds exactly `max_connections`.
+            let _ = table.push(slot);
+        }
+        Ok(Framed {
+            acceptor: Acceptor::new(listener)?,
+            table: Arc::new(table),
+            handler,
+            limits,
+        })
+    }
+
+    /// The listener's address.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.acceptor.local_addr()
+    }
+}
+
+impl<H> fmt::Debug for Framed<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Framed")
+            .field("listener", &self.acceptor.local_addr())
+            .field("limits", &self.limits)
+            .field("free_slots", &self.table.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: FrameHandler> EventHandler for Framed<H> {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.acceptor.source()
+    }
+
+    fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
+        let Framed {
+            acceptor,
+            table,
+            handler,
+            limits,
+        } = self;
+        acceptor.accept(ctx, |stream, ctx| {
+            let slot = table.pop().ok_or(Refused::TableFull {
+                max: limits.max_connections,
+            })?;
+            // From here on, dropping `conn` (any error below) returns the slot and closes the
+            // stream.
+            let conn = Connection {
+                stream,
+                handler: handler.clone(),
+                slot: Some(slot),
+                table: Arc::clone(table),
+                max_frame: limits.max_frame,
+                rx_len: 0,
+                tx_len: 0,
+                tx_sent: 0,
+                state: State::Reading,
+                again: false,
+            };
+            conn.stream.set_nonblocking(true).map_err(Refused::Setup)?;
+            conn.stream.set_nodelay(true).map_err(Refused::Setup)?;
+            ctx.registry()
+                .register(Box::new(conn))
+                .map(drop)
+                .map_err(Refused::Register)
+        })
+    }
+}
+
+/// A connection's state (the module docs' diagram).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Reading,
+    /// Back-pressure: replies wait for the socket.
+    Writing,
+    /// The peer closed its side: answer what was read, flush, close.
+    Draining,
+    /// The handler returned [`Flow::Close`]: deliver nothing more, flush, close.
+    Closing,
+}
+
+/// What [`Connection::deliver`] stopped at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// No complete frame left (or the handler asked to close).
+    Drained,
+    /// The output has no room for a reply: flush first.
+    OutputFull,
+    /// [`FRAMES_PER_EVENT`] delivered this event.
+    Budget,
+    /// The next frame's header announces more than `max_frame`.
+    Oversize,
+}
+
+/// One accepted connection: its stream, its handler, and its slot of the table.
+struct Connection<H> {
+    stream: TcpStream,
+    handler: H,
+    /// Always `Some` until dropped (then returned to `table`).
+    slot: Option<Box<Slot>>,
+    table: Arc<Table>,
+    max_frame: usize,
+    /// Bytes in `rx`, from its start: complete frames first, then at most one partial frame.
+    rx_len: usize,
+    /// Reply bytes in `tx`, and how many of them were written (`tx_sent <= tx_len`).
+    tx_len: usize,
+    tx_sent: usize,
+    state: State,
+    /// Complete frames remain after the frame budget: be dispatched again at once.
+    again: bool,
+}
+
+impl<H: FrameHandler> Connection<H> {
+    /// Writes pending replies; true when all are out. `std`'s `write` on a `TcpStream` sends
+    /// with `MSG_NOSIGNAL`, so a reset peer gives `EPIPE`, never `SIGPIPE`.
+    fn flush(&mut self) -> io::Result<bool> {
+        let Some(slot) = self.slot.as_deref() else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        while self.tx_sent < self.tx_len {
+            match (&self.stream).write(&slot.tx[self.tx_sent..self.tx_len]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.tx_sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.tx_len = 0;
+        self.tx_sent = 0;
+        Ok(true)
+    }
+
+    /// Hands complete frames to the handler, oldest first, while the output has room for a
+    /// reply and the event's budget lasts; then moves a partial frame to the front of `rx`.
+    /// Called only with the output flushed (`tx_sent == 0`).
+    fn deliver(&mut self, frames: &mut usize) -> Stop {
+        debug_assert_eq!(self.tx_sent, 0);
+        let Some(slot) = self.slot.as_deref_mut() else {
+            return Stop::Drained;
+        };
+        let mut start = 0;
+        let mut stop = Stop::Drained;
+        while self.state != State::Closing {
+            let avail = self.rx_len - start;
+            if avail < HEADER {
+                break;
+            }
+            let mut header = [0u8; HEADER];
+            header.copy_from_slice(&slot.rx[start..start + HEADER]);
+            let len = u32::from_be_bytes(header) as usize;
+            if len > self.max_frame {
+                stop = Stop::Oversize;
+                break;
+            }
+            if avail < HEADER + len {
+                break;
+            }
+            if *frames == FRAMES_PER_EVENT {
+                stop = Stop::Budget;
+                break;
+            }
+            if slot.tx.len() - self.tx_len < HEADER + self.max_frame {
+                stop = Stop::OutputFull;
+                break;
+            }
+            let body = &slot.rx[start + HEADER..start + HEADER + len];
+            let mut out = Output {
+                buf: &mut slot.tx,
+                len: &mut self.tx_len,
+                max_frame: self.max_frame,
+            };
+            let flow = self.handler.frame(body, &mut out);
+            // Consumed: never delivered again, whatever comes next.
+            start += HEADER + len;
+            *frames += 1;
+            if flow == Flow::Close {
+                self.state = State::Closing;
+            }
+        }
+        if start > 0 {
+            slot.rx.copy_within(start..self.rx_len, 0);
+            self.rx_len -= start;
+        }
+        stop
+    }
+
+    /// Whether the socket would take output now (`poll` with a zero timeout; an error
+    /// counts as writable: the next `write` reports it).
+    fn writable(&self) -> bool {
+        net::poll_one(self.stream.as_fd(), net::POLL_OUT, 0).map_or(true, |r| r != 0)
+    }
+
+    /// Closed abnormally: count it.
+    fn reset(&self, ctx: &Context) -> Disposition {
+        ctx.count(Incident::ConnectionReset, 1);
+        Disposition::Close
+    }
+}
+
+impl<H: FrameHandler> EventHandler for Connection<H> {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+
+    /// Readable only in READING with nothing pending; otherwise writable (replies wait, or
+    /// frames remain to be delivered at once).
+    fn interest(&self) -> Interest {
+        if self.state == State::Reading && !self.again && self.tx_len == self.tx_sent {
+            Interest::READABLE
+        } else {
+            Interest::WRITABLE
+        }
+    }
+
+    /// The readiness itself is not inspected: every path ends in a `read` or `write` that
+    /// reports the socket's state (data, end of stream, `EAGAIN`, or the error).
+    fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
+        self.again = false;
+        let mut reads = 0;
+        let mut frames = 0;
+        // Set once this event has nothing more to read or deliver; the loop then only flushes.
+        let mut done = false;
+        loop {
+            // 1. Output first: nothing is read or delivered while replies wait.
+            match self.flush() {
+                Ok(true) => {
+                    if self.state == State::Writing {
+                        self.state = State::Reading;
+                    }
+                }
+                Ok(false) => {
+                    if self.state == State::Reading {
+                        self.state = State::Writing;
+                        ctx.count(Incident::StreamBackpressure, 1);
+                    }
+                    return Disposition::Rearm;
+                }
+                Err(_) => return self.reset(ctx),
+            }
+            if done {
+                // Frames remain: armed for writability to come back at once. If the socket
+                // has no room (the peer is not reading), that wait is back-pressure, as after
+                // `EAGAIN`.
+                if self.again && self.state == State::Reading && !self.writable() {
+                    self.state = State::Writing;
+                    ctx.count(Incident::StreamBackpressure, 1);
+                }
+                return Disposition::Rearm;
+            }
+            // 2. Frames already read.
+            match self.deliver(&mut frames) {
+                Stop::Drained => {}
+                Stop::OutputFull => continue,
+                Stop::Budget => {
+                    self.again = true;
+                    done = true;
+                    continue;
+                }
+                Stop::Oversize => {
+                    ctx.count(Incident::FrameOversize, 1);
+                    return Disposition::Close;
+                }
+            }
+            // 3. End of the connection: once every reply is out.
+            if matches!(self.state, State::Draining | State::Closing) {
+                if self.tx_len > 0 {
+                    continue;
+                }
+                if self.state == State::Draining && self.rx_len > 0 {
+                    // The peer's stream ended inside a frame.
+                    return self.reset(ctx);
+                }
+                return Disposition::Close;
+            }
+            // 4. Read more.
+            if reads == READS_PER_EVENT {
+                done = true;
+                continue;
+            }
+            reads += 1;
+            let Some(slot) = self.slot.as_deref_mut() else {
+                return Disposition::Close;
+            };
+            // Not empty: after `deliver`, `rx` holds less than one whole frame.
+            debug_assert!(self.rx_len < slot.rx.len());
+            match (&self.stream).read(&mut slot.rx[self.rx_len..]) {
+                Ok(0) => self.state = State::Draining,
+                Ok(n) => self.rx_len += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => done = true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.reset(ctx),
+            }
+        }
+    }
+
+    /// A handler that panicked may have left its own state broken: close the connection (the
+    /// panic is counted in `handler_panics`).
+    fn after_panic(&mut self) -> Disposition {
+        Disposition::Close
+    }
+
+    /// At shutdown: one last nonblocking attempt to write the pending replies.
+    fn on_close(&mut self) {
+        let _ = self.flush();
+    }
+}
+
+impl<H> Drop for Connection<H> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            // Cannot fail: the table has room for every slot it handed out.
+            let _ = self.table.push(slot);
+        }
+    }
+}
+
+impl<H> fmt::Debug for Connection<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("peer", &self.stream.peer_addr().ok())
+            .field("state", &self.state)
+            .field("rx_len", &self.rx_len)
+            .field("tx_pending", &(self.tx_len - self.tx_sent))
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_checked_by_field() {
+        let ok = Limits::default();
+        assert!(ok.check().is_ok());
+        let e = Limits {
+            max_output: ok.max_frame,
+            ..ok
+        }
+        .check()
+        .unwrap_err();
+        assert!(e.to_string().contains("max_output"), "{e}");
+        let e = Limits {
+            max_connections: 0,
+            ..ok
+        }
+        .check()
+        .unwrap_err();
+        assert!(e.to_string().contains("max_connections"), "{e}");
+        assert_eq!(ok.table_bytes(), 64 * (4 + 16 * 1024 + 64 * 1024));
+    }
+
+    #[test]
+    fn output_writes_headers_and_refuses_what_does_not_fit() {
+        let mut buf = [0u8; 16];
+        let mut len = 0;
+        let mut out = Output {
+            buf: &mut buf,
+            len: &mut len,
+            max_frame: 8,
+        };
+        assert_eq!(out.room(), 8);
+        out.send(b"abc").unwrap();
+        assert_eq!(out.send(&[0; 9]), Err(SendError::TooLarge));
+        assert_eq!(out.room(), 5);
+        assert_eq!(out.send(&[1; 6]), Err(SendError::Full));
+        out.frame(2).unwrap().copy_from_slice(b"xy");
+        assert_eq!(len, 13);
+        assert_eq!(&buf[..13], b"\0\0\0\x03abc\0\0\0\x02xy");
+    }
+}
