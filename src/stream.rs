@@ -83,7 +83,7 @@
 //!     }
 //! };
 //! let server = Framed::new(listener, Limits::default(), reverse).unwrap();
-//! rt.registry("admin").unwrap().register(Box::new(server))?;
+//! rt.lane("admin").unwrap().registry().register(Box::new(server))?;
 //! rt.start()?;
 //! # rt.shutdown()?;
 //! # Ok::<(), lfrt::Error>(())

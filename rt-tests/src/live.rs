@@ -131,6 +131,8 @@ pub type Shared = Arc<Mutex<Snapshot>>;
 pub fn drops(m: &GroupMetrics) -> u64 {
     m.accept_exhausted
         + m.connections_refused
+        + m.frames_oversize
+        + m.connections_reset
         + m.datagrams_truncated
         + m.inbox_refused
         + m.samples_dropped
@@ -144,7 +146,7 @@ struct SnapshotCollector(Shared);
 /// A counter of [`GroupMetrics`]: name (without `lfrt_group_` and `_total`), help, field.
 type CounterOf = (&'static str, &'static str, fn(&GroupMetrics) -> u64);
 
-const COUNTERS: [CounterOf; 12] = [
+const COUNTERS: [CounterOf; 15] = [
     ("dispatched", "Events dispatched to handlers", |m| {
         m.dispatched
     }),
@@ -175,6 +177,21 @@ const COUNTERS: [CounterOf; 12] = [
         "connections_refused",
         "Accepted connections closed unserved",
         |m| m.connections_refused,
+    ),
+    (
+        "frames_oversize",
+        "Stream connections closed for a frame above max_frame",
+        |m| m.frames_oversize,
+    ),
+    (
+        "connections_reset",
+        "Stream connections reset by the peer or ended inside a frame",
+        |m| m.connections_reset,
+    ),
+    (
+        "stream_backpressure",
+        "Times a stream connection stopped reading until its replies drained",
+        |m| m.stream_backpressure,
     ),
     (
         "datagrams_truncated",

@@ -471,10 +471,18 @@ fn run(
     }
     // Work the handlers dropped or deferred: printed only for a group where something was.
     for m in &metrics {
-        if m.accept_exhausted + m.connections_refused + m.datagrams_truncated > 0 {
+        let stream = m.frames_oversize + m.connections_reset + m.stream_backpressure;
+        if m.accept_exhausted + m.connections_refused + m.datagrams_truncated + stream > 0 {
             println!(
-                "{:<12} accept_exhausted={} connections_refused={} datagrams_truncated={}",
-                m.name, m.accept_exhausted, m.connections_refused, m.datagrams_truncated
+                "{:<12} accept_exhausted={} connections_refused={} datagrams_truncated={} \
+                 frames_oversize={} connections_reset={} stream_backpressure={}",
+                m.name,
+                m.accept_exhausted,
+                m.connections_refused,
+                m.datagrams_truncated,
+                m.frames_oversize,
+                m.connections_reset,
+                m.stream_backpressure
             );
         }
     }

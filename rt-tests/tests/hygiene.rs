@@ -176,7 +176,7 @@ fn zero_allocations_framed_stream() {
     let _l = util::rt_lock();
     for p in PROMOTIONS {
         let rt = runtime(group("stream", p), false);
-        let reg = rt.registry("stream").unwrap();
+        let reg = rt.lane("stream").unwrap().registry();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let echo = |frame: &[u8], out: &mut Output<'_>| {

@@ -26,8 +26,9 @@ fn serve(
     let addr = listener.local_addr().unwrap();
     let mut rt = util::lane(2);
     let server = Framed::new(listener, limits, handler).unwrap();
-    rt.registry("lane")
+    rt.lane("lane")
         .unwrap()
+        .registry()
         .register(Box::new(server))
         .unwrap();
     rt.start().unwrap();
