@@ -55,7 +55,7 @@
 //! | purpose | items |
 //! |---|---|
 //! | run groups | [`Runtime`] (`new`, `registry`, `start`, `metrics`, `metrics_handle`, `stopper`, `wait`, `shutdown`, `shutdown_within`), [`Stopper`], [`MetricsHandle`], [`StartReport`], [`SHUTDOWN_TIMEOUT`] |
-//! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`; errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
+//! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`BandConfig`] (`[[band]]`), [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`; errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
 //! | write handlers | [`EventHandler`], [`Event`], [`Interest`], [`Disposition`], [`Context`] (thread-specific storage), [`Registry`], [`Token`], [`Incident`] |
 //! | event sources | [`timer`] (callback timers: periodic or one-shot, cancel and re-arm from any thread), [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots; only the datagrams a handler marks with [`Datagram::answer`] are answered) |
 //! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer, and [`handlers::cpu_work`] |
@@ -106,6 +106,7 @@ pub use config::{
     load as load_config, load_with_overrides, parse as parse_config, Override, OverrideSource,
     Provenance,
 };
+pub use config::{BandClassify, BandConfig, BandHandler, BandPlan};
 pub use config::{
     Bytes, Deadline, GroupConfig, GroupMemory, HandlerConfig, Invalid, OnOverrun, Policy, RtMode,
     RuntimeConfig, Section,

@@ -57,6 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         lock_memory: false,
         metrics: None,
         groups: vec![control, service],
+        bands: Vec::new(),
     };
 
     let mut rt = Runtime::new(cfg)?;

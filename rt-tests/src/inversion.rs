@@ -888,7 +888,7 @@ fn server_socket() -> std::io::Result<(UdpSocket, SocketAddr)> {
 
 enum Server {
     /// The runtime and whether its threads got SCHED_FIFO.
-    Lfrt(Runtime, bool),
+    Lfrt(Box<Runtime>, bool),
     Hsha(HshaPool),
 }
 
@@ -995,6 +995,7 @@ fn run_once_counting(
                 lock_memory: false,
                 metrics: None,
                 groups,
+                bands: Vec::new(),
             })?;
             let started = rt.start()?;
             let high = rt.registry(high_group).expect("group exists");
@@ -1014,7 +1015,7 @@ fn run_once_counting(
                     probe.clone(),
                 )?))?;
             }
-            Server::Lfrt(rt, started.rt_applied)
+            Server::Lfrt(Box::new(rt), started.rt_applied)
         }
         Architecture::Hsha => {
             let mut sources = vec![Source::Timer(timer), Source::Udp(high_sock)];
@@ -1246,6 +1247,7 @@ pub fn lock_experiment(plan: &Plan, pi: bool) -> Result<LockResult, BoxError> {
         lock_memory: false,
         metrics: None,
         groups,
+        bands: Vec::new(),
     })?;
     rt.start()?;
     let (wake_high, wake_low) = (Arc::new(Notifier::new()?), Arc::new(Notifier::new()?));

@@ -344,6 +344,7 @@ pub(crate) fn from_flags(
         lock_memory: a.mlockall,
         metrics: None,
         groups: vec![g],
+        bands: Vec::new(),
     };
     config
         .validate_with_cpus(cpus)
