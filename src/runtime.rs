@@ -1,7 +1,7 @@
 //! The runtime: owns the groups, starts and stops their threads, reports their metrics.
 
 use crate::alloc_count;
-use crate::config::{GroupConfig, HandlerConfig, RtMode, RuntimeConfig};
+use crate::config::{BandHandler, GroupConfig, HandlerConfig, RtMode, RuntimeConfig};
 use crate::error::Error;
 use crate::group::{pool_thread, Applied, Group, Setup, ThreadSlot};
 use crate::handle_set::Token;
@@ -62,6 +62,42 @@ enum Pending {
     },
 }
 
+/// Binds every `[[band]]` of `cfg` ([`crate::band::bind`]: one `SO_REUSEPORT` socket per band,
+/// steered by the kernel) and wraps each band's socket in its handler, to be registered with
+/// the band's lane at start: `(group index, handler)`.
+fn bind_bands(cfg: &RuntimeConfig) -> Result<Vec<(usize, Pending)>, Error> {
+    let mut pending = Vec::new();
+    for (bi, b) in cfg.bands.iter().enumerate() {
+        // `Runtime::new` validated `cfg` first, so neither lookup fails; an error all the same.
+        let plan = b
+            .plan(&cfg.groups)
+            .map_err(|m| Error::config(format!("band[{bi}].classify"), m))?;
+        let sockets = crate::band::bind(b.bind, &plan.bands).map_err(|e| Error::Bind {
+            addr: b.bind,
+            source: e,
+        })?;
+        for (socket, lane) in sockets.into_iter().zip(&plan.lanes) {
+            let gi = cfg
+                .groups
+                .iter()
+                .position(|g| g.name == *lane)
+                .ok_or_else(|| {
+                    Error::config(format!("band[{bi}].classify"), format!("no group `{lane}`"))
+                })?;
+            let handler: Box<dyn EventHandler> = match b.handler {
+                BandHandler::UdpEcho => {
+                    Box::new(UdpEcho::new(socket, b.work_us).map_err(|e| Error::Io {
+                        context: "configuring a band's UDP socket",
+                        source: e,
+                    })?)
+                }
+            };
+            pending.push((gi, Pending::Handler(handler)));
+        }
+    }
+    Ok(pending)
+}
+
 /// A set of Leader/Followers groups, each at its own priority.
 ///
 /// # Examples
@@ -107,7 +143,8 @@ impl fmt::Debug for Runtime {
 
 impl Runtime {
     /// Validates the configuration, creates every group's handle set and telemetry rings and
-    /// binds the built-in handlers' sockets. No thread is started: the pool threads, the
+    /// binds the built-in handlers' sockets and every `[[band]]`'s sockets (registered with
+    /// their lanes at start). No thread is started: the pool threads, the
     /// telemetry collector and the watchdog are spawned by [`start`](Self::start).
     ///
     /// A configuration may have no group: they are then added with
@@ -158,6 +195,10 @@ impl Runtime {
         };
         for gc in groups {
             rt.push_group(gc)?;
+        }
+        let bands = bind_bands(&rt.cfg)?;
+        if let State::Built { pending, .. } = &mut rt.state {
+            pending.extend(bands);
         }
         Ok(rt)
     }
@@ -953,6 +994,7 @@ mod tests {
             lock_memory: false,
             metrics: None,
             groups: vec![GroupConfig::new("g", Policy::Fifo, 10)],
+            bands: Vec::new(),
         };
         cfg.groups[0].threads = 2;
         let mut rt = Runtime::new(cfg).unwrap();

@@ -217,6 +217,7 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
                 lock_memory: false,
                 metrics: None,
                 groups: vec![g],
+                bands: Vec::new(),
             };
             let mut rt = lfrt::Runtime::new(cfg).expect("runtime");
             let reg = rt.lane("echo").unwrap().registry();

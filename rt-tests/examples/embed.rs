@@ -52,6 +52,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         lock_memory: false,
         metrics: None,
         groups: Vec::new(), // added below, each returning its Lane
+        bands: Vec::new(),
     };
     let mut rt = Runtime::new(cfg)?;
     let mut control = GroupConfig::new("control", Policy::Fifo, 80);

@@ -43,6 +43,21 @@
 //! the server CPU stays well below the kernel's RT throttle (950 ms per 1 s) even when
 //! per-request overheads are added.
 //!
+//! # Experiment 1b: priority bands on one port (issue 15)
+//! A real service exposes one port. `--arch bands,shared_pool` runs experiment 1 with every
+//! UDP stream sent to ONE server port: the high stream's datagrams are marked DSCP EF (46,
+//! `IP_TOS`), the N low streams' are not.
+//!
+//! * `bands`: [`lfrt::band::bind`] opens two `SO_REUSEPORT` sockets on the port with a cBPF
+//!   classifier: DSCP 46 goes to the high band's socket, in the group at `--high-prio`, every
+//!   other datagram to the low band's socket, in the group at `--low-prio` (`--threads` each;
+//!   the timer is in the high group). The service counts a datagram served by the other band's
+//!   socket as `misrouted` (must be 0).
+//! * `shared_pool`: one socket on the port, in one group at `--high-prio` with 2 × `--threads`
+//!   threads (with the timer): the high datagrams queue behind the low ones in the socket.
+//!
+//! The table's `udp_p99` column is the high datagrams' p99 alone (the port-sharing figure).
+//!
 //! # Experiment 2: lock inversion
 //! A high-priority and a low-priority lfrt handler (two groups, one thread each, on the server
 //! CPU) share a resource. Each repetition: the low handler takes the lock and does `--cs-us` of
@@ -95,6 +110,9 @@ const RCVBUF_BYTES: usize = 1 << 20;
 /// Sends per second above which a stream is refused (keeps the run bounded).
 const MAX_RATE: u64 = 20_000;
 
+/// DSCP EF (46) in the IPv4 TOS byte, the mark of the high stream in the one-port runs.
+const EF_TOS: u8 = 46 << 2;
+
 /// A server architecture under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -106,15 +124,23 @@ pub enum Architecture {
     SinglePool,
     /// The Half-Sync/Half-Reactive pool.
     Hsha,
+    /// Experiment 1b: every UDP stream on one port, split by DSCP into two lfrt lanes by the
+    /// kernel ([`lfrt::band`]).
+    Bands,
+    /// Experiment 1b: every UDP stream on one port, one socket in one lfrt group.
+    SharedPool,
 }
 
 impl Architecture {
-    /// Every architecture, in report order.
+    /// The architectures of experiment 1 (one port per stream), in report order: the default.
     pub const ALL: [Architecture; 3] = [
         Architecture::Lanes,
         Architecture::SinglePool,
         Architecture::Hsha,
     ];
+
+    /// The architectures of experiment 1b (every stream on one port).
+    pub const ONE_PORT: [Architecture; 2] = [Architecture::Bands, Architecture::SharedPool];
 
     /// The name used in the table and the JSON.
     pub fn name(self) -> &'static str {
@@ -122,6 +148,8 @@ impl Architecture {
             Architecture::Lanes => "lanes",
             Architecture::SinglePool => "single_pool",
             Architecture::Hsha => "hsha",
+            Architecture::Bands => "bands",
+            Architecture::SharedPool => "shared_pool",
         }
     }
 }
@@ -154,7 +182,7 @@ pub struct InversionArgs {
     /// Cap on the offered low work, as a fraction of one CPU (0 < x <= 0.8).
     #[arg(long, default_value_t = 0.6)]
     pub low_budget: f64,
-    /// Architectures to run.
+    /// Architectures to run (`bands,shared_pool`: experiment 1b, every stream on one port).
     #[arg(
         long,
         value_enum,
@@ -500,6 +528,8 @@ pub struct RunResult {
     pub lost_high: u64,
     /// Events seen more than once (must be 0).
     pub duplicates: u64,
+    /// `bands`: datagrams served from the other band's socket (must be 0); 0 elsewhere.
+    pub misrouted: u64,
     /// Offered rate of each low stream (datagrams/s) after the budget cap.
     pub low_rate_per_stream: f64,
     /// Low datagrams sent.
@@ -637,6 +667,7 @@ struct Streams {
     high: SeqLog,
     low: Vec<SeqLog>,
     malformed: AtomicU64,
+    misrouted: AtomicU64,
 }
 
 /// The service every architecture runs in experiment 1.
@@ -644,11 +675,21 @@ struct Streams {
 struct Probe {
     streams: Arc<Streams>,
     work_ns: u64,
+    /// `bands`: source 1 is the high band's socket, every other source a low one.
+    banded: bool,
 }
 
 impl Service for Probe {
     fn serve(&mut self, request: &Request<'_>, _reply: &mut dyn FnMut(&[u8])) {
         let entry = lfrt::os::now_ns();
+        // A datagram on the wrong band's socket is counted, then served as any other.
+        if self.banded && matches!(request.kind, RequestKind::Datagram { .. }) {
+            if let Some(h) = Header::parse(request.payload) {
+                if (h.stream == 0) != (request.source == 1) {
+                    self.streams.misrouted.fetch_add(1, Relaxed);
+                }
+            }
+        }
         match request.kind {
             RequestKind::Timer {
                 expirations,
@@ -775,15 +816,20 @@ fn generator_thread_setup(cpu: usize) {
     let _ = nix::sys::prctl::set_timerslack(1_000);
 }
 
-/// The high UDP generator: `count` datagrams, one every `period_ns` from `start_ns`.
+/// The high UDP generator: `count` datagrams, one every `period_ns` from `start_ns`, marked
+/// DSCP EF if `mark`.
 fn high_generator(
     to: SocketAddr,
+    mark: bool,
     start_ns: u64,
     period_ns: u64,
     count: u64,
     stop: &AtomicBool,
 ) -> std::io::Result<u64> {
     let sock = client_socket(to)?;
+    if mark {
+        os::set_tos(&sock, EF_TOS)?;
+    }
     let mut buf = [0u8; DATAGRAM_BYTES];
     let mut sent = 0;
     for seq in 0..count {
@@ -879,6 +925,32 @@ fn join_generator<T>(
         .map_err(BoxError::from)
 }
 
+/// Experiment 1b's server port: `(high socket, its address, low socket)`. `bands`: the two band
+/// sockets of one port, DSCP EF to the first; `shared_pool`: one socket, and no low socket (the
+/// low streams send to the same one).
+fn one_port_sockets(
+    arch: Architecture,
+) -> std::io::Result<(UdpSocket, SocketAddr, Option<UdpSocket>)> {
+    if arch != Architecture::Bands {
+        let (s, a) = server_socket()?;
+        return Ok((s, a, None));
+    }
+    let plan = lfrt::band::Bands {
+        classify: lfrt::band::Classify::Dscp,
+        map: vec![(EF_TOS >> 2, 0)],
+        default: 1,
+        count: 2,
+    };
+    let mut socks = lfrt::band::bind("127.0.0.1:0".parse().expect("address"), &plan)?;
+    for s in &socks {
+        let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::RcvBuf, &RCVBUF_BYTES);
+    }
+    let low = socks.pop().expect("two bands");
+    let high = socks.pop().expect("two bands");
+    let addr = high.local_addr()?;
+    Ok((high, addr, Some(low)))
+}
+
 fn server_socket() -> std::io::Result<(UdpSocket, SocketAddr)> {
     let s = UdpSocket::bind("127.0.0.1:0")?;
     let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &RCVBUF_BYTES);
@@ -888,7 +960,7 @@ fn server_socket() -> std::io::Result<(UdpSocket, SocketAddr)> {
 
 enum Server {
     /// The runtime and whether its threads got SCHED_FIFO.
-    Lfrt(Runtime, bool),
+    Lfrt(Box<Runtime>, bool),
     Hsha(HshaPool),
 }
 
@@ -958,26 +1030,39 @@ fn run_once_counting(
             .map(|_| SeqLog::new(low_cap as usize, false))
             .collect(),
         malformed: AtomicU64::new(0),
+        misrouted: AtomicU64::new(0),
     });
+    let one_port = Architecture::ONE_PORT.contains(&arch);
     let probe = Probe {
         streams: streams.clone(),
         work_ns: plan.work_ns,
+        banded: arch == Architecture::Bands,
     };
 
     let mut timer = Timer::new()?;
     timer.arm(start_ns, plan.interval_ns)?;
-    let (high_sock, high_addr) = server_socket()?;
-    let mut low_socks = Vec::new();
-    let mut low_addrs = Vec::new();
-    for _ in 0..n_low {
-        let (s, a) = server_socket()?;
-        low_socks.push(s);
-        low_addrs.push(a);
-    }
+    let (high_sock, high_addr, low_socks, low_addrs) = if one_port {
+        let (sock, addr, low) = one_port_sockets(arch)?;
+        (sock, addr, low.into_iter().collect(), vec![addr; n_low])
+    } else {
+        let (high_sock, high_addr) = server_socket()?;
+        let mut low_socks = Vec::new();
+        let mut low_addrs = Vec::new();
+        for _ in 0..n_low {
+            let (s, a) = server_socket()?;
+            low_socks.push(s);
+            low_addrs.push(a);
+        }
+        (high_sock, high_addr, low_socks, low_addrs)
+    };
 
     let server = match arch {
-        Architecture::Lanes | Architecture::SinglePool => {
-            let groups = if arch == Architecture::Lanes {
+        Architecture::Lanes
+        | Architecture::SinglePool
+        | Architecture::Bands
+        | Architecture::SharedPool => {
+            let lanes = matches!(arch, Architecture::Lanes | Architecture::Bands);
+            let groups = if lanes {
                 vec![
                     lfrt_group(plan, "high", plan.high_prio, plan.threads),
                     lfrt_group(plan, "low", plan.low_prio, plan.threads),
@@ -985,7 +1070,7 @@ fn run_once_counting(
             } else {
                 vec![lfrt_group(plan, "pool", plan.high_prio, 2 * plan.threads)]
             };
-            let (high_group, low_group) = if arch == Architecture::Lanes {
+            let (high_group, low_group) = if lanes {
                 ("high", "low")
             } else {
                 ("pool", "pool")
@@ -995,6 +1080,7 @@ fn run_once_counting(
                 lock_memory: false,
                 metrics: None,
                 groups,
+                bands: Vec::new(),
             })?;
             let started = rt.start()?;
             let high = rt.lane(high_group)?.registry();
@@ -1014,7 +1100,7 @@ fn run_once_counting(
                     probe.clone(),
                 )?))?;
             }
-            Server::Lfrt(rt, started.rt_applied)
+            Server::Lfrt(Box::new(rt), started.rt_applied)
         }
         Architecture::Hsha => {
             let mut sources = vec![Source::Timer(timer), Source::Udp(high_sock)];
@@ -1043,7 +1129,7 @@ fn run_once_counting(
             .name("inv-gen-high".into())
             .spawn_scoped(s, move || {
                 generator_thread_setup(client_cpu);
-                high_generator(high_addr, start_ns, period_ns, high_count, stop)
+                high_generator(high_addr, one_port, start_ns, period_ns, high_count, stop)
             });
         let addrs = &low_addrs;
         let lo = std::thread::Builder::new()
@@ -1128,6 +1214,7 @@ fn run_once_counting(
         lost_high: counts[..2].iter().map(StreamCount::lost).sum(),
         duplicates: counts.iter().map(|c| c.duplicates).sum::<u64>()
             + streams.malformed.load(Relaxed),
+        misrouted: streams.misrouted.load(Relaxed),
         low_rate_per_stream: low_rate,
         low_sent: low_sent.iter().sum(),
         low_handled,
@@ -1246,6 +1333,7 @@ pub fn lock_experiment(plan: &Plan, pi: bool) -> Result<LockResult, BoxError> {
         lock_memory: false,
         metrics: None,
         groups,
+        bands: Vec::new(),
     })?;
     rt.start()?;
     let (wake_high, wake_low) = (Arc::new(Notifier::new()?), Arc::new(Notifier::new()?));
@@ -1420,7 +1508,7 @@ pub fn table(plan: &Plan, report: &Report) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<12} {:>5} {:>7} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>8} {:>8}",
+        "{:<12} {:>5} {:>7} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>8} {:>8} {:>9}",
         "arch",
         "n_low",
         "count",
@@ -1433,13 +1521,14 @@ pub fn table(plan: &Plan, report: &Report) -> String {
         "low_off/s",
         "low_msg/s",
         "lost_hi",
-        "lost_lo"
+        "lost_lo",
+        "udp_p99"
     );
     for r in &report.experiments {
         let h = &r.high;
         let _ = writeln!(
             s,
-            "{:<12} {:>5} {:>7} {:>8.1} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>10.0} {:>10.0} {:>8} {:>8}",
+            "{:<12} {:>5} {:>7} {:>8.1} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>10.0} {:>10.0} {:>8} {:>8} {:>9.1}",
             r.architecture.name(),
             r.n_low,
             h.count,
@@ -1452,7 +1541,8 @@ pub fn table(plan: &Plan, report: &Report) -> String {
             r.low_rate_per_stream * r.n_low as f64,
             r.low_throughput,
             r.lost_high,
-            r.lost - r.lost_high
+            r.lost - r.lost_high,
+            r.high_udp.p99_us
         );
     }
     if !report.lock.is_empty() {
@@ -1677,6 +1767,7 @@ mod tests {
             high_udp: Latency::default(),
             lost_high: 0,
             duplicates: 0,
+            misrouted: 0,
             low_rate_per_stream: 1.0,
             low_sent: 1,
             low_handled: 1,

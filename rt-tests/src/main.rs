@@ -236,6 +236,43 @@ fn warn_exposed(cfg: &lfrt::RuntimeConfig) {
             }
         }
     }
+    for (bi, b) in cfg.bands.iter().enumerate() {
+        if !b.bind.ip().is_loopback() {
+            eprintln!(
+                "lfrt: warning: band[{bi}] (udp-echo) binds {}, not a loopback address: it echoes \
+                 to anyone who can reach it, and reflects datagrams with forged sources at third \
+                 parties. Bind 127.0.0.1 unless this is intended.",
+                b.bind
+            );
+        }
+    }
+}
+
+/// The plan's line for a `[[band]]`: `band 127.0.0.1:7000 dscp 46->control default->bulk
+/// (2 sockets, SO_REUSEPORT + cBPF) handler udp-echo work_us=0`.
+fn band_line(b: &lfrt::BandConfig, groups: &[lfrt::GroupConfig]) -> String {
+    let Ok(p) = b.plan(groups) else {
+        return format!("band {} (invalid)", b.bind);
+    };
+    let what = match p.bands.classify {
+        lfrt::band::Classify::Dscp => "dscp".to_string(),
+        lfrt::band::Classify::PayloadByte(offset) => format!("payload_byte[{offset}]"),
+    };
+    let map: Vec<String> = p
+        .bands
+        .map
+        .iter()
+        .map(|&(v, band)| format!("{v}->{}", p.lanes[band]))
+        .collect();
+    let lfrt::BandHandler::UdpEcho = b.handler;
+    format!(
+        "band {} {what} {} default->{} ({} sockets, SO_REUSEPORT + cBPF) handler udp-echo work_us={}",
+        b.bind,
+        map.join(" "),
+        p.lanes[p.bands.default],
+        p.bands.count,
+        b.work_us
+    )
 }
 
 /// Timer events per second one pool thread is taken to serve at most, for the plan's warning.
@@ -309,6 +346,9 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
                 rate / parallel as f64
             );
         }
+    }
+    for b in &cfg.bands {
+        let _ = writeln!(s, "{}", band_line(b, &cfg.groups));
     }
     let total = cfg.preallocated_bytes();
     let memlock = lfrt::os::MemLock::probe();

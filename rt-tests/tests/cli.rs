@@ -426,3 +426,52 @@ fn the_service_units_rights_are_exactly_enough() {
         "{err}"
     );
 }
+
+/// Issue 15: `check` refuses a `[[band]]` naming a lane that does not exist, or a map that is
+/// neither total nor has a default, at the band's line; a valid band appears in the plan.
+#[test]
+fn check_refuses_a_bad_band_and_prints_a_good_one() {
+    let groups = "[[group]]\nname = \"control\"\npriority = 80\n\n\
+                  [[group]]\nname = \"bulk\"\npriority = 20\n\n";
+    let p = tmp(
+        "band-lane.toml",
+        &format!(
+            "{groups}[[band]]\nbind = \"127.0.0.1:0\"\n\
+             classify = {{ dscp = {{ 46 = \"control\", default = \"bluk\" }} }}\n"
+        ),
+    );
+    let (code, out, err) = check(&p);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        err.contains(&format!("{}:11: invalid `band[0].classify`: ", p.display()))
+            && err.contains("`bluk`"),
+        "{err}"
+    );
+    let p = tmp(
+        "band-total.toml",
+        &format!(
+            "{groups}[[band]]\nbind = \"127.0.0.1:0\"\n\
+             classify = {{ payload_byte = {{ offset = 0, map = {{ 1 = \"control\" }} }} }}\n"
+        ),
+    );
+    let (code, _, err) = check(&p);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains(&format!("{}:11: invalid `band[0].classify`: ", p.display()))
+            && err.contains("no `default`"),
+        "{err}"
+    );
+    let p = tmp(
+        "band-ok.toml",
+        &format!(
+            "{groups}[[band]]\nbind = \"127.0.0.1:0\"\n\
+             classify = {{ dscp = {{ 46 = \"control\", default = \"bulk\" }} }}\n"
+        ),
+    );
+    let (code, out, err) = check(&p);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("band 127.0.0.1:0 dscp 46->control default->bulk (2 sockets"),
+        "{out}"
+    );
+}

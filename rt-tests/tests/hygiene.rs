@@ -35,6 +35,7 @@ fn runtime(g: GroupConfig, lock_memory: bool) -> Runtime {
         lock_memory,
         metrics: None,
         groups: vec![g],
+        bands: Vec::new(),
     })
     .unwrap()
 }
@@ -411,6 +412,7 @@ fn watchdog_reports_and_demotes_an_overrunning_handler() {
         lock_memory: false,
         metrics: None,
         groups: vec![slow, fast],
+        bands: Vec::new(),
     })
     .unwrap();
     let n = Notifier::new().unwrap();
@@ -618,4 +620,74 @@ fn hygiene_counters_before_warmup_are_not_measured() {
         json["pool_allocations"].is_null() && json["pool_minor_faults"].is_null(),
         "{json}"
     );
+}
+
+/// Issue 15: the banded sockets of a `[[band]]` (one `SO_REUSEPORT` socket per lane, steered by
+/// the kernel's classifier) allocate nothing on either lane's pool threads after warm-up.
+#[test]
+fn zero_allocations_banded_sockets() {
+    let _l = util::rt_lock();
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut control = group("control", Promotion::Priority);
+    control.priority = 20;
+    let bulk = group("bulk", Promotion::Priority);
+    let mut rt = Runtime::new(RuntimeConfig {
+        rt: RtMode::BestEffort,
+        lock_memory: false,
+        metrics: None,
+        groups: vec![control, bulk],
+        bands: vec![BandConfig {
+            bind: addr,
+            classify: BandClassify::Dscp(
+                [("46", "control"), ("default", "bulk")]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            handler: BandHandler::UdpEcho,
+            work_us: 0,
+        }],
+    })
+    .unwrap();
+    assert!(rt.start().unwrap().counting_allocations);
+    // Each lane must pass its warm-up and then serve this many dispatches.
+    let per_lane = DISPATCHES / 4 + THREADS as u64 * WARMUP_DISPATCHES;
+    let done = |rt: &Runtime| rt.metrics().iter().all(|m| m.dispatched >= per_lane);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for tos in [46u8 << 2, 0, 46 << 2, 0] {
+            let stop = &stop;
+            s.spawn(move || {
+                let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+                lfrt::os::set_tos(&c, tos).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let mut buf = [0u8; 64];
+                while !stop.load(Relaxed) {
+                    for _ in 0..4 {
+                        c.send_to(&[7u8; 32], addr).unwrap();
+                    }
+                    for _ in 0..4 {
+                        c.recv_from(&mut buf).expect("echo");
+                    }
+                }
+            });
+        }
+        assert!(util::wait_until(120, || done(&rt)));
+        stop.store(true, Relaxed);
+    });
+    let m = rt.shutdown().unwrap();
+    for g in &m {
+        assert!(g.dispatched >= per_lane, "{}: {}", g.name, g.dispatched);
+        assert_eq!(
+            g.pool_allocations,
+            Some(0),
+            "{}: banded pool threads allocated after warm-up (None: not measured): {g:?}",
+            g.name
+        );
+    }
 }

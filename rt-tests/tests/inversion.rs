@@ -10,7 +10,7 @@ mod util;
 #[global_allocator]
 static A: lfrt::CountingAlloc = lfrt::CountingAlloc;
 
-use rt_tests::inversion::{run_once, Architecture, InversionArgs, Plan, RunResult};
+use rt_tests::inversion::{run_once, table, Architecture, InversionArgs, Plan, Report, RunResult};
 use std::time::{Duration, Instant};
 
 /// A light, short plan: 3 low streams at 200/s with 20 µs of work, a 500/s high stream and a
@@ -75,6 +75,46 @@ fn each_architecture_dispatches_every_event_exactly_once() {
         eprintln!("{arch:?}: {:?}", r.streams);
         check_exactly_once(&r);
         assert_eq!(r.low_handled, r.low_sent);
+    }
+}
+
+/// Issue 15, experiment 1b (every stream on one port): both architectures, N = 0 and 4, in
+/// about 5 s. Every event is served exactly once, each datagram from its own band's socket
+/// (`misrouted` = 0: the kernel classified every EF-marked datagram into the high band and
+/// every other into the low band), and the table has one row per run with the UDP p99.
+#[test]
+fn one_port_runs_serve_every_event_once_in_its_band() {
+    if !util::rt_allowed("one_port_runs_serve_every_event_once_in_its_band", 80) {
+        return;
+    }
+    let Some(plan) = short_plan() else { return };
+    let _lock = util::rt_lock();
+    let mut report = Report {
+        experiments: Vec::new(),
+        lock: Vec::new(),
+        pool_allocations: None,
+        pool_minor_faults: None,
+    };
+    for arch in Architecture::ONE_PORT {
+        for n in [0, 4] {
+            let r = run_once(&plan, arch, n).expect("run");
+            eprintln!("{arch:?} n={n}: {:?}", r.streams);
+            assert_eq!((r.architecture, r.n_low), (arch, n));
+            check_exactly_once(&r);
+            assert_eq!(r.low_handled, r.low_sent, "{arch:?}");
+            assert_eq!(r.misrouted, 0, "{arch:?}: a datagram in the wrong band");
+            assert!(r.high_udp.count > 0, "{arch:?}: no high datagram measured");
+            report.experiments.push(r);
+        }
+    }
+    let text = table(&plan, &report);
+    assert!(text.lines().nth(1).unwrap().ends_with("udp_p99"), "{text}");
+    for arch in ["bands", "shared_pool"] {
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with(arch)).count(),
+            2,
+            "{text}"
+        );
     }
 }
 

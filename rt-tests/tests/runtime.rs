@@ -17,6 +17,7 @@ fn cfg(groups: Vec<GroupConfig>) -> RuntimeConfig {
         lock_memory: false,
         metrics: None,
         groups,
+        bands: Vec::new(),
     }
 }
 
@@ -256,6 +257,7 @@ fn threads_run_at_configured_policy_priority_and_cpus() {
         lock_memory: false,
         metrics: None,
         groups: vec![hi, lo],
+        bands: Vec::new(),
     })
     .unwrap();
     let rep = rt.start().unwrap();
@@ -397,6 +399,7 @@ fn deadline_lane_runs_under_sched_deadline_with_its_reservation() {
         lock_memory: false,
         metrics: None,
         groups: vec![g],
+        bands: Vec::new(),
     })
     .unwrap();
     rt.start().unwrap();

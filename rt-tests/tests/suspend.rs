@@ -18,6 +18,7 @@ fn lane() -> Runtime {
         lock_memory: false,
         metrics: None,
         groups: vec![g],
+        bands: Vec::new(),
     })
     .unwrap()
 }

@@ -404,7 +404,7 @@ impl Places {
     }
 
     /// Records `table`'s keys, descending into the tables the configuration has:
-    /// `runtime`, `group[g]`, `group[g].handler[h]`. Anything else is a key of its section.
+    /// `runtime`, `group[g]`, `group[g].handler[h]`, `band[b]`. Anything else is a key of its section.
     fn walk(&mut self, table: &DeTable<'_>, section: Section) {
         for (key, value) in table.iter() {
             let name = key.get_ref().as_ref();
@@ -413,12 +413,13 @@ impl Places {
                     self.tables.push((Section::Runtime, value.span()));
                     self.walk(t, Section::Runtime);
                 }
-                (Section::Root, "group", DeValue::Array(items))
+                (Section::Root, "group" | "band", DeValue::Array(items))
                 | (Section::Group(_), "handler", DeValue::Array(items))
                     if !items.is_empty() && items.iter().all(|v| v.get_ref().is_table()) =>
                 {
                     let inner = |i| match section {
                         Section::Group(group) => Section::Handler { group, handler: i },
+                        _ if name == "band" => Section::Band(i),
                         _ => Section::Group(i),
                     };
                     // An inline array (`handler = [{ … }]`) reports errors in its items at the
@@ -759,5 +760,160 @@ threads = 1
             }
         }
         assert!(n >= 2);
+    }
+
+    const BANDS: &str = r#"
+[[group]]
+name = "control"
+priority = 80
+
+[[group]]
+name = "bulk"
+priority = 20
+
+[[band]]
+bind = "127.0.0.1:0"
+classify = { dscp = { 46 = "control", default = "bulk" } }
+handler = "udp-echo"
+"#;
+
+    #[test]
+    fn bands_parse() {
+        let c = parse(BANDS).unwrap();
+        assert_eq!(c.bands.len(), 1);
+        let p = c.bands[0].plan(&c.groups).unwrap();
+        assert_eq!(p.lanes, ["bulk", "control"]);
+        assert_eq!(p.bands.map, vec![(46, 1)]);
+        let payload = BANDS.replace(
+            "{ dscp = { 46 = \"control\", default = \"bulk\" } }",
+            "{ payload_byte = { offset = 2, map = { 1 = \"control\", 7 = \"control\" }, default = \"bulk\" } }",
+        );
+        let c = parse(&payload).unwrap();
+        let p = c.bands[0].plan(&c.groups).unwrap();
+        assert_eq!(p.bands.classify, crate::band::Classify::PayloadByte(2));
+        assert_eq!(p.bands.map, vec![(1, 1), (7, 1)]);
+    }
+
+    /// Every band error names `band[i].<field>` and its line.
+    #[test]
+    fn band_errors_name_their_field_and_line() {
+        let cases: &[(&str, &str, usize, &str, &str)] = &[
+            // (replace, with, line, field, message contains)
+            (
+                "46 = \"control\"",
+                "46 = \"contrl\"",
+                12,
+                "band[0].classify",
+                "no [[group]] named `contrl`",
+            ),
+            (
+                "default = \"bulk\"",
+                "default = \"bluk\"",
+                12,
+                "band[0].classify",
+                "`bluk`",
+            ),
+            (
+                ", default = \"bulk\"",
+                "",
+                12,
+                "band[0].classify",
+                "no `default`",
+            ),
+            (
+                "46 =",
+                "64 =",
+                12,
+                "band[0].classify",
+                "`64` is not a DSCP 0..=63",
+            ),
+            (
+                "dscp =",
+                "dcsp =",
+                12,
+                "band[0].classify",
+                "unknown variant `dcsp`",
+            ),
+            (
+                "\"udp-echo\"",
+                "\"tcp-echo\"",
+                13,
+                "band[0].handler",
+                "unknown variant",
+            ),
+            (
+                "handler =",
+                "hanlder =",
+                13,
+                "band[0].hanlder",
+                "unknown field",
+            ),
+            (
+                "127.0.0.1:0",
+                "127.0.0.1:99999",
+                11,
+                "band[0].bind",
+                "not an address",
+            ),
+            (
+                "bind = \"127.0.0.1:0\"\n",
+                "",
+                10,
+                "band[0].bind",
+                "missing field",
+            ),
+            (
+                "handler",
+                "work_us = 100001\nhandler",
+                13,
+                "band[0].work_us",
+                "at most 100000",
+            ),
+        ];
+        for &(from, to, line, field, contains) in cases {
+            let src = BANDS.replace(from, to);
+            assert_ne!(src, BANDS, "{from}");
+            let (l, f, msg) = err(&src);
+            assert_eq!(
+                (l, f.as_str()),
+                (Some(line), field),
+                "{from} -> {to}: {msg}"
+            );
+            assert!(msg.contains(contains), "{from} -> {to}: {msg}");
+        }
+        let payload = BANDS.replace(
+            "{ dscp = { 46 = \"control\", default = \"bulk\" } }",
+            "{ payload_byte = { offset = 0, map = { 300 = \"control\" }, default = \"bulk\" } }",
+        );
+        let (l, f, msg) = err(&payload);
+        assert_eq!((l, f.as_str()), (Some(12), "band[0].classify"));
+        assert!(msg.contains("`300` is not a byte value"), "{msg}");
+        // A second band on the same address: its own bind line.
+        let two = format!(
+            "{}\n[[band]]\nbind = \"0.0.0.0:47000\"\nclassify = {{ dscp = {{ default = \"bulk\" }} }}\n",
+            BANDS.replace("127.0.0.1:0", "127.0.0.1:47000")
+        );
+        let (l, f, msg) = err(&two);
+        assert_eq!((l, f.as_str()), (Some(16), "band[1].bind"), "{msg}");
+        assert!(msg.contains("band[0].bind"), "{msg}");
+    }
+
+    /// A band on a port a `udp-echo` handler holds without `SO_REUSEPORT` is refused at the
+    /// band's line, and so is a port taken now by another process's socket.
+    #[test]
+    fn band_bind_conflicts_are_found_at_validation() {
+        let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let src = BANDS.replace("127.0.0.1:0", &held.local_addr().unwrap().to_string());
+        let (l, f, msg) = err(&src);
+        assert_eq!((l, f.as_str()), (Some(11), "band[0].bind"), "{msg}");
+        assert!(msg.contains("in use"), "{msg}");
+        let echo = BANDS.replace(
+            "priority = 20\n",
+            "priority = 20\n[[group.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:47001\"\n",
+        )
+        .replace("127.0.0.1:0", "127.0.0.1:47001");
+        let (l, f, msg) = err(&echo);
+        assert_eq!((l, f.as_str()), (Some(14), "band[0].bind"), "{msg}");
+        assert!(msg.contains("group[1].handler[0].bind"), "{msg}");
     }
 }

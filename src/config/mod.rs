@@ -9,8 +9,11 @@
 //! the same sizes the runtime allocates, so `lfrt check` shows what `lfrt run` will take and
 //! validation can refuse what the machine cannot hold.
 
+mod band;
 #[cfg(feature = "toml")]
 mod file;
+
+pub use band::{BandClassify, BandConfig, BandHandler, BandPlan};
 
 #[cfg(feature = "toml")]
 pub use file::{load, load_with_overrides, parse, Override, OverrideSource, Provenance};
@@ -315,6 +318,20 @@ impl GroupConfig {
         }
     }
 
+    /// Handles the group's built-in handlers register (one per timer of a `timer` handler).
+    fn configured_handles(&self) -> usize {
+        self.handlers
+            .iter()
+            .map(|h| {
+                if let HandlerConfig::Timer { count, .. } = h {
+                    *count
+                } else {
+                    1
+                }
+            })
+            .sum()
+    }
+
     /// Timer expiries per second that the group's built-in timers deliver, all together.
     pub fn timer_events_per_sec(&self) -> f64 {
         self.handlers
@@ -454,6 +471,8 @@ pub struct RuntimeConfig {
     pub metrics: Option<SocketAddr>,
     /// The groups, highest priority first or in any order.
     pub groups: Vec<GroupConfig>,
+    /// Priority bands on shared ports (`[[band]]`), served by the groups they name.
+    pub bands: Vec<BandConfig>,
 }
 
 /// The layout of a configuration file, which nests [`RuntimeConfig`]'s global settings in a
@@ -465,6 +484,8 @@ struct Document {
     runtime: Settings,
     #[serde(default)]
     group: Vec<GroupConfig>,
+    #[serde(default)]
+    band: Vec<BandConfig>,
 }
 
 /// The `[runtime]` table.
@@ -486,6 +507,7 @@ impl From<Document> for RuntimeConfig {
             lock_memory: d.runtime.lock_memory,
             metrics: d.runtime.metrics,
             groups: d.group,
+            bands: d.band,
         }
     }
 }
@@ -506,6 +528,8 @@ pub enum Section {
         /// Index of the handler within the group.
         handler: usize,
     },
+    /// The `[[band]]` table with this index (0-based, in file order).
+    Band(usize),
 }
 
 impl Section {
@@ -517,6 +541,7 @@ impl Section {
             Section::Runtime => "runtime".to_string(),
             Section::Group(g) => format!("group[{g}]"),
             Section::Handler { group, handler } => format!("group[{group}].handler[{handler}]"),
+            Section::Band(b) => format!("band[{b}]"),
         };
         if field.is_empty() {
             table
@@ -631,6 +656,7 @@ impl RuntimeConfig {
 
     fn validate_on(&self, machine: &Machine) -> Result<(), Invalid> {
         self.check_settings(&machine.cpus)?;
+        self.check_bands()?;
         self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
         self.check_memory(machine)?;
         self.check_binds()
@@ -866,17 +892,7 @@ impl RuntimeConfig {
                     "\"demote\" needs a `budget_us`".into(),
                 ));
             }
-            let handles: usize = g
-                .handlers
-                .iter()
-                .map(|h| {
-                    if let HandlerConfig::Timer { count, .. } = h {
-                        *count
-                    } else {
-                        1
-                    }
-                })
-                .sum();
+            let handles = g.configured_handles();
             if handles > g.max_handles {
                 return Err(bad(
                     gi,
@@ -1088,7 +1104,7 @@ impl RuntimeConfig {
                 }
             }
         }
-        Ok(())
+        self.check_band_binds()
     }
 }
 
@@ -1102,6 +1118,7 @@ mod tests {
             lock_memory: false,
             metrics: None,
             groups,
+            bands: Vec::new(),
         }
     }
 

@@ -385,6 +385,7 @@ pub(crate) fn from_flags(
         lock_memory: a.mlockall,
         metrics: None,
         groups: vec![g],
+        bands: Vec::new(),
     };
     config.validate_with_cpus(cpus).map_err(|e| {
         let flags = match e.field {

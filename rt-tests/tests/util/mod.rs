@@ -89,6 +89,7 @@ pub fn lane(threads: usize) -> lfrt::Runtime {
         lock_memory: false,
         metrics: None,
         groups: vec![g],
+        bands: Vec::new(),
     })
     .unwrap()
 }
