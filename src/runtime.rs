@@ -1041,6 +1041,7 @@ mod tests {
             lock_memory: false,
             metrics: None,
             groups: Vec::new(),
+            bands: Vec::new(),
         }
     }
 
