@@ -102,6 +102,12 @@ pub struct GroupMetrics {
     /// Values a full lane inbox of this group handed back to their senders
     /// ([`Inbox`](crate::inbox::Inbox)), counted when the inbox next drains.
     pub inbox_refused: u64,
+    /// A bound group's pool counters (replies, hand-offs, late and unknown frames, …); `None`
+    /// for a Leader/Followers group. For a bound group `dispatched`, `promotions`,
+    /// `promotions_no_follower`, `leader_present`, `followers` and `handler_panics` are the
+    /// pool's; `processing`, the watchdog's counters, telemetry samples and the post-warm-up
+    /// allocation and fault counts are not measured on its threads (0 / `None`).
+    pub bound: Option<crate::bound::BoundStats>,
 }
 
 /// A failure that a handler counts in its group's metrics with [`Context::count`](crate::Context::count): work

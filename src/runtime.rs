@@ -1,6 +1,7 @@
 //! The runtime: owns the groups, starts and stops their threads, reports their metrics.
 
 use crate::alloc_count;
+use crate::bound::{BoundPool, BoundStats};
 use crate::config::{HandlerConfig, RtMode, RuntimeConfig};
 use crate::error::Error;
 use crate::group::{pool_thread, Applied, Group, Setup, ThreadSlot};
@@ -184,6 +185,36 @@ impl Runtime {
             .iter()
             .find(|g| g.cfg.name == name)
             .map(|g| g.registry())
+    }
+
+    /// The pool of the bound group named `name` ([`GroupConfig::bound`](crate::GroupConfig::bound));
+    /// `None` if there is no such group or it is not bound. Lease a
+    /// [`Waiter`](crate::bound::Waiter) from it to call the back-end, from a handler of the
+    /// group (registered with [`registry`](Self::registry), which for a bound group is the
+    /// pool's) or from any other thread. The group's own threads serve the pool from
+    /// [`start`](Self::start) until shutdown, which also shuts the pool down. An outside
+    /// thread waiting in `join` takes part in the pool too: while it leads it may run the
+    /// group's handlers inline, at its own priority (hybrid associations, see [`crate::bound`]).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use lfrt::{BoundGroup, GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut front = GroupConfig::new("front", Policy::Fifo, 20);
+    /// front.bound = Some(BoundGroup::new("127.0.0.1:7100".parse().unwrap()));
+    /// let mut rt = Runtime::new(RuntimeConfig { groups: vec![front], ..Default::default() })?;
+    /// let pool = rt.bound_pool("front").unwrap();
+    /// rt.start()?;
+    /// let mut w = pool.waiter().expect("a free waiter slot");
+    /// let reply = pool.call(&mut w, b"balance?", None).expect("a reply");
+    /// # drop(reply);
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn bound_pool(&self, name: &str) -> Option<BoundPool> {
+        self.groups
+            .iter()
+            .find(|g| g.cfg.name == name)
+            .and_then(|g| g.bound.as_ref())
+            .map(|b| b.pool.clone())
     }
 
     /// The configuration this runtime runs.
@@ -539,6 +570,15 @@ fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
         .map(|g| {
             let c = &g.counters;
             let (leader_present, followers) = g.protocol.snapshot();
+            let bound = g.bound.as_ref().map(|b| b.pool.stats());
+            let (leader_present, followers) = match &g.bound {
+                Some(b) => {
+                    let (leader, followers, _) = b.pool.snapshot();
+                    (leader, followers)
+                }
+                None => (leader_present, followers),
+            };
+            let pool = |own: u64, of: fn(&BoundStats) -> u64| bound.as_ref().map_or(own, of);
             GroupMetrics {
                 name: g.cfg.name.clone(),
                 priority: g.cfg.priority,
@@ -548,13 +588,14 @@ fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
                     .map(|t| Applied::describe(t.applied.load(Acquire)))
                     .collect(),
                 threads: g.cfg.threads,
-                dispatched: c.dispatched.load(Relaxed),
-                promotions: c.promotions.load(Relaxed),
-                promotions_no_follower: c.vacant.load(Relaxed),
+                dispatched: pool(c.dispatched.load(Relaxed), |b| b.dispatched),
+                promotions: pool(c.promotions.load(Relaxed), |b| b.promotions),
+                promotions_no_follower: pool(c.vacant.load(Relaxed), |b| b.vacant),
                 leader_present,
                 followers,
                 processing: c.processing.load(Relaxed),
-                handler_panics: c.panics.load(Relaxed) + g.handles.drop_panics.load(Relaxed),
+                handler_panics: pool(c.panics.load(Relaxed), |b| b.panics)
+                    + g.handles.drop_panics.load(Relaxed),
                 handles_closed: g.handles.closed.load(Relaxed),
                 handles_closed_by_handler: c.closed_by_handler.load(Relaxed),
                 stale_events: g.handles.stale.load(Relaxed),
@@ -578,6 +619,7 @@ fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
                 connections_refused: g.handles.incidents.connections_refused.load(Relaxed),
                 datagrams_truncated: g.handles.incidents.datagrams_truncated.load(Relaxed),
                 inbox_refused: g.handles.incidents.inbox_refused.load(Relaxed),
+                bound,
             }
         })
         .collect()
@@ -630,7 +672,8 @@ impl Stopper {
     /// Asks every group to stop and wakes [`Runtime::wait`]. Does not wait.
     ///
     /// # Real-time safety
-    /// No allocation, no lock: an eventfd write per group and one futex wake.
+    /// No allocation, no lock: an eventfd write per group and one futex wake (a bound group's
+    /// pool also takes its priority-inheritance lock once and shuts its connection down).
     pub fn stop(&self) {
         for g in &self.groups {
             g.stop();
