@@ -760,10 +760,14 @@ struct Relay {
     sock: UdpSocket,
     pool: BoundPool,
     waiter: Waiter,
+    /// The bound group's index and its threads' tids, by thread index.
+    group: usize,
     runtime_threads: Vec<i32>,
     also: i32,
     on_runtime: Arc<AtomicU64>,
     strangers: Arc<AtomicU64>,
+    /// Dispatches on a runtime thread whose `Context` names another group or thread.
+    misplaced: Arc<AtomicU64>,
     calls: u32,
     allocs: Arc<AtomicU64>,
 }
@@ -776,6 +780,11 @@ impl EventHandler for Relay {
         let tid = lfrt::os::gettid();
         if self.runtime_threads.contains(&tid) {
             self.on_runtime.fetch_add(1, Relaxed);
+            if ctx.group() != self.group
+                || self.runtime_threads.get(ctx.thread_index()) != Some(&tid)
+            {
+                self.misplaced.fetch_add(1, Relaxed);
+            }
         } else if tid != self.also {
             self.strangers.fetch_add(1, Relaxed);
         }
@@ -805,6 +814,7 @@ impl EventHandler for Relay {
 struct RelayCounts {
     on_runtime: Arc<AtomicU64>,
     strangers: Arc<AtomicU64>,
+    misplaced: Arc<AtomicU64>,
     allocs: Arc<AtomicU64>,
 }
 
@@ -818,7 +828,18 @@ fn relays(
     counts: &RelayCounts,
 ) -> Vec<std::net::SocketAddr> {
     let pool = rt.bound_pool("front").unwrap();
-    let runtime_threads: Vec<i32> = rt.thread_ids().into_iter().map(|(_, _, t)| t).collect();
+    let group = rt
+        .config()
+        .groups
+        .iter()
+        .position(|g| g.name == "front")
+        .unwrap();
+    let runtime_threads: Vec<i32> = rt
+        .thread_ids()
+        .into_iter()
+        .filter(|&(g, _, _)| g == group)
+        .map(|(_, _, t)| t)
+        .collect();
     (0..n)
         .map(|_| {
             let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -830,8 +851,10 @@ fn relays(
                     sock,
                     waiter: pool.waiter().unwrap(),
                     pool: pool.clone(),
+                    group,
                     runtime_threads: runtime_threads.clone(),
                     also,
+                    misplaced: counts.misplaced.clone(),
                     on_runtime: counts.on_runtime.clone(),
                     strangers: counts.strangers.clone(),
                     calls: 0,
@@ -890,7 +913,9 @@ fn bound_group_threads_run_at_their_policy_priority_and_cpus() {
 /// Requests from clients reach handlers of the bound group that run on the runtime's own
 /// threads, and each is forwarded and answered exactly once; an outside thread calls the same
 /// pool meanwhile. Counted on both ends: frames the back-end read, replies the pool delivered,
-/// each client's replies in order (a lost or duplicated reply would break the sequence).
+/// each client's replies in order (a lost or duplicated reply would break the sequence). The
+/// bound group is the runtime's second, after an idle unbound one: its handlers' `Context`
+/// names it and their thread.
 #[test]
 fn requests_through_a_runtime_bound_group_arrive_exactly_once() {
     const CLIENTS: usize = 4;
@@ -904,7 +929,9 @@ fn requests_through_a_runtime_bound_group_arrive_exactly_once() {
         return;
     }
     let (addr, be) = loopback_backend(None);
-    let mut rt = runtime_of(vec![bound_group(addr, 20, 3)]);
+    let mut idle = lfrt::GroupConfig::new("idle", lfrt::Policy::Fifo, 10);
+    idle.threads = 1;
+    let mut rt = runtime_of(vec![idle, bound_group(addr, 20, 3)]);
     rt.start().unwrap();
     let counts = RelayCounts::default();
     // The outside caller (this thread) may run the relays inline while it leads the pool.
@@ -937,7 +964,9 @@ fn requests_through_a_runtime_bound_group_arrive_exactly_once() {
     let m = rt.shutdown_within(Duration::from_secs(5)).unwrap();
     let total = CLIENTS as u64 * u64::from(PER_CLIENT) + u64::from(OUTSIDE);
     assert_eq!(be.join().unwrap(), total, "frames the back-end read");
-    let s = m[0].bound.unwrap();
+    assert_eq!(m[0].bound, None, "the unbound group");
+    let m = &m[1];
+    let s = m.bound.unwrap();
     assert_eq!((s.replies, s.late, s.unknown), (total, 0, 0), "{s:?}");
     assert_eq!(
         counts.strangers.load(Relaxed),
@@ -948,12 +977,13 @@ fn requests_through_a_runtime_bound_group_arrive_exactly_once() {
         counts.on_runtime.load(Relaxed) > 0,
         "no handler ran on the runtime's threads"
     );
-    assert!(
-        m[0].dispatched > 0 && m[0].dispatched == s.dispatched,
-        "{:?}",
-        m[0]
+    assert_eq!(
+        counts.misplaced.load(Relaxed),
+        0,
+        "a Context named another group or thread"
     );
-    assert_eq!(m[0].kernel_sched, ["fifo 20"; 3]);
+    assert!(m.dispatched > 0 && m.dispatched == s.dispatched, "{m:?}");
+    assert_eq!(m.kernel_sched, ["fifo 20"; 3]);
     assert_eq!(
         counts.allocs.load(Relaxed),
         0,

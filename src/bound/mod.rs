@@ -174,6 +174,19 @@ fn nesting() -> u32 {
     NESTING.with(Cell::get)
 }
 
+thread_local! {
+    /// `(group index, thread index, priority)` of a runtime bound group's thread; `None` on
+    /// other threads. `const`, no destructor.
+    static RUNTIME_THREAD: Cell<Option<(u16, u16, u8)>> = const { Cell::new(None) };
+}
+
+/// Marks the calling thread as thread `thread` (at `priority`) of the runtime's bound group
+/// `group`: every handler it runs, also inline inside a handler's `join` (where the handler's
+/// own waiter's [`Context`] is used), is told that group, thread and priority.
+pub(crate) fn set_runtime_thread(group: u16, thread: u16, priority: u8) {
+    RUNTIME_THREAD.with(|c| c.set(Some((group, thread, priority))));
+}
+
 /// Sizes and policies of a [`BoundPool`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BoundConfig {
@@ -910,6 +923,9 @@ impl BoundPool {
     /// Runs the handler of an unbound event on this thread (the thread is not the leader).
     fn dispatch(&self, ev: Ready, ctx: &mut Context) {
         ctx.tid = sys::gettid();
+        if let Some((group, thread, priority)) = RUNTIME_THREAD.with(Cell::get) {
+            (ctx.group, ctx.thread, ctx.priority) = (group, thread, priority);
+        }
         ctx.origin_ns = 0;
         ctx.missed_periods = 0;
         let event = Event {

@@ -249,7 +249,11 @@ pub struct GroupConfig {
 /// those handlers or by any other thread.
 ///
 /// The pool takes the group's `promotion` (not `"concurrent"`), `max_handles` and
-/// `buffer_bytes`; the other sizes are here.
+/// `buffer_bytes`; the other sizes are here. A connection that fails (the back-end closes it,
+/// a malformed frame) is not re-established: calls fail with its error while the threads go on
+/// serving the group's handlers, until the runtime is shut down. The overrun watchdog does not
+/// watch a bound group (`budget_us` is refused), and the post-warm-up allocation and fault
+/// counts are not measured on its threads.
 ///
 /// ```toml
 /// [[group]]
@@ -482,7 +486,8 @@ impl fmt::Display for Bytes {
 
 impl fmt::Display for GroupMemory {
     /// `2.1 MiB = 2 threads × 1.1 MiB (stack 256.0 KiB, buffers 72.9 KiB, telemetry ring
-    /// 768.0 KiB) + handle table 1.1 KiB`, then the exact byte count.
+    /// 768.0 KiB) + handle table 1.1 KiB` (`+ bound pool buffers …` for a bound group), then
+    /// the exact byte count.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
