@@ -70,6 +70,15 @@ pub enum Error {
         /// The kernel's answer (e.g. address in use).
         source: io::Error,
     },
+    /// A bound group could not connect to its back-end (`[group.bound] connect`).
+    Connect {
+        /// The group.
+        group: String,
+        /// The back-end's address.
+        addr: SocketAddr,
+        /// The kernel's answer (e.g. connection refused).
+        source: io::Error,
+    },
     /// Every slot of the group's handle table is in use.
     TooManyHandles {
         /// The configured `max_handles`.
@@ -144,6 +153,10 @@ impl fmt::Display for Error {
                 "group `{group}`: pool thread {thread} (lf-{group}-{thread}) died during set-up: {message}"
             ),
             Error::Bind { addr, source } => write!(f, "cannot bind {addr}: {source}"),
+            Error::Connect { group, addr, source } => write!(
+                f,
+                "group `{group}`: cannot connect to the back-end at {addr}: {source}"
+            ),
             Error::TooManyHandles { max } => write!(f, "handle table full: all {max} slots in use (raise max_handles)"),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
             Error::State(s) => f.write_str(s),
@@ -178,6 +191,7 @@ impl std::error::Error for Error {
             Error::RtPermission { source, .. }
             | Error::Sched { source, .. }
             | Error::Bind { source, .. }
+            | Error::Connect { source, .. }
             | Error::Io { source, .. } => Some(source),
             _ => None,
         }

@@ -8,6 +8,11 @@
 //! rejoins while a sibling is mid-handler, so a sibling preempted while holding its disarmed
 //! handle finishes first.
 //!
+//! A thread of a **bound** group ([`GroupConfig::bound`]) makes the same set-up, (1) and (2),
+//! then takes the waiter leased for it when the group was built and serves the group's
+//! [`BoundPool`] (`crate::bound`: the same [`Protocol`], over the pool's slots) until the group
+//! stops; `Group::stop` shuts the pool down too.
+//!
 //! # Concurrent mode (`promotion = "concurrent"`)
 //!
 //! The POSA2 variant *Relaxing Serialization Constraints*: an epoll set whose handles are all
@@ -50,7 +55,8 @@
 //! allocations of 100,000 dispatches for every event source and promotion order.
 
 use crate::alloc_count;
-use crate::config::{GroupConfig, RtMode};
+use crate::bound::{BoundConfig, BoundPool, Waiter};
+use crate::config::{BoundGroup, GroupConfig, RtMode};
 use crate::error::Error;
 use crate::follower_queue::Promotion;
 use crate::handle_set::Wait;
@@ -214,14 +220,75 @@ pub(crate) struct Group {
     pub(crate) handles: Arc<Handles>,
     pub(crate) counters: Counters,
     pub(crate) threads: Box<[ThreadSlot]>,
+    /// A bound group's pool (its `handles` are the pool's); `None` for a Leader/Followers group.
+    pub(crate) bound: Option<Bound>,
+}
+
+/// How long [`Group::new`] waits for a bound group's connection to its back-end.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The runtime's side of a bound group: the pool, and the waiter slot of each of its threads,
+/// leased when the group is built so that callers leasing slots before `start` cannot take
+/// them. Each thread takes its own at set-up.
+#[derive(Debug)]
+pub(crate) struct Bound {
+    pub(crate) pool: BoundPool,
+    waiters: Box<[std::sync::Mutex<Option<Waiter>>]>,
+}
+
+impl Bound {
+    /// Connects to the back-end and builds the pool of bound group `cfg`.
+    fn new(cfg: &GroupConfig, b: &BoundGroup) -> Result<Bound, Error> {
+        let conn =
+            std::net::TcpStream::connect_timeout(&b.connect, CONNECT_TIMEOUT).map_err(|e| {
+                Error::Connect {
+                    group: cfg.name.clone(),
+                    addr: b.connect,
+                    source: e,
+                }
+            })?;
+        let pool = BoundPool::new(conn, BoundConfig::of_group(cfg, b))?;
+        let waiters = (0..cfg.threads)
+            .map(|_| {
+                pool.waiter()
+                    .map(|w| std::sync::Mutex::new(Some(w)))
+                    .map_err(|e| {
+                        Error::config(
+                            format!("group `{}`.bound.max_waiters", cfg.name),
+                            e.to_string(),
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Bound { pool, waiters })
+    }
+
+    /// Thread `idx`'s waiter, at the thread's priority (once).
+    fn waiter(&self, idx: u16, priority: u8) -> Waiter {
+        let mut w = self.waiters[idx as usize]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .expect("each bound thread takes its waiter once");
+        w.set_priority(priority);
+        w
+    }
 }
 
 impl Group {
     pub(crate) fn new(index: u16, cfg: GroupConfig) -> Result<Group, Error> {
-        let handles = Handles::new(cfg.max_handles).map_err(|e| Error::Io {
-            context: "creating the group's epoll instance",
-            source: e,
-        })?;
+        let bound = cfg
+            .bound
+            .as_ref()
+            .map(|b| Bound::new(&cfg, b))
+            .transpose()?;
+        let handles = match &bound {
+            Some(b) => b.pool.handles().clone(),
+            None => Arc::new(Handles::new(cfg.max_handles).map_err(|e| Error::Io {
+                context: "creating the group's epoll instance",
+                source: e,
+            })?),
+        };
         let threads = (0..cfg.threads)
             .map(|i| {
                 let p = cfg.thread_priority(i);
@@ -244,7 +311,8 @@ impl Group {
         Ok(Group {
             index,
             protocol: Protocol::new(cfg.threads, cfg.promotion),
-            handles: Arc::new(handles),
+            handles,
+            bound,
             counters: Counters::default(),
             threads,
             cfg,
@@ -261,6 +329,9 @@ impl Group {
     pub(crate) fn stop(&self) {
         self.protocol.shutdown();
         self.handles.wake_for_shutdown();
+        if let Some(b) = &self.bound {
+            b.pool.shutdown();
+        }
     }
 }
 
@@ -337,6 +408,25 @@ pub(crate) fn pool_thread(
 
     // 2. Thread-specific storage, resident before the first event.
     mem::prefault_stack(group.cfg.stack_bytes.saturating_sub(STACK_MARGIN));
+    if let Some(b) = &group.bound {
+        // A bound group's thread: its waiter (leased and pre-faulted with the group) holds its
+        // handler buffers; it serves the pool until the group stops.
+        let mut w = b.waiter(idx, slot.priority);
+        crate::bound::set_runtime_thread(group.index, idx, slot.priority);
+        let _ = ready.send(Setup::Ready {
+            rt_applied,
+            error: rt_error,
+        });
+        drop(ready);
+        let served = b.pool.serve(&mut w, None);
+        debug_assert_eq!(
+            served,
+            Ok(()),
+            "serve without a deadline ends only at shutdown"
+        );
+        record_exit(slot);
+        return;
+    }
     prefault_ring(&mut ring);
     let mut ctx = Context::new(
         group.cfg.buffer_bytes,
@@ -367,7 +457,11 @@ pub(crate) fn pool_thread(
     } else {
         t.run(time_shared);
     }
+    record_exit(slot);
+}
 
+/// A pool thread's last counts, read by metrics after it is gone.
+fn record_exit(slot: &ThreadSlot) {
     slot.faults_final.store(mem::thread_minor_faults(), Release);
     slot.allocs_now
         .store(alloc_count::thread_allocations(), Release);

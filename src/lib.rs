@@ -53,13 +53,13 @@
 //!
 //! | purpose | items |
 //! |---|---|
-//! | run groups | [`Runtime`] (`new`, `add_group`, `lane`, `start`, `metrics`, `metrics_handle`, `stopper`, `wait`, `shutdown`, `shutdown_within`), [`Lane`] (a group's typed handle), [`Stopper`], [`MetricsHandle`], [`StartReport`], [`SHUTDOWN_TIMEOUT`] |
+//! | run groups | [`Runtime`] (`new`, `add_group`, `lane`, `start`, `metrics`, `metrics_handle`, `stopper`, `wait`, `shutdown`, `shutdown_within`), [`Lane`] (a group's typed handle: `registry`, `bound_pool`), [`Stopper`], [`MetricsHandle`], [`StartReport`], [`SHUTDOWN_TIMEOUT`] |
 //! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`BandConfig`] (`[[band]]`), [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`; errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
 //! | write handlers | [`EventHandler`], [`Event`], [`Interest`], [`Disposition`], [`Context`] (thread-specific storage), [`Registry`], [`Token`], [`Incident`] |
 //! | event sources | [`timer`] (callback timers: periodic or one-shot, cancel and re-arm from any thread), [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots; only the datagrams a handler marks with [`Datagram::answer`] are answered) |
 //! | streams | [`stream`]: length-prefixed frames over TCP ([`stream::Framed`]): per-connection read and write state, bounded preallocated buffers ([`stream::Limits`]), back-pressure, half-close and reset handling |
 //! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer, and [`handlers::cpu_work`] |
-//! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]) |
+//! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]); as a runtime group: [`GroupConfig::bound`] ([`BoundGroup`], TOML `[group.bound]`), [`Runtime::bound_pool`] |
 //! | share state across lanes | [`PiMutex`], [`PiMutexGuard`] (priority inheritance) |
 //! | observe | [`GroupMetrics`], [`telemetry`] (latency histograms), [`CountingAlloc`], [`thread_allocations`], [`counting_alloc_active`], [`WARMUP_DISPATCHES`] |
 //! | the Linux facade | [`os`]: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits |
@@ -109,8 +109,8 @@ pub use config::{
 };
 pub use config::{BandClassify, BandConfig, BandHandler, BandPlan};
 pub use config::{
-    Bytes, Deadline, GroupConfig, GroupMemory, HandlerConfig, Invalid, OnOverrun, Policy, RtMode,
-    RuntimeConfig, Section,
+    BoundGroup, Bytes, Deadline, GroupConfig, GroupMemory, HandlerConfig, Invalid, OnOverrun,
+    Policy, RtMode, RuntimeConfig, Section,
 };
 pub use error::Error;
 pub use follower_queue::{Promotion, MAX_GROUP_THREADS};

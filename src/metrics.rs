@@ -125,6 +125,12 @@ pub struct GroupMetrics {
     /// Back-pressure episodes: times a stream connection stopped reading because the socket
     /// would not take its pending replies; it reads again once they drained.
     pub stream_backpressure: u64,
+    /// A bound group's pool counters (replies, hand-offs, late and unknown frames, …); `None`
+    /// for a Leader/Followers group. For a bound group `dispatched`, `promotions`,
+    /// `promotions_no_follower`, `leader_present`, `followers` and `handler_panics` are the
+    /// pool's; `processing`, the watchdog's counters, telemetry samples and the post-warm-up
+    /// allocation and fault counts are not measured on its threads (0 / `None`).
+    pub bound: Option<crate::bound::BoundStats>,
 }
 
 /// A failure that a handler counts in its group's metrics with [`Context::count`](crate::Context::count): work

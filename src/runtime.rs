@@ -1,6 +1,7 @@
 //! The runtime: owns the groups, starts and stops their threads, reports their metrics.
 
 use crate::alloc_count;
+use crate::bound::{BoundPool, BoundStats};
 use crate::config::{BandHandler, GroupConfig, HandlerConfig, RtMode, RuntimeConfig};
 use crate::error::Error;
 use crate::group::{pool_thread, Applied, Group, Setup, ThreadSlot};
@@ -770,6 +771,15 @@ fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
         .map(|g| {
             let c = &g.counters;
             let (leader_present, followers) = g.protocol.snapshot();
+            let bound = g.bound.as_ref().map(|b| b.pool.stats());
+            let (leader_present, followers) = match &g.bound {
+                Some(b) => {
+                    let (leader, followers, _) = b.pool.snapshot();
+                    (leader, followers)
+                }
+                None => (leader_present, followers),
+            };
+            let pool = |own: u64, of: fn(&BoundStats) -> u64| bound.as_ref().map_or(own, of);
             GroupMetrics {
                 name: g.cfg.name.clone(),
                 priority: g.cfg.priority,
@@ -779,13 +789,14 @@ fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
                     .map(|t| Applied::describe(t.applied.load(Acquire)))
                     .collect(),
                 threads: g.cfg.threads,
-                dispatched: c.dispatched.load(Relaxed),
-                promotions: c.promotions.load(Relaxed),
-                promotions_no_follower: c.vacant.load(Relaxed),
+                dispatched: pool(c.dispatched.load(Relaxed), |b| b.dispatched),
+                promotions: pool(c.promotions.load(Relaxed), |b| b.promotions),
+                promotions_no_follower: pool(c.vacant.load(Relaxed), |b| b.vacant),
                 leader_present,
                 followers,
                 processing: c.processing.load(Relaxed),
-                handler_panics: c.panics.load(Relaxed) + g.handles.drop_panics.load(Relaxed),
+                handler_panics: pool(c.panics.load(Relaxed), |b| b.panics)
+                    + g.handles.drop_panics.load(Relaxed),
                 handles_closed: g.handles.closed.load(Relaxed),
                 handles_closed_by_handler: c.closed_by_handler.load(Relaxed),
                 stale_events: g.handles.stale.load(Relaxed),
@@ -812,6 +823,7 @@ fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
                 frames_oversize: g.handles.incidents.frames_oversize.load(Relaxed),
                 connections_reset: g.handles.incidents.connections_reset.load(Relaxed),
                 stream_backpressure: g.handles.incidents.stream_backpressure.load(Relaxed),
+                bound,
             }
         })
         .collect()
@@ -876,6 +888,33 @@ impl Lane {
         self.group.registry()
     }
 
+    /// The pool of this lane if it is a bound group ([`GroupConfig::bound`]); `None` for a
+    /// Leader/Followers group. Lease a [`Waiter`](crate::bound::Waiter) from it to call the
+    /// back-end, from a handler of the group (registered with [`registry`](Self::registry),
+    /// which for a bound group is the pool's) or from any other thread. The group's own threads
+    /// serve the pool from [`Runtime::start`] until shutdown, which also shuts the pool down.
+    /// An outside thread waiting in `join` takes part in the pool too: while it leads it may
+    /// run the group's handlers inline, at its own priority (hybrid associations, see
+    /// [`crate::bound`]).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use lfrt::{BoundGroup, GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// let mut front = GroupConfig::new("front", Policy::Fifo, 20);
+    /// front.bound = Some(BoundGroup::new("127.0.0.1:7100".parse().unwrap()));
+    /// let front = rt.add_group(front)?;
+    /// let pool = front.bound_pool().expect("`front` is a bound group");
+    /// rt.start()?;
+    /// let mut w = pool.waiter().expect("a free waiter slot");
+    /// let reply = pool.call(&mut w, b"balance?", None).expect("a reply");
+    /// # drop(reply);
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn bound_pool(&self) -> Option<BoundPool> {
+        self.group.bound.as_ref().map(|b| b.pool.clone())
+    }
+
     /// The group's name, as configured.
     pub fn name(&self) -> &str {
         &self.group.cfg.name
@@ -923,7 +962,8 @@ impl Stopper {
     /// Asks every group to stop and wakes [`Runtime::wait`]. Does not wait.
     ///
     /// # Real-time safety
-    /// No allocation, no lock: an eventfd write per group and one futex wake.
+    /// No allocation, no lock: an eventfd write per group and one futex wake (a bound group's
+    /// pool also takes its priority-inheritance lock once and shuts its connection down).
     ///
     /// Example: [`Stopper`].
     pub fn stop(&self) {

@@ -1,7 +1,7 @@
 //! The pattern paper's OLTP example, on loopback, in one process:
 //!
 //! ```text
-//!  clients ──TCP──► front-end (bound pool: N threads) ══ ONE multiplexed TCP connection ══► back-end (lfrt group)
+//!  clients ──TCP──► front-end (bound group: N threads) ══ ONE multiplexed TCP connection ══► back-end (lfrt group)
 //!  (built-in load)   thread takes a client request,                                         unbound Leader/Followers:
 //!                    forwards it, waits for ITS reply                                       any thread answers any frame
 //!                    (follower or leader: hand-off),
@@ -13,11 +13,13 @@
 //!   reverse|random: replies then come back in a different order than the requests went out,
 //!   as they do in real multi-tier systems), does `--work-us` of busy work per request and
 //!   answers with the same request id.
-//! * **Front-end**: a [`BoundPool`] over ONE TCP connection to the back-end. Its threads
-//!   `serve` the pool; client connections are unbound handles of the pool (hybrid
-//!   associations). A handler forwards each client request with its own [`Waiter`] and blocks in
-//!   `join` (as a follower, or as the leader reading the connection and handing replies to the
-//!   other waiters), then answers the client.
+//! * **Front-end**: a **bound group** of the same [`Runtime`] ([`GroupConfig::bound`]): the
+//!   runtime connects it to the back-end (ONE TCP connection), spawns its threads at SCHED_FIFO
+//!   `--front-priority` like any group's, and they `serve` its [`BoundPool`]
+//!   ([`Runtime::bound_pool`]). Client connections are unbound handles of the pool (hybrid
+//!   associations), registered on the group's registry. A handler forwards each client request
+//!   with its own [`Waiter`] and blocks in `join` (as a follower, or as the leader reading the
+//!   connection and handing replies to the other waiters), then answers the client.
 //! * **Clients**: `--clients` threads, each with its own TCP connection, closed loop: send one
 //!   request, wait for the reply, check it, measure the round trip.
 //!
@@ -28,15 +30,16 @@
 //! cargo run --release --example oltp -- --clients 16 --frontend-threads 4 --requests 5000 --reorder reverse
 //! ```
 //!
-//! No real-time privilege is needed: every thread runs SCHED_OTHER.
+//! The front-end's threads run SCHED_FIFO `--front-priority` (10) when the process may
+//! (`rt = "best-effort"`: otherwise time-shared, and the run says so); the back-end and the
+//! clients run SCHED_OTHER. The front-end's threads block in epoll, futexes or PI locks and
+//! every call has a deadline, so the FIFO threads never spin.
 
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
-use lfrt::bound::{
-    decode_header, encode_header, BoundConfig, BoundPool, Promotion, Waiter, HEADER_LEN,
-};
+use lfrt::bound::{decode_header, encode_header, BoundPool, Promotion, Waiter, HEADER_LEN};
 use lfrt::{
-    Context, Disposition, Event, EventHandler, GroupConfig, Interest, Policy, Runtime,
+    BoundGroup, Context, Disposition, Event, EventHandler, GroupConfig, Interest, Policy, Runtime,
     RuntimeConfig,
 };
 use std::io::{self, Read, Write};
@@ -65,6 +68,9 @@ struct Args {
     /// Front-end threads serving the bound pool.
     #[arg(short = 't', long, default_value_t = 4)]
     frontend_threads: usize,
+    /// SCHED_FIFO priority of the front-end's threads (1..=99).
+    #[arg(long, default_value_t = 10)]
+    front_priority: u8,
     /// Back-end (unbound lfrt group) threads.
     #[arg(short = 'b', long, default_value_t = 2)]
     backend_threads: usize,
@@ -412,17 +418,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
 
-    // Back-end.
-    let mut group = GroupConfig::new("backend", Policy::Other, 0);
-    group.threads = args.backend_threads;
-    group.max_handles = 16;
-    let mut rt = Runtime::new(RuntimeConfig {
-        groups: vec![group],
-        ..RuntimeConfig::default()
-    })?;
+    // Back-end: an unbound group; its listener exists before the front-end connects to it.
     let backend = TcpListener::bind("127.0.0.1:0")?;
     backend.set_nonblocking(true)?;
     let backend_addr = backend.local_addr()?;
+    let mut back = GroupConfig::new("backend", Policy::Other, 0);
+    back.threads = args.backend_threads;
+    back.max_handles = 16;
+
+    // Front-end: a bound group over ONE connection to the back-end; client connections are
+    // its unbound handles, each with a waiter of its own.
+    let mut front = GroupConfig::new("front", Policy::Fifo, args.front_priority);
+    front.threads = args.frontend_threads;
+    front.promotion = match args.promotion {
+        Promo::Fifo => Promotion::Fifo,
+        Promo::Lifo => Promotion::Lifo,
+        Promo::Priority => Promotion::Priority,
+    };
+    front.max_handles = args.clients + 1;
+    front.buffer_bytes = 256;
+    front.bound = Some(BoundGroup {
+        max_waiters: args.frontend_threads + args.clients + 1,
+        max_body: 256,
+        ..BoundGroup::new(backend_addr)
+    });
+
+    let mut rt = Runtime::new(RuntimeConfig {
+        groups: vec![back, front],
+        ..RuntimeConfig::default()
+    })?;
     let accepted = Arc::new(AtomicU64::new(0));
     rt.lane("backend")?
         .registry()
@@ -432,49 +456,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             work_us: args.work_us,
             accepted: accepted.clone(),
         }))?;
-    rt.start()?;
-
-    // Front-end: ONE connection to the back-end.
-    let promotion = match args.promotion {
-        Promo::Fifo => Promotion::Fifo,
-        Promo::Lifo => Promotion::Lifo,
-        Promo::Priority => Promotion::Priority,
-    };
-    let cfg = BoundConfig {
-        max_waiters: args.frontend_threads + args.clients + 1,
-        max_body: 256,
-        promotion,
-        max_handles: args.clients + 1,
-        buffer_bytes: 256,
-        max_nesting: 2,
-    };
-    let pool = BoundPool::new(TcpStream::connect(backend_addr)?, cfg)?;
+    let pool = rt
+        .lane("front")?
+        .bound_pool()
+        .expect("`front` is a bound group");
     let front = TcpListener::bind("127.0.0.1:0")?;
     front.set_nonblocking(true)?;
     let front_addr = front.local_addr()?;
-    pool.registry().register(Box::new(FrontListener {
-        listener: front,
-        pool: pool.clone(),
-    }))?;
-    let servers: Vec<_> = (0..args.frontend_threads)
-        .map(|i| {
-            let pool = pool.clone();
-            std::thread::Builder::new()
-                .name(format!("front-{i}"))
-                .spawn(move || {
-                    let mut w = pool.waiter().expect("waiter slot for a front-end thread");
-                    pool.serve(&mut w, None)
-                })
-        })
-        .collect::<Result<_, _>>()?;
+    rt.lane("front")
+        .unwrap()
+        .registry()
+        .register(Box::new(FrontListener {
+            listener: front,
+            pool: pool.clone(),
+        }))?;
+    let report = rt.start()?;
+    let front_sched = rt.metrics()[1].kernel_sched.clone();
+    drop(pool);
 
     println!(
         "# back-end: lfrt group, {} threads, reorder {:?}, work {} us, on {backend_addr}",
         args.backend_threads, args.reorder, args.work_us
     );
     println!(
-        "# front-end: bound pool, {} threads, promotion {:?}, one connection to the back-end; {} clients x {} requests",
-        args.frontend_threads, args.promotion, args.clients, args.requests
+        "# front-end: bound group, {} threads ({}{}), promotion {:?}, one connection to the back-end; {} clients x {} requests",
+        args.frontend_threads,
+        front_sched.join(", "),
+        if report.rt_applied { "" } else { "; SCHED_FIFO refused: time-shared" },
+        args.promotion,
+        args.clients,
+        args.requests
     );
 
     // Clients.
@@ -503,13 +514,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let elapsed = started.elapsed();
 
-    pool.shutdown();
-    for s in servers {
-        let _ = s.join();
-    }
-    let stats = pool.stats();
-    pool.close();
-    let backend_metrics = rt.shutdown()?;
+    // Stops both groups: the front-end's threads leave the pool, its handlers are closed.
+    let metrics = rt.shutdown()?;
+    let stats = metrics[1].bound.expect("`front` is a bound group");
+    let backend_dispatched = metrics[0].dispatched;
 
     let done = total.ok + total.mismatched;
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
@@ -532,7 +540,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "back-end: connections accepted {}, events dispatched {}",
         accepted.load(Relaxed),
-        backend_metrics.iter().map(|m| m.dispatched).sum::<u64>()
+        backend_dispatched
     );
     if total.unsent > 0 {
         println!("unsent (stopped by --max-seconds): {}", total.unsent);

@@ -318,6 +318,13 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
             g.max_handles,
             g.budget_us.map(|b| b.to_string()).unwrap_or_else(|| "-".into()),
         );
+        if let Some(b) = &g.bound {
+            let _ = writeln!(
+                s,
+                "  bound connect={} max_waiters={} max_body={} max_nesting={}",
+                b.connect, b.max_waiters, b.max_body, b.max_nesting
+            );
+        }
         let _ = writeln!(s, "  memory {}", g.memory());
         for h in &g.handlers {
             let _ = match h {

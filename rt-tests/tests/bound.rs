@@ -2,7 +2,8 @@
 //!
 //! The back-end is an in-test thread on loopback speaking the frame format. Every check is
 //! deterministic: deadlines and `wait_until` bounds are liveness limits (seconds), never timing
-//! assertions. No SCHED_FIFO is used, so no RT lock is needed.
+//! assertions. The pool tests use no SCHED_FIFO; the tests of bound groups inside the runtime
+//! (the last section) do, under `util::rt_lock` and `util::rt_allowed`.
 
 mod util;
 
@@ -681,5 +682,549 @@ fn timeouts_do_not_confuse_later_replies() {
         (s.timeouts, s.late, s.replies),
         (u64::from(ROUNDS), u64::from(ROUNDS), u64::from(ROUNDS)),
         "{s:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bound groups inside the runtime (`GroupConfig::bound`, `[group.bound]`).
+
+/// A back-end on loopback for a runtime's bound group: accepts one connection (within
+/// `LIVENESS`), then answers every request frame with its body reversed until EOF and returns
+/// how many frames it read. With `held`, it answers nothing and sends each request's id there.
+fn loopback_backend(
+    held: Option<mpsc::Sender<u64>>,
+) -> (std::net::SocketAddr, std::thread::JoinHandle<u64>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    l.set_nonblocking(true).unwrap();
+    let h = std::thread::spawn(move || {
+        let end = Instant::now() + LIVENESS;
+        let s = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(_) if Instant::now() < end => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => panic!("no connection from the bound group: {e}"),
+            }
+        };
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(LIVENESS)).unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut w = s;
+        let mut n = 0;
+        while let Some((id, mut body)) = read_frame(&mut r) {
+            n += 1;
+            match &held {
+                Some(tx) => {
+                    let _ = tx.send(id);
+                }
+                None => {
+                    body.reverse();
+                    write_frame(&mut w, id, &body);
+                }
+            }
+        }
+        n
+    });
+    (addr, h)
+}
+
+/// A FIFO bound group `front` connected to `addr`.
+fn bound_group(addr: std::net::SocketAddr, priority: u8, threads: usize) -> lfrt::GroupConfig {
+    let mut g = lfrt::GroupConfig::new("front", lfrt::Policy::Fifo, priority);
+    g.threads = threads;
+    g.max_handles = 16;
+    g.buffer_bytes = 256;
+    g.bound = Some(lfrt::BoundGroup {
+        max_waiters: 16,
+        max_body: 64,
+        ..lfrt::BoundGroup::new(addr)
+    });
+    g
+}
+
+fn runtime_of(groups: Vec<lfrt::GroupConfig>) -> lfrt::Runtime {
+    lfrt::Runtime::new(lfrt::RuntimeConfig {
+        rt: lfrt::RtMode::Required,
+        lock_memory: false,
+        metrics: None,
+        groups,
+    })
+    .unwrap()
+}
+
+/// Relays each datagram to the back-end through the bound pool and answers with the reply
+/// (`error` if the call failed). Counts dispatches on the runtime's threads (`on_runtime`) and
+/// on threads neither the runtime's nor `also` (`strangers`), and allocations around calls
+/// after a warm-up.
+struct Relay {
+    sock: UdpSocket,
+    pool: BoundPool,
+    waiter: Waiter,
+    /// The bound group's index and its threads' tids, by thread index.
+    group: usize,
+    runtime_threads: Vec<i32>,
+    also: i32,
+    on_runtime: Arc<AtomicU64>,
+    strangers: Arc<AtomicU64>,
+    /// Dispatches on a runtime thread whose `Context` names another group or thread.
+    misplaced: Arc<AtomicU64>,
+    calls: u32,
+    allocs: Arc<AtomicU64>,
+}
+
+impl EventHandler for Relay {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+    fn handle(&mut self, _ev: &Event, ctx: &mut Context) -> Disposition {
+        let tid = lfrt::os::gettid();
+        if self.runtime_threads.contains(&tid) {
+            self.on_runtime.fetch_add(1, Relaxed);
+            if ctx.group() != self.group
+                || self.runtime_threads.get(ctx.thread_index()) != Some(&tid)
+            {
+                self.misplaced.fetch_add(1, Relaxed);
+            }
+        } else if tid != self.also {
+            self.strangers.fetch_add(1, Relaxed);
+        }
+        let buf = ctx.buffer();
+        while let Ok((n, from)) = self.sock.recv_from(buf) {
+            let before = lfrt::thread_allocations();
+            match self.pool.call(&mut self.waiter, &buf[..n], deadline()) {
+                Ok(reply) => {
+                    let _ = self.sock.send_to(&reply, from);
+                }
+                Err(_) => {
+                    let _ = self.sock.send_to(b"error", from);
+                }
+            }
+            self.calls += 1;
+            if self.calls > WARMUP / 10 {
+                self.allocs
+                    .fetch_add(lfrt::thread_allocations() - before, Relaxed);
+            }
+        }
+        Disposition::Rearm
+    }
+}
+
+/// Dispatch counts of the `Relay`s: on the runtime's threads, elsewhere, allocations.
+#[derive(Default)]
+struct RelayCounts {
+    on_runtime: Arc<AtomicU64>,
+    strangers: Arc<AtomicU64>,
+    misplaced: Arc<AtomicU64>,
+    allocs: Arc<AtomicU64>,
+}
+
+/// Registers one `Relay` per UDP socket on the group `front` of a started runtime (`also`: a
+/// thread besides the runtime's that may run them: a caller of the pool, whose `join` runs
+/// the group's handlers inline while it leads); returns the sockets' addresses.
+fn relays(
+    rt: &lfrt::Runtime,
+    n: usize,
+    also: i32,
+    counts: &RelayCounts,
+) -> Vec<std::net::SocketAddr> {
+    let pool = rt.lane("front").unwrap().bound_pool().unwrap();
+    let group = rt
+        .config()
+        .groups
+        .iter()
+        .position(|g| g.name == "front")
+        .unwrap();
+    let runtime_threads: Vec<i32> = rt
+        .thread_ids()
+        .into_iter()
+        .filter(|&(g, _, _)| g == group)
+        .map(|(_, _, t)| t)
+        .collect();
+    (0..n)
+        .map(|_| {
+            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            sock.set_nonblocking(true).unwrap();
+            let addr = sock.local_addr().unwrap();
+            rt.lane("front")
+                .unwrap()
+                .registry()
+                .register(Box::new(Relay {
+                    sock,
+                    waiter: pool.waiter().unwrap(),
+                    pool: pool.clone(),
+                    group,
+                    runtime_threads: runtime_threads.clone(),
+                    also,
+                    misplaced: counts.misplaced.clone(),
+                    on_runtime: counts.on_runtime.clone(),
+                    strangers: counts.strangers.clone(),
+                    calls: 0,
+                    allocs: counts.allocs.clone(),
+                }))
+                .unwrap();
+            addr
+        })
+        .collect()
+}
+
+/// The runtime spawns a bound group's threads like any group's: policy, per-thread priority
+/// and affinity as configured, read back from the kernel; they all join the pool (one leads,
+/// the other follows); shutdown from idle stops them and closes the connection.
+#[test]
+fn bound_group_threads_run_at_their_policy_priority_and_cpus() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed(
+        "bound_group_threads_run_at_their_policy_priority_and_cpus",
+        30,
+    ) {
+        return;
+    }
+    let last = *lfrt::os::available_cpus().last().unwrap();
+    let (addr, be) = loopback_backend(None);
+    let mut g = bound_group(addr, 30, 2);
+    g.thread_priorities = Some(vec![30, 25]);
+    g.cpus = Some(vec![last]);
+    let mut rt = runtime_of(vec![g]);
+    assert!(rt.start().unwrap().rt_applied);
+    let ids = rt.thread_ids();
+    assert_eq!(ids.len(), 2);
+    for (_, t, tid) in ids {
+        let want = lfrt::os::Sched::Fifo([30, 25][t]);
+        assert_eq!(lfrt::os::read_back(tid).unwrap(), want, "thread {t}");
+        assert_eq!(lfrt::os::affinity(tid).unwrap(), vec![last], "thread {t}");
+        let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
+        assert_eq!(name.trim(), format!("lf-front-{t}"));
+    }
+    assert!(
+        util::wait_until(5, || {
+            let m = &rt.metrics()[0];
+            m.leader_present && m.followers == 1
+        }),
+        "both threads serve the pool: {:?}",
+        rt.metrics()[0]
+    );
+    let m = rt.metrics();
+    assert_eq!(m[0].kernel_sched, ["fifo 30", "fifo 25"]);
+    assert_eq!(m[0].bound.map(|b| b.replies), Some(0));
+    let m = rt.shutdown_within(Duration::from_secs(5)).unwrap();
+    assert!(!m[0].leader_present && m[0].followers == 0, "{:?}", m[0]);
+    assert_eq!(be.join().unwrap(), 0, "the connection closed, nothing sent");
+}
+
+/// Requests from clients reach handlers of the bound group that run on the runtime's own
+/// threads, and each is forwarded and answered exactly once; an outside thread calls the same
+/// pool meanwhile. Counted on both ends: frames the back-end read, replies the pool delivered,
+/// each client's replies in order (a lost or duplicated reply would break the sequence). The
+/// bound group is the runtime's second, after an idle unbound one: its handlers' `Context`
+/// names it and their thread.
+#[test]
+fn requests_through_a_runtime_bound_group_arrive_exactly_once() {
+    const CLIENTS: usize = 4;
+    const PER_CLIENT: u32 = 300;
+    const OUTSIDE: u32 = 200;
+    let _l = util::rt_lock();
+    if !util::rt_allowed(
+        "requests_through_a_runtime_bound_group_arrive_exactly_once",
+        20,
+    ) {
+        return;
+    }
+    let (addr, be) = loopback_backend(None);
+    let mut idle = lfrt::GroupConfig::new("idle", lfrt::Policy::Fifo, 10);
+    idle.threads = 1;
+    let mut rt = runtime_of(vec![idle, bound_group(addr, 20, 3)]);
+    rt.start().unwrap();
+    let counts = RelayCounts::default();
+    // The outside caller (this thread) may run the relays inline while it leads the pool.
+    let addrs = relays(&rt, CLIENTS, lfrt::os::gettid(), &counts);
+    let clients: Vec<_> = addrs
+        .into_iter()
+        .map(|addr| {
+            std::thread::spawn(move || {
+                let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+                c.set_read_timeout(Some(LIVENESS)).unwrap();
+                let mut buf = [0u8; 16];
+                for i in 0..PER_CLIENT {
+                    c.send_to(&i.to_be_bytes(), addr).unwrap();
+                    let (n, _) = c.recv_from(&mut buf).expect("reply");
+                    assert_eq!(&buf[..n], &i.to_le_bytes(), "request {i}");
+                }
+            })
+        })
+        .collect();
+    let pool = rt.lane("front").unwrap().bound_pool().unwrap();
+    let mut w = pool.waiter().unwrap();
+    for i in 0..OUTSIDE {
+        let reply = pool.call(&mut w, &i.to_be_bytes(), deadline()).unwrap();
+        assert_eq!(&*reply, &i.to_le_bytes());
+    }
+    for c in clients {
+        c.join().unwrap();
+    }
+    drop(w);
+    let m = rt.shutdown_within(Duration::from_secs(5)).unwrap();
+    let total = CLIENTS as u64 * u64::from(PER_CLIENT) + u64::from(OUTSIDE);
+    assert_eq!(be.join().unwrap(), total, "frames the back-end read");
+    assert_eq!(m[0].bound, None, "the unbound group");
+    let m = &m[1];
+    let s = m.bound.unwrap();
+    assert_eq!((s.replies, s.late, s.unknown), (total, 0, 0), "{s:?}");
+    assert_eq!(
+        counts.strangers.load(Relaxed),
+        0,
+        "a handler ran on a thread neither the runtime's nor the caller's"
+    );
+    assert!(
+        counts.on_runtime.load(Relaxed) > 0,
+        "no handler ran on the runtime's threads"
+    );
+    assert_eq!(
+        counts.misplaced.load(Relaxed),
+        0,
+        "a Context named another group or thread"
+    );
+    assert!(m.dispatched > 0 && m.dispatched == s.dispatched, "{m:?}");
+    assert_eq!(m.kernel_sched, ["fifo 20"; 3]);
+    assert_eq!(
+        counts.allocs.load(Relaxed),
+        0,
+        "allocations on the bound call path after warm-up"
+    );
+}
+
+/// Shutdown while a runtime bound thread waits for a reply that never comes: the call fails
+/// with `Shutdown` at once (the handler answers `error`), the threads return well within the
+/// deadline, and the back-end sees the connection close.
+#[test]
+fn bound_group_shuts_down_mid_request() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed("bound_group_shuts_down_mid_request", 20) {
+        return;
+    }
+    let (held_tx, held) = mpsc::channel();
+    let (addr, be) = loopback_backend(Some(held_tx));
+    let mut rt = runtime_of(vec![bound_group(addr, 20, 2)]);
+    rt.start().unwrap();
+    let counts = RelayCounts::default();
+    let to = relays(&rt, 1, 0, &counts)[0];
+    let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+    c.set_read_timeout(Some(LIVENESS)).unwrap();
+    c.send_to(b"never answered", to).unwrap();
+    held.recv_timeout(LIVENESS)
+        .expect("the request reached the back-end");
+    // A runtime thread now waits in `join` (deadline LIVENESS): shutdown must not wait for it.
+    let m = rt.shutdown_within(Duration::from_secs(5)).unwrap();
+    let mut buf = [0u8; 16];
+    let (n, _) = c.recv_from(&mut buf).expect("the handler answered");
+    assert_eq!(&buf[..n], b"error");
+    assert_eq!(be.join().unwrap(), 1);
+    let s = m[0].bound.unwrap();
+    assert_eq!((s.replies, s.timeouts), (0, 0), "{s:?}");
+    assert_eq!(counts.strangers.load(Relaxed), 0);
+    assert_eq!(
+        counts.on_runtime.load(Relaxed),
+        1,
+        "one dispatch, on a runtime thread"
+    );
+}
+
+/// A bound group whose back-end does not listen fails `Runtime::new`, naming the group and
+/// the address; nothing is started.
+#[test]
+fn bound_group_without_a_back_end_is_an_error_naming_it() {
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap(); // closed again: nothing listens there
+    let err = lfrt::Runtime::new(lfrt::RuntimeConfig {
+        groups: vec![bound_group(addr, 20, 1)],
+        ..lfrt::RuntimeConfig::default()
+    })
+    .unwrap_err();
+    assert!(matches!(err, lfrt::Error::Connect { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("group `front`") && text.contains(&addr.to_string()),
+        "{text}"
+    );
+}
+
+fn toml_file(name: &str, body: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("lfrt-bound-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+const BOUND_TOML: &str = "[[group]]\nname = \"front\"\npriority = 20\nthreads = 2\n\
+    [group.bound]\nconnect = \"127.0.0.1:7100\"\nmax_waiters = 8\nmax_body = 512\n";
+
+/// `[group.bound]` is read into `GroupConfig::bound` (defaults for what is left out, in the
+/// table or inline), and every bad field is refused naming file, line and field: wrong values
+/// of its own keys, unknown and missing keys, group settings a bound pool cannot honour.
+#[test]
+fn toml_bound_group_is_parsed_and_bad_fields_are_named() {
+    let cfg = lfrt::parse_config(BOUND_TOML).unwrap();
+    assert_eq!(
+        cfg.groups[0].bound,
+        Some(lfrt::BoundGroup {
+            max_waiters: 8,
+            max_body: 512,
+            ..lfrt::BoundGroup::new("127.0.0.1:7100".parse().unwrap())
+        })
+    );
+    let inline =
+        "[[group]]\nname = \"front\"\npriority = 20\nbound = { connect = \"127.0.0.1:7100\" }\n";
+    assert_eq!(
+        lfrt::parse_config(inline).unwrap().groups[0].bound,
+        Some(lfrt::BoundGroup::new("127.0.0.1:7100".parse().unwrap()))
+    );
+    assert_eq!(
+        lfrt::parse_config("[[group]]\nname = \"g\"\npriority = 20\n")
+            .unwrap()
+            .groups[0]
+            .bound,
+        None
+    );
+
+    let head = "[[group]]\nname = \"front\"\npriority = 20\nthreads = 2\n";
+    let cases: &[(&str, &str, usize, &str, &str)] = &[
+        // (file name, body after the group's keys, line, field, part of the message)
+        (
+            "addr.toml",
+            "[group.bound]\nconnect = \"localhost\"\n",
+            6,
+            "group[0].bound.connect",
+            "not an address",
+        ),
+        (
+            "wild.toml",
+            "[group.bound]\nconnect = \"0.0.0.0:7100\"\n",
+            6,
+            "group[0].bound.connect",
+            "no wildcard",
+        ),
+        (
+            "port0.toml",
+            "[group.bound]\nconnect = \"127.0.0.1:0\"\n",
+            6,
+            "group[0].bound.connect",
+            "no port 0",
+        ),
+        (
+            "missing.toml",
+            "[group.bound]\nmax_waiters = 8\n",
+            5,
+            "group[0].bound.connect",
+            "missing field",
+        ),
+        (
+            "unknown.toml",
+            "[group.bound]\nconnect = \"127.0.0.1:7100\"\ncolour = 1\n",
+            7,
+            "group[0].bound.colour",
+            "unknown field",
+        ),
+        (
+            "waiters.toml",
+            "[group.bound]\nconnect = \"127.0.0.1:7100\"\nmax_waiters = 1\n",
+            7,
+            "group[0].bound.max_waiters",
+            "for 2 threads",
+        ),
+        (
+            "body.toml",
+            "[group.bound]\nconnect = \"127.0.0.1:7100\"\nmax_body = 0\n",
+            7,
+            "group[0].bound.max_body",
+            "not in 1..=",
+        ),
+        (
+            "nesting.toml",
+            "bound = { connect = \"127.0.0.1:7100\", max_nesting = 0 }\n",
+            5,
+            "group[0].bound.max_nesting",
+            "at least 1",
+        ),
+        (
+            "type.toml",
+            "bound = { connect = \"127.0.0.1:7100\", max_body = \"big\" }\n",
+            5,
+            "group[0].bound.max_body",
+            "invalid type",
+        ),
+        (
+            "concurrent.toml",
+            "promotion = \"concurrent\"\n[group.bound]\nconnect = \"127.0.0.1:7100\"\n",
+            5,
+            "group[0].promotion",
+            "concurrent",
+        ),
+        (
+            "budget.toml",
+            "budget_us = 100\n[group.bound]\nconnect = \"127.0.0.1:7100\"\n",
+            5,
+            "group[0].budget_us",
+            "watchdog",
+        ),
+    ];
+    for &(name, body, line, field, what) in cases {
+        let p = toml_file(name, &format!("{head}{body}"));
+        match lfrt::load_config(&p) {
+            Err(lfrt::Error::Config {
+                file: Some(f),
+                line: Some(l),
+                field: fd,
+                message,
+            }) => {
+                assert_eq!(
+                    (f, l, fd.as_str()),
+                    (p.clone(), line, field),
+                    "{name}: {message}"
+                );
+                assert!(message.contains(what), "{name}: {message}");
+            }
+            other => panic!("{name}: expected a config error, got {other:?}"),
+        }
+    }
+}
+
+/// `lfrt check` refuses an invalid bound group as `run` would (exit 2, file:line:field) and
+/// accepts the shipped one, printing its bound settings in the plan without connecting.
+#[test]
+fn lfrt_check_validates_bound_groups() {
+    let lfrt = || {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_lfrt"));
+        c.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        c
+    };
+    let bad = toml_file(
+        "check.toml",
+        "[[group]]\nname = \"front\"\npriority = 20\nthreads = 4\n[group.bound]\nconnect = \"127.0.0.1:7100\"\nmax_waiters = 2\n",
+    );
+    for cmd in ["check", "run"] {
+        let out = lfrt().arg(cmd).arg(&bad).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains(&format!("{}:7:", bad.display()))
+                && err.contains("group[0].bound.max_waiters"),
+            "{cmd}: {err}"
+        );
+    }
+    let out = lfrt()
+        .args(["check", "configs/oltp-front.toml"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("bound connect=127.0.0.1:7100 max_waiters=64"),
+        "{text}"
     );
 }

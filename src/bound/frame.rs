@@ -73,8 +73,13 @@ pub(crate) struct Reader {
 }
 
 impl Reader {
+    /// The receive buffer's size for `max_body`.
+    pub(crate) fn allocated_bytes(max_body: usize) -> usize {
+        (HEADER_LEN + max_body).max(READ_CHUNK)
+    }
+
     pub(crate) fn new(max_body: usize) -> Reader {
-        let cap = (HEADER_LEN + max_body).max(READ_CHUNK);
+        let cap = Self::allocated_bytes(max_body);
         let mut buf = vec![0u8; cap].into_boxed_slice();
         crate::sys::mem::prefault(&mut buf);
         Reader {

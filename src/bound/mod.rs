@@ -49,6 +49,15 @@
 //! Deadlock is then possible only if every thread is nested `max_nesting` deep and the replies
 //! they wait for depend on the deferred events.
 //!
+//! # In the runtime: bound groups
+//! A pool is usually a group of the [`Runtime`](crate::Runtime) ([`GroupConfig::bound`],
+//! TOML `[group.bound]`): the runtime connects it, spawns its threads with the group's
+//! policy, priority, CPUs and pre-faulted stack (the same set-up as every group's), leases
+//! each thread's waiter when the group is built, and the threads `serve` until shutdown. Work
+//! reaches them through the group's registry (the pool's handle set); callers get the pool
+//! from [`Runtime::bound_pool`](crate::Runtime::bound_pool). A pool built with
+//! [`BoundPool::new`] is served by threads of the caller's own, as below.
+//!
 //! # Invariants
 //! The state machine is `bound/table.rs`, built on the runtime's one Leader/Followers protocol
 //! (`leader.rs`: leader slot, follower queue, promotion and parkers, shared with the unbound
@@ -126,9 +135,10 @@ mod table;
 pub use crate::follower_queue::Promotion;
 pub use frame::{decode_header, encode_header, HEADER_LEN};
 
+use crate::config::{BoundGroup, GroupConfig};
 use crate::error::Error;
 use crate::handle_set::{Token, Wait};
-use crate::handler::{self, Context, Event, Handles, Registry};
+use crate::handler::{self, Context, Dispatched, Event, Handles, Registry};
 use crate::pi_mutex::{PiMutex, PiMutexGuard};
 use crate::sys::{self, epoll, errno, net};
 use frame::{Next, Reader};
@@ -139,6 +149,7 @@ use std::marker::PhantomData;
 use std::net::{Shutdown, TcpStream};
 use std::ops::Deref;
 use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 use table::{Ready, Step, Table, Target, Turn};
@@ -161,6 +172,19 @@ thread_local! {
 
 fn nesting() -> u32 {
     NESTING.with(Cell::get)
+}
+
+thread_local! {
+    /// `(group index, thread index, priority)` of a runtime bound group's thread; `None` on
+    /// other threads. `const`, no destructor.
+    static RUNTIME_THREAD: Cell<Option<(u16, u16, u8)>> = const { Cell::new(None) };
+}
+
+/// Marks the calling thread as thread `thread` (at `priority`) of the runtime's bound group
+/// `group`: every handler it runs, also inline inside a handler's `join` (where the handler's
+/// own waiter's [`Context`] is used), is told that group, thread and priority.
+pub(crate) fn set_runtime_thread(group: u16, thread: u16, priority: u8) {
+    RUNTIME_THREAD.with(|c| c.set(Some((group, thread, priority))));
 }
 
 /// Sizes and policies of a [`BoundPool`].
@@ -200,22 +224,53 @@ impl Default for BoundConfig {
 
 impl BoundConfig {
     fn validate(&self) -> Result<(), Error> {
+        match self.invalid() {
+            Some((field, message)) => Err(Error::config(format!("bound.{field}"), message)),
+            None => Ok(()),
+        }
+    }
+
+    /// The first out-of-range setting: `(field, why)`. The one range check of both
+    /// [`BoundPool::new`] and the configuration of a bound group.
+    pub(crate) fn invalid(&self) -> Option<(&'static str, String)> {
         if self.max_waiters == 0 || self.max_waiters > MAX_WAITERS {
-            return Err(Error::config(
-                "bound.max_waiters",
+            return Some((
+                "max_waiters",
                 format!("{} is not in 1..={MAX_WAITERS}", self.max_waiters),
             ));
         }
         if self.max_body == 0 || self.max_body > MAX_BODY {
-            return Err(Error::config(
-                "bound.max_body",
+            return Some((
+                "max_body",
                 format!("{} is not in 1..={MAX_BODY}", self.max_body),
             ));
         }
         if self.max_nesting == 0 {
-            return Err(Error::config("bound.max_nesting", "must be at least 1"));
+            return Some(("max_nesting", "must be at least 1".into()));
         }
-        Ok(())
+        None
+    }
+
+    /// The pool of bound group `g` ([`GroupConfig::bound`] `= Some(b)`): the sizes of `b`,
+    /// the group's promotion, handle table and buffer size.
+    pub(crate) fn of_group(g: &GroupConfig, b: &BoundGroup) -> BoundConfig {
+        BoundConfig {
+            max_waiters: b.max_waiters,
+            max_body: b.max_body,
+            promotion: g.promotion,
+            max_handles: g.max_handles,
+            buffer_bytes: g.buffer_bytes,
+            max_nesting: b.max_nesting,
+        }
+    }
+
+    /// Bytes [`BoundPool::new`] allocates: a reply buffer per waiter slot and the receive
+    /// buffer (the handle table is counted with the group's, waiters' handler buffers with
+    /// their threads).
+    pub(crate) fn allocated_bytes(&self) -> u64 {
+        (self.max_waiters as u64)
+            .saturating_mul(self.max_body as u64)
+            .saturating_add(Reader::allocated_bytes(self.max_body) as u64)
     }
 }
 
@@ -303,7 +358,7 @@ impl fmt::Display for BoundError {
 impl std::error::Error for BoundError {}
 
 /// Counters of a bound pool (they only grow).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct BoundStats {
     /// Replies delivered to their waiters.
     pub replies: u64,
@@ -326,6 +381,11 @@ pub struct BoundStats {
     pub inline: u64,
     /// Unbound events a leader deferred because its thread was nested too deeply.
     pub deferred: u64,
+    /// Unbound events dispatched to their handlers (by threads in `serve` or inline in
+    /// `join`; stale events not included).
+    pub dispatched: u64,
+    /// Of those, dispatches whose handler panicked (caught; the thread goes on).
+    pub panics: u64,
 }
 
 struct Inner {
@@ -339,6 +399,9 @@ struct Inner {
     /// Serialises writers so frames never interleave.
     send_lock: PiMutex<()>,
     handles: Arc<Handles>,
+    /// [`BoundStats::dispatched`] and [`BoundStats::panics`], counted outside the lock.
+    dispatched: AtomicU64,
+    panics: AtomicU64,
 }
 
 /// A group of threads sharing one multiplexed connection (and, optionally, a set of unbound
@@ -489,6 +552,8 @@ impl BoundPool {
             bufs,
             send_lock: PiMutex::new(()),
             handles: Arc::new(handles),
+            dispatched: AtomicU64::new(0),
+            panics: AtomicU64::new(0),
             conn,
             cfg,
         };
@@ -694,7 +759,16 @@ impl BoundPool {
 
     /// Counters so far.
     pub fn stats(&self) -> BoundStats {
-        self.inner.table.stats()
+        BoundStats {
+            dispatched: self.inner.dispatched.load(Relaxed),
+            panics: self.inner.panics.load(Relaxed),
+            ..self.inner.table.stats()
+        }
+    }
+
+    /// The handle set of the unbound handles, which a bound group of the runtime shares.
+    pub(crate) fn handles(&self) -> &Arc<Handles> {
+        &self.inner.handles
     }
 
     /// The connection's failure, if it failed (or the pool was shut down).
@@ -849,6 +923,9 @@ impl BoundPool {
     /// Runs the handler of an unbound event on this thread (the thread is not the leader).
     fn dispatch(&self, ev: Ready, ctx: &mut Context) {
         ctx.tid = sys::gettid();
+        if let Some((group, thread, priority)) = RUNTIME_THREAD.with(Cell::get) {
+            (ctx.group, ctx.thread, ctx.priority) = (group, thread, priority);
+        }
         ctx.origin_ns = 0;
         ctx.missed_periods = 0;
         let event = Event {
@@ -857,8 +934,18 @@ impl BoundPool {
             woke_ns: ev.woke_ns,
         };
         NESTING.with(|n| n.set(n.get() + 1));
-        let _ = handler::dispatch(&self.inner.handles, &event, ctx);
+        let outcome = handler::dispatch(&self.inner.handles, &event, ctx);
         NESTING.with(|n| n.set(n.get() - 1));
+        match outcome {
+            Dispatched::Stale => {}
+            Dispatched::Panicked => {
+                self.inner.dispatched.fetch_add(1, Relaxed);
+                self.inner.panics.fetch_add(1, Relaxed);
+            }
+            Dispatched::Handled | Dispatched::Closed => {
+                self.inner.dispatched.fetch_add(1, Relaxed);
+            }
+        }
     }
 }
 

@@ -413,6 +413,10 @@ impl Places {
                     self.tables.push((Section::Runtime, value.span()));
                     self.walk(t, Section::Runtime);
                 }
+                (Section::Group(g), "bound", DeValue::Table(t)) => {
+                    self.tables.push((Section::Bound(g), value.span()));
+                    self.walk(t, Section::Bound(g));
+                }
                 (Section::Root, "group" | "band", DeValue::Array(items))
                 | (Section::Group(_), "handler", DeValue::Array(items))
                     if !items.is_empty() && items.iter().all(|v| v.get_ref().is_table()) =>
@@ -488,7 +492,13 @@ impl Places {
             };
             return (Some(span), section.path(key), message.to_string());
         }
-        if let Some((section, header)) = self.tables.iter().find(|(_, t)| covers(t, span.start)) {
+        // The innermost table: an inline `bound = { … }` lies inside its group's table.
+        if let Some((section, header)) = self
+            .tables
+            .iter()
+            .filter(|(_, t)| covers(t, span.start))
+            .min_by_key(|(_, t)| t.len())
+        {
             let field = named.unwrap_or("");
             let span = self.find(*section, field).unwrap_or(header.clone());
             return (Some(span), section.path(field), message.to_string());

@@ -153,6 +153,16 @@ mod named {
         })
     }
 
+    /// `[group.bound] connect`, an address written as text like a handler's `bind`.
+    pub(super) fn connect<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(|_| {
+            D::Error::custom(format_args!(
+                "`{text}` is not an address like \"127.0.0.1:7100\""
+            ))
+        })
+    }
+
     /// `[runtime] metrics`, an address written as text like a handler's `bind`.
     pub(super) fn metrics<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
         let text = String::deserialize(d)?;
@@ -235,6 +245,78 @@ pub struct GroupConfig {
     /// Built-in handlers registered at start (`[[group.handler]]`).
     #[serde(default, rename = "handler")]
     pub handlers: Vec<HandlerConfig>,
+    /// The group's kind: `None` for a Leader/Followers group over its handle set; `Some` for a
+    /// **bound** group (`[group.bound]`), whose threads serve a [`BoundPool`](crate::bound::BoundPool)
+    /// over one connection to a back-end. See [`BoundGroup`].
+    #[serde(default)]
+    pub bound: Option<BoundGroup>,
+}
+
+/// A bound group (`[group.bound]`, [`GroupConfig::bound`]): the runtime connects to `connect`
+/// in [`Runtime::new`](crate::Runtime::new) and runs a
+/// [`BoundPool`](crate::bound::BoundPool) over that one connection. Its `threads` are spawned
+/// and set up like any group's (policy, priority, CPUs, pre-faulted stack) and `serve` the
+/// pool: they lead (reading replies and handing each to its waiter) or follow, and run the
+/// handlers registered on the group's registry (the pool's unbound handles). Calls to the
+/// back-end are made with waiters of [`Runtime::bound_pool`](crate::Runtime::bound_pool), by
+/// those handlers or by any other thread.
+///
+/// The pool takes the group's `promotion` (not `"concurrent"`), `max_handles` and
+/// `buffer_bytes`; the other sizes are here. A connection that fails (the back-end closes it,
+/// a malformed frame) is not re-established: calls fail with its error while the threads go on
+/// serving the group's handlers, until the runtime is shut down. The overrun watchdog does not
+/// watch a bound group (`budget_us` is refused), and the post-warm-up allocation and fault
+/// counts are not measured on its threads.
+///
+/// ```toml
+/// [[group]]
+/// name = "front"
+/// policy = "fifo"
+/// priority = 20
+/// threads = 4
+/// [group.bound]
+/// connect = "127.0.0.1:7100"
+/// max_waiters = 64
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundGroup {
+    /// The back-end's address (`"127.0.0.1:7100"`): an explicit address and port.
+    #[serde(deserialize_with = "named::connect")]
+    pub connect: SocketAddr,
+    /// Waiter slots: at least one per thread of the group (the runtime leases those), plus one
+    /// per handler or outside thread that calls the back-end. 1..=[`MAX_WAITERS`](crate::bound::MAX_WAITERS).
+    #[serde(default = "BoundGroup::default_max_waiters")]
+    pub max_waiters: usize,
+    /// Largest reply body (bytes); each waiter slot preallocates one.
+    /// 1..=[`MAX_BODY`](crate::bound::MAX_BODY).
+    #[serde(default = "BoundGroup::default_max_body")]
+    pub max_body: usize,
+    /// How deeply unbound handlers may nest on one thread (at least 1).
+    #[serde(default = "BoundGroup::default_max_nesting")]
+    pub max_nesting: u32,
+}
+
+impl BoundGroup {
+    /// A bound group's settings for the back-end at `connect`, with the defaults of
+    /// [`BoundConfig`](crate::bound::BoundConfig): 64 waiters, 4 KiB replies, nesting 2.
+    pub fn new(connect: SocketAddr) -> BoundGroup {
+        BoundGroup {
+            connect,
+            max_waiters: Self::default_max_waiters(),
+            max_body: Self::default_max_body(),
+            max_nesting: Self::default_max_nesting(),
+        }
+    }
+    fn default_max_waiters() -> usize {
+        crate::bound::BoundConfig::default().max_waiters
+    }
+    fn default_max_body() -> usize {
+        crate::bound::BoundConfig::default().max_body
+    }
+    fn default_max_nesting() -> u32 {
+        crate::bound::BoundConfig::default().max_nesting
+    }
 }
 
 /// Default number of pool threads per group.
@@ -277,6 +359,7 @@ impl GroupConfig {
             budget_us: None,
             on_overrun: OnOverrun::Report,
             handlers: Vec::new(),
+            bound: None,
         }
     }
 
@@ -315,6 +398,9 @@ impl GroupConfig {
             buffers: Context::allocated_bytes(self.buffer_bytes),
             telemetry: (telemetry::RING_CAPACITY * std::mem::size_of::<telemetry::Sample>()) as u64,
             handle_table: Handles::table_bytes(self.max_handles),
+            bound: self.bound.as_ref().map_or(0, |b| {
+                crate::bound::BoundConfig::of_group(self, b).allocated_bytes()
+            }),
         }
     }
 
@@ -372,6 +458,9 @@ pub struct GroupMemory {
     pub telemetry: u64,
     /// The group's handle table (`max_handles` slots), once per group.
     pub handle_table: u64,
+    /// A bound group's pool, once per group: a reply buffer of `max_body` per waiter slot and
+    /// the receive buffer; 0 for other groups.
+    pub bound: u64,
 }
 
 impl GroupMemory {
@@ -387,6 +476,7 @@ impl GroupMemory {
         self.threads
             .saturating_mul(self.per_thread())
             .saturating_add(self.handle_table)
+            .saturating_add(self.bound)
     }
 
     /// The setting behind the largest share: the one to lower when the total is too large.
@@ -423,11 +513,12 @@ impl fmt::Display for Bytes {
 
 impl fmt::Display for GroupMemory {
     /// `2.1 MiB = 2 threads × 1.1 MiB (stack 256.0 KiB, buffers 72.9 KiB, telemetry ring
-    /// 768.0 KiB) + handle table 1.1 KiB`, then the exact byte count.
+    /// 768.0 KiB) + handle table 1.1 KiB` (`+ bound pool buffers …` for a bound group), then
+    /// the exact byte count.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} = {} threads × {} (stack {}, buffers {}, telemetry ring {}) + handle table {} ({} bytes)",
+            "{} = {} threads × {} (stack {}, buffers {}, telemetry ring {}) + handle table {}",
             Bytes(self.total()),
             self.threads,
             Bytes(self.per_thread()),
@@ -435,8 +526,12 @@ impl fmt::Display for GroupMemory {
             Bytes(self.buffers),
             Bytes(self.telemetry),
             Bytes(self.handle_table),
-            self.total()
-        )
+        )?;
+        if self.bound > 0 {
+            write!(f, " + bound pool buffers {}", Bytes(self.bound))?;
+        }
+        write!(f, " ({} bytes)", self.total())?;
+        Ok(())
     }
 }
 
@@ -521,6 +616,8 @@ pub enum Section {
     Runtime,
     /// The `[[group]]` table with this index (0-based, in file order).
     Group(usize),
+    /// The `[group.bound]` table of the group with this index.
+    Bound(usize),
     /// A `[[group.handler]]` table.
     Handler {
         /// Index of its group.
@@ -540,6 +637,7 @@ impl Section {
             Section::Root => return field.to_string(),
             Section::Runtime => "runtime".to_string(),
             Section::Group(g) => format!("group[{g}]"),
+            Section::Bound(g) => format!("group[{g}].bound"),
             Section::Handler { group, handler } => format!("group[{group}].handler[{handler}]"),
             Section::Band(b) => format!("band[{b}]"),
         };
@@ -657,6 +755,7 @@ impl RuntimeConfig {
     fn validate_on(&self, machine: &Machine) -> Result<(), Invalid> {
         self.check_settings(&machine.cpus)?;
         self.check_bands()?;
+        self.check_bound()?;
         self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
         self.check_memory(machine)?;
         self.check_binds()
@@ -748,6 +847,74 @@ impl RuntimeConfig {
                          sched_rt_period_us × {} CPUs)", cpus.len()),
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Bound groups (`[group.bound]`): an address a connection can be made to, the pool's
+    /// sizes ([`BoundConfig`](crate::bound::BoundConfig)'s own range check), a waiter slot for
+    /// every thread, and none of the group settings a bound pool does not have: the concurrent
+    /// promotion (the pool always has a leader) and the overrun watchdog (which watches the
+    /// dispatches of Leader/Followers groups only).
+    ///
+    /// Nothing is connected: `lfrt check` does not open a connection to a back-end, so a
+    /// back-end that is down is found by [`Runtime::new`](crate::Runtime::new)
+    /// ([`Error::Connect`]).
+    fn check_bound(&self) -> Result<(), Invalid> {
+        for (gi, g) in self.groups.iter().enumerate() {
+            let Some(b) = &g.bound else { continue };
+            let bad = |section, field, message| {
+                Err(Invalid {
+                    section,
+                    field,
+                    message,
+                })
+            };
+            let here = Section::Bound(gi);
+            if b.connect.port() == 0 || b.connect.ip().is_unspecified() {
+                return bad(
+                    here,
+                    "connect",
+                    format!(
+                        "{}: give the back-end's explicit address and port, like \
+                         \"127.0.0.1:7100\" (no port 0, no wildcard address)",
+                        b.connect
+                    ),
+                );
+            }
+            if let Some((field, message)) = crate::bound::BoundConfig::of_group(g, b).invalid() {
+                return bad(here, field, message);
+            }
+            if b.max_waiters < g.threads {
+                return bad(
+                    here,
+                    "max_waiters",
+                    format!(
+                        "{} for {} threads: each thread of the group leases a waiter slot; give \
+                         at least one per thread, plus one per caller of the back-end",
+                        b.max_waiters, g.threads
+                    ),
+                );
+            }
+            if g.promotion == Promotion::Concurrent {
+                return bad(
+                    Section::Group(gi),
+                    "promotion",
+                    "\"concurrent\" does not apply to a bound group: its threads share one \
+                     connection, which only the leader reads; use \"fifo\", \"lifo\" or \
+                     \"priority\""
+                        .into(),
+                );
+            }
+            if g.budget_us.is_some() {
+                return bad(
+                    Section::Group(gi),
+                    "budget_us",
+                    "the overrun watchdog does not watch a bound group's handlers; leave \
+                     `budget_us` out"
+                        .into(),
+                );
             }
         }
         Ok(())
