@@ -81,6 +81,7 @@ mod sys;
 mod alloc_count;
 pub mod band;
 pub mod bound;
+mod borrow;
 mod config;
 mod error;
 mod follower_queue;

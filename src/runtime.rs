@@ -161,6 +161,7 @@ impl Runtime {
             }
             groups.push(Arc::new(g));
         }
+        crate::borrow::wire(&groups)?;
         Ok(Runtime {
             cfg,
             telemetry: Arc::new(Telemetry::new(groups.len())),
@@ -562,6 +563,9 @@ fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
                 budget_overruns: c.budget_overruns.load(Relaxed),
                 restore_failures: c.restore_failures.load(Relaxed),
                 demotions: c.demotions.load(Relaxed),
+                borrowed_dispatches: c.borrowed.load(Relaxed),
+                lent_dispatches: c.lent.load(Relaxed),
+                borrow_refused: c.borrow_refused.load(Relaxed),
                 pool_allocations: if counting {
                     sum_measured(g.threads.iter().map(ThreadSlot::allocations))
                 } else {
