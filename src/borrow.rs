@@ -72,7 +72,7 @@
 //! the kernel per thread (`sched_setattr` can fail with `EBUSY`), so it cannot be taken on and
 //! handed back per event, and a deadline lane's bandwidth is what bounds its service anyway.
 
-use crate::sync::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
 
 /// Low 32 bits of a link's epoll data word, above every slot index (`max_handles` ≤ 2²⁰) and
 /// apart from the shutdown word (`u64::MAX`); the borrower's group index is added to it.
@@ -162,6 +162,9 @@ mod lanes {
     use std::sync::atomic::AtomicBool;
     use std::sync::{Arc, OnceLock};
 
+    /// Per lender: its group index and its handle set.
+    type Links = Box<[(u16, Arc<Handles>)]>;
+
     /// A borrowing lane's state (in its [`Group`]).
     #[derive(Debug)]
     pub(crate) struct Borrow {
@@ -169,7 +172,7 @@ mod lanes {
         /// What a lent thread raises itself to: the lane's policy at the lane's priority.
         pub(crate) sched: Sched,
         /// The lenders' handle sets, in `borrow_from` order (set once by [`wire`]).
-        links: OnceLock<Box<[(u16, Arc<Handles>)]>>,
+        links: OnceLock<Links>,
         /// Set by `Group::stop`: no lender takes this lane's events any more.
         pub(crate) stopped: AtomicBool,
     }
@@ -259,7 +262,11 @@ mod tests {
         assert_eq!(borrower_of(link_data(7)), Some(7));
         assert_eq!(borrower_of(u64::MAX), None, "the shutdown word");
         assert_eq!(borrower_of((1 << 20) - 1), None, "the highest slot index");
-        assert_eq!(borrower_of(3 << 32 | 5), None, "a slot token of generation 3");
+        assert_eq!(
+            borrower_of(3 << 32 | 5),
+            None,
+            "a slot token of generation 3"
+        );
     }
 
     /// The kernel is called only when a flag turns on; a fired link is armed again; the count

@@ -80,8 +80,8 @@ mod sys;
 
 mod alloc_count;
 pub mod band;
-pub mod bound;
 mod borrow;
+pub mod bound;
 mod config;
 mod error;
 mod follower_queue;

@@ -155,7 +155,10 @@ fn rig(low_threads: usize, max_borrowed: Option<usize>, probes: usize, events: u
     let reg = rt.registry("high").unwrap();
     let (block_tx, rx) = UnixDatagram::pair().unwrap();
     rx.set_nonblocking(true).unwrap();
-    let (inside, release) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (inside, release) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
     reg.register(Box::new(Blocker {
         rx,
         inside: inside.clone(),
@@ -211,14 +214,18 @@ impl Rig {
     fn send(&self, range: std::ops::Range<usize>) {
         for s in range {
             let tx = &self.probes[s % self.probes.len()];
-            tx.send(&(s as u32).to_ne_bytes()).expect("send (a probe stalled)");
+            tx.send(&(s as u32).to_ne_bytes())
+                .expect("send (a probe stalled)");
         }
     }
 
     /// What the handlers recorded and the final metrics: no overlap, the borrowing lane named
     /// in every lent context, no caught panic, every lent dispatch counted on both sides.
     fn check(&self, m: &[GroupMetrics]) {
-        assert!(!self.seen.overlap.load(SeqCst), "a handle ran on two threads");
+        assert!(
+            !self.seen.overlap.load(SeqCst),
+            "a handle ran on two threads"
+        );
         assert!(!self.seen.wrong_context.load(SeqCst));
         assert_eq!(*self.seen.wrong_sched.lock().unwrap(), None);
         assert_eq!((m[0].handler_panics, m[1].handler_panics), (0, 0));
@@ -236,7 +243,11 @@ impl Rig {
         assert!(util::wait_until(10, || self.rt.metrics()[1].processing == 0));
         for (g, _, tid) in self.rt.thread_ids() {
             if g == 1 {
-                assert_eq!(lfrt::os::read_back(tid).unwrap(), Sched::Fifo(LOW), "tid {tid}");
+                assert_eq!(
+                    lfrt::os::read_back(tid).unwrap(),
+                    Sched::Fifo(LOW),
+                    "tid {tid}"
+                );
             }
         }
     }
@@ -249,7 +260,10 @@ impl Rig {
 #[test]
 fn a_busy_lane_borrows_a_lower_thread_at_its_own_priority() {
     let _l = util::rt_lock();
-    if !util::rt_allowed("a_busy_lane_borrows_a_lower_thread_at_its_own_priority", HIGH) {
+    if !util::rt_allowed(
+        "a_busy_lane_borrows_a_lower_thread_at_its_own_priority",
+        HIGH,
+    ) {
         return;
     }
     const N: usize = 200;
@@ -263,15 +277,17 @@ fn a_busy_lane_borrows_a_lower_thread_at_its_own_priority() {
     );
     assert_eq!(r.seen.own.load(SeqCst), 0, "the held thread dispatched");
     assert_eq!(*r.seen.wrong_sched.lock().unwrap(), None);
-    let low_tids: Vec<i32> = r
-        .rt
-        .thread_ids()
-        .iter()
-        .filter(|t| t.0 == 1)
-        .map(|t| t.2)
-        .collect();
+    let low_tids: Vec<i32> =
+        r.rt.thread_ids()
+            .iter()
+            .filter(|t| t.0 == 1)
+            .map(|t| t.2)
+            .collect();
     for t in r.seen.lent_tids.lock().unwrap().iter() {
-        assert!(low_tids.contains(t), "lent tid {t} is not a low-lane thread");
+        assert!(
+            low_tids.contains(t),
+            "lent tid {t} is not a low-lane thread"
+        );
     }
     r.low_threads_back_at_own_priority();
     r.unblock();
@@ -290,8 +306,10 @@ fn a_busy_lane_borrows_a_lower_thread_at_its_own_priority() {
 #[test]
 fn max_borrowed_holds_and_every_event_is_dispatched_once_under_a_burst() {
     let _l = util::rt_lock();
-    if !util::rt_allowed("max_borrowed_holds_and_every_event_is_dispatched_once_under_a_burst", HIGH)
-    {
+    if !util::rt_allowed(
+        "max_borrowed_holds_and_every_event_is_dispatched_once_under_a_burst",
+        HIGH,
+    ) {
         return;
     }
     const N: usize = 20_000;

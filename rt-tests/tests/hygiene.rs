@@ -604,7 +604,10 @@ fn zero_allocations_borrowed() {
             Disposition::Rearm
         }
     }
-    let (inside, release) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (inside, release) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
     let hold = Notifier::new().unwrap();
     let hold_w = hold.as_fd().try_clone_to_owned().unwrap();
     reg.register(Box::new(Hold(hold, inside.clone(), release.clone())))

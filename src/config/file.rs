@@ -538,7 +538,10 @@ threads = 1
                 "without `borrow_from`",
             ),
             (
-                GOOD.replace("threads = 1\n", "threads = 1\nborrow_from = [\"control\"]\n"),
+                GOOD.replace(
+                    "threads = 1\n",
+                    "threads = 1\nborrow_from = [\"control\"]\n",
+                ),
                 (20, "group[1].borrow_from"),
                 "not below",
             ),

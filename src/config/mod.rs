@@ -1259,7 +1259,11 @@ mod tests {
             (e.path(), e.message)
         };
         for (c, path, says) in [
-            (lanes(&["lo", "mid"], Some(5)), "group[0].max_borrowed", "1..=4"),
+            (
+                lanes(&["lo", "mid"], Some(5)),
+                "group[0].max_borrowed",
+                "1..=4",
+            ),
             (lanes(&["lo"], Some(0)), "group[0].max_borrowed", "1..=3"),
             (lanes(&[], Some(1)), "group[0].max_borrowed", "without"),
             (lanes(&["lo", "lo"], None), "group[0].borrow_from", "twice"),

@@ -26,13 +26,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Datagrams (and high sockets) per burst.
-const BURST: usize = 6;
+pub const BURST: usize = 6;
 /// Time between bursts.
-const BURST_PERIOD: Duration = Duration::from_millis(20);
+pub const BURST_PERIOD: Duration = Duration::from_millis(20);
 /// What each high event waits for, besides its CPU work.
-const BLOCK: Duration = Duration::from_micros(1000);
+pub const BLOCK: Duration = Duration::from_micros(1000);
 /// The low lane's steady rate, datagrams/s.
-const LOW_RATE: u64 = 2000;
+pub const LOW_RATE: u64 = 2000;
 
 /// Latency samples (ns), preallocated; a full log counts the rest as dropped.
 struct Log {
@@ -169,7 +169,9 @@ fn run_one(args: &InversionArgs, borrow: bool) -> Result<Row, Box<dyn std::error
             while !stop.load(Relaxed) {
                 // Behind schedule: send what is due at once (the offered count stays fixed).
                 while next <= lfrt::os::now_ns() {
-                    if c.send_to(&lfrt::os::now_ns().to_ne_bytes(), low_addr).is_ok() {
+                    if c.send_to(&lfrt::os::now_ns().to_ne_bytes(), low_addr)
+                        .is_ok()
+                    {
                         low_sent.fetch_add(1, Relaxed);
                     }
                     next += period;
