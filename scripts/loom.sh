@@ -19,3 +19,8 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 # The lane inbox's doorbell (src/inbox.rs): two posters against one draining handler.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p lfrt --release --lib inbox::loom_tests -- --test-threads=1 "$@"
+
+# Lane borrowing's arming flag and borrowed count (src/borrow.rs) against a model kernel: two
+# lenders, a vacancy and arrivals; no event stranded while the lane is busy.
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo test -p lfrt --release --lib borrow::loom_tests -- --test-threads=1 "$@"

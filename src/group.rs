@@ -49,12 +49,21 @@
 //! no longer decide which thread takes the next event. It is a per-group mode, not the
 //! mechanism under the heap, because that order is the point of the other three.
 //!
+//! # Lane borrowing (`borrow_from`)
+//! A lane that borrows arms its links in its lenders' epoll sets when a promotion finds no
+//! follower; a lender's leader woken by such a link promotes its own follower, raises itself
+//! to the borrower's priority, takes one event from the borrower's epoll fd, dispatches it with
+//! the borrower's handle set, restores its own priority and rejoins its own lane. The protocol
+//! and the proof that a handle is still dispatched on at most one thread at a time are in
+//! `borrow.rs`.
+//!
 //! # Real-time safety of the loop
 //! No allocation, no formatting, no logging, no lock other than the group's PI locks; it blocks
 //! only in `epoll_wait` (as leader), `futex` (as follower) or the handler. A test counts the
 //! allocations of 100,000 dispatches for every event source and promotion order.
 
 use crate::alloc_count;
+use crate::borrow::{self, Borrow};
 use crate::bound::{BoundConfig, BoundPool, Waiter};
 use crate::config::{BoundGroup, GroupConfig, RtMode};
 use crate::error::Error;
@@ -67,8 +76,9 @@ use crate::pi_mutex::PiMutex;
 use crate::sys::{self, mem, sched, sched::Sched};
 use crate::telemetry::Sample;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Dispatches a thread makes before its allocation and page-fault baselines are taken.
 /// Covers one-time lazy initialisation (first use of a handler, thread-locals).
@@ -220,6 +230,10 @@ pub(crate) struct Group {
     pub(crate) handles: Arc<Handles>,
     pub(crate) counters: Counters,
     pub(crate) threads: Box<[ThreadSlot]>,
+    /// This lane borrows (`borrow_from`): its links and count (`borrow.rs`).
+    pub(crate) borrow: Option<Borrow>,
+    /// The higher lanes this lane lends to (set once by `borrow::wire`).
+    pub(crate) lends: OnceLock<Box<[Arc<Group>]>>,
     /// A bound group's pool (its `handles` are the pool's); `None` for a Leader/Followers group.
     pub(crate) bound: Option<Bound>,
 }
@@ -315,6 +329,8 @@ impl Group {
             bound,
             counters: Counters::default(),
             threads,
+            borrow: Borrow::new(&cfg),
+            lends: OnceLock::new(),
             cfg,
         })
     }
@@ -327,6 +343,9 @@ impl Group {
 
     /// Asks every thread of the group to return (non-blocking).
     pub(crate) fn stop(&self) {
+        if let Some(b) = &self.borrow {
+            b.stopped.store(true, SeqCst);
+        }
         self.protocol.shutdown();
         self.handles.wake_for_shutdown();
         if let Some(b) = &self.bound {
@@ -451,6 +470,7 @@ pub(crate) fn pool_thread(
         ctx: &mut ctx,
         ring: &mut ring,
         dispatches: 0,
+        time_shared,
     };
     if group.cfg.promotion == Promotion::Concurrent {
         t.run_concurrent();
@@ -475,6 +495,8 @@ struct PoolThread<'a> {
     ctx: &'a mut Context,
     ring: &'a mut rtrb::Producer<Sample>,
     dispatches: u64,
+    /// Runs time-shared (no RT priority to raise when lent, `borrow.rs`).
+    time_shared: bool,
 }
 
 impl PoolThread<'_> {
@@ -515,9 +537,19 @@ impl PoolThread<'_> {
             // while there is a follower.
             match group.protocol.promote(self.idx) {
                 Promoted::Follower(_) => Counters::add(&c.promotions, 1),
-                Promoted::Vacant => Counters::add(&c.vacant, 1),
+                Promoted::Vacant => {
+                    Counters::add(&c.vacant, 1);
+                    // Every thread of this lane is busy now: call the lenders (`borrow.rs`).
+                    if let Some(b) = &group.borrow {
+                        b.arm(group.handles.epoll_fd().as_raw_fd(), group.index);
+                    }
+                }
             }
-            self.process(token, readiness, woke_ns);
+            if let Some(to) = borrow::borrower_of(token.raw()) {
+                self.lend(group, to, woke_ns);
+                continue;
+            }
+            self.process(group, token, readiness, woke_ns);
         }
     }
 
@@ -526,9 +558,12 @@ impl PoolThread<'_> {
         let group = self.group;
         loop {
             match group.handles.wait() {
-                Ok(Wait::Event { token, readiness }) => {
-                    self.process(token, readiness, sys::now_ns())
-                }
+                Ok(Wait::Event { token, readiness }) => match borrow::borrower_of(token.raw()) {
+                    Some(to) => self.lend(group, to, sys::now_ns()),
+                    None => {
+                        self.process(group, token, readiness, sys::now_ns());
+                    }
+                },
                 Ok(Wait::Shutdown) => {
                     // Wake one more sleeping waiter (epoll wakes its waiters one at a time).
                     group.handles.wake_for_shutdown();
@@ -551,11 +586,107 @@ impl PoolThread<'_> {
         self.group.stop();
     }
 
-    /// Processing: dispatches one event, counts it and records its sample.
-    fn process(&mut self, token: crate::handle_set::Token, readiness: u32, woke_ns: u64) {
-        let (group, slot, idx) = (self.group, self.slot, self.idx);
+    /// A lender's turn (module docs of `borrow.rs`): this thread (its own lane's promotion
+    /// done) was woken by the link of lane `to`, which may have no idle thread. If so, and
+    /// `max_borrowed` allows, it raises itself to that lane's priority, dispatches one of its
+    /// events with that lane's handle set and its own [`Context`] (naming that lane while the
+    /// handler runs), and restores itself. No allocation, no lock but the PI locks.
+    ///
+    /// `lender` is the lane whose epoll set reported the link: its own, or, when the event it
+    /// took from a borrower's set is that borrower's own link to a lane higher still, the
+    /// borrower it stands in for (it then lends on, as that lane's leader would).
+    fn lend(&mut self, lender: &Group, to: u16, woke_ns: u64) {
+        let Some(b) = lender
+            .lends
+            .get()
+            .and_then(|l| l.iter().find(|g| g.index == to))
+        else {
+            return;
+        };
+        let (Some(borrow), Some(link)) = (
+            &b.borrow,
+            b.borrow.as_ref().and_then(|x| x.link_of(lender.index)),
+        ) else {
+            return;
+        };
+        // Before the look at its leader: a vacancy after that look arms the link again.
+        borrow.gate.fired(link);
+        if borrow.stopped.load(SeqCst) || b.protocol.snapshot().0 {
+            return; // its own leader takes the event (or it is stopping)
+        }
+        if !borrow.gate.try_take() {
+            // A borrowed thread is still to give back, and re-arms the link then.
+            Counters::add(&b.counters.borrow_refused, 1);
+            return;
+        }
+        if !self.time_shared {
+            self.set_sched(borrow.sched, false);
+        }
+        if let Ok(Wait::Event { token, readiness }) = b.handles.wait_timeout(0) {
+            if let Some(higher) = borrow::borrower_of(token.raw()) {
+                self.lend(b, higher, woke_ns);
+            } else {
+                let own = (self.ctx.group, self.ctx.priority);
+                let registry = std::mem::replace(&mut self.ctx.registry, b.registry());
+                (self.ctx.group, self.ctx.priority) = (b.index, b.cfg.priority);
+                if self.process(b, token, readiness, woke_ns) {
+                    Counters::add(&b.counters.borrowed, 1);
+                    Counters::add(&self.group.counters.lent, 1);
+                }
+                self.ctx.registry = registry;
+                (self.ctx.group, self.ctx.priority) = own;
+            }
+        }
+        if !self.time_shared {
+            self.set_sched(self.slot.sched, true);
+        }
+        borrow.gate.give_back();
+        if !borrow.stopped.load(SeqCst) && !b.protocol.snapshot().0 {
+            borrow.arm(b.handles.epoll_fd().as_raw_fd(), b.index);
+        }
+    }
+
+    /// Sets this thread's policy under its watchdog lock (a lent thread's raise, `restore`:
+    /// its return to its own). A failure is exceptional (the privilege was taken away while
+    /// running): logged, and counted if it was the return.
+    fn set_sched(&self, s: Sched, restore: bool) {
+        let _g = self.slot.sched_lock.lock();
+        if restore {
+            // Back to its own policy: a watchdog demotion during the lent dispatch is over too.
+            self.slot.demoted.store(false, SeqCst);
+        }
+        if let Err(e) = sched::set_current(s) {
+            self.sched_failed(s, restore, &e);
+        }
+    }
+
+    #[cold]
+    fn sched_failed(&self, s: Sched, restore: bool, e: &io::Error) {
+        if restore {
+            Counters::add(&self.group.counters.restore_failures, 1);
+        }
+        tracing::error!(
+            group = %self.group.cfg.name,
+            thread = self.idx,
+            policy = ?s,
+            error = %e,
+            "a thread lent to a higher lane could not {} its policy",
+            if restore { "restore" } else { "raise" }
+        );
+    }
+
+    /// Processing: dispatches one event of `lane` (its own group, or the lane it is lent to),
+    /// counts it in that lane and records its sample. Returns false for a stale event.
+    fn process(
+        &mut self,
+        lane: &Group,
+        token: crate::handle_set::Token,
+        readiness: u32,
+        woke_ns: u64,
+    ) -> bool {
+        let (group, slot, idx) = (lane, self.slot, self.idx);
         let c = &group.counters;
-        c.processing.fetch_add(1, Relaxed);
+        self.group.counters.processing.fetch_add(1, Relaxed);
         self.ctx.origin_ns = 0;
         self.ctx.missed_periods = 0;
         let event = Event {
@@ -568,11 +699,11 @@ impl PoolThread<'_> {
         slot.busy_since.store(start_ns, SeqCst);
         let outcome = handler::dispatch(&group.handles, &event, self.ctx);
         slot.busy_since.store(0, SeqCst);
-        slot.restore_if_demoted(group);
+        slot.restore_if_demoted(self.group);
         let end_ns = sys::now_ns();
-        c.processing.fetch_sub(1, Relaxed);
+        self.group.counters.processing.fetch_sub(1, Relaxed);
         match outcome {
-            Dispatched::Stale => return,
+            Dispatched::Stale => return false,
             Dispatched::Panicked => {
                 Counters::add(&c.panics, 1);
                 // Exceptional path only (the panic itself already allocated and wrote to
@@ -612,6 +743,7 @@ impl PoolThread<'_> {
             slot.allocs_base
                 .store(alloc_count::thread_allocations(), Release);
         }
+        true
     }
 }
 

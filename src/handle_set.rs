@@ -272,6 +272,17 @@ impl<H: ?Sized> HandleSet<H> {
         self.epoll.add(fd, events, data)
     }
 
+    /// Re-arms (`EPOLL_CTL_MOD`) an fd added with [`watch`](Self::watch) for `events` (a
+    /// borrowing lane's link, `borrow.rs`, is `EPOLLONESHOT`).
+    pub(crate) fn rewatch(&self, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
+        self.epoll.modify(fd, events, data)
+    }
+
+    /// The set's epoll fd, which a lender's set watches (`borrow.rs`).
+    pub(crate) fn epoll_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.epoll.as_fd()
+    }
+
     /// Stops watching an fd added with [`watch`](Self::watch).
     pub(crate) fn unwatch(&self, fd: RawFd) -> io::Result<()> {
         self.epoll.delete(fd)

@@ -80,6 +80,7 @@ mod sys;
 
 mod alloc_count;
 pub mod band;
+mod borrow;
 pub mod bound;
 mod config;
 mod error;

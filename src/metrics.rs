@@ -14,6 +14,11 @@ pub(crate) struct Counters {
     pub(crate) budget_overruns: AtomicU64,
     pub(crate) demotions: AtomicU64,
     pub(crate) restore_failures: AtomicU64,
+    /// Lane borrowing (`borrow.rs`): events of this lane dispatched by lent threads, events of
+    /// other lanes this lane's threads dispatched, lenders turned away by `max_borrowed`.
+    pub(crate) borrowed: AtomicU64,
+    pub(crate) lent: AtomicU64,
+    pub(crate) borrow_refused: AtomicU64,
 }
 
 impl Counters {
@@ -83,8 +88,17 @@ pub struct GroupMetrics {
     /// Threads demoted to SCHED_OTHER by the watchdog.
     pub demotions: u64,
     /// Times a demoted thread could not restore its own policy after its handler returned (it
-    /// then stays time-shared; each failure is also logged).
+    /// then stays time-shared), or a thread lent to a higher lane could not take back its own
+    /// priority (it then keeps the higher one); each failure is also logged.
     pub restore_failures: u64,
+    /// Events of this lane dispatched by a thread lent from a lower lane (`borrow_from`); also
+    /// counted in `dispatched`.
+    pub borrowed_dispatches: u64,
+    /// Events of higher lanes that this lane's threads dispatched while lent to them (not
+    /// counted in this lane's `dispatched`).
+    pub lent_dispatches: u64,
+    /// Times a lender found this lane busy but `max_borrowed` threads already lent to it.
+    pub borrow_refused: u64,
     /// Allocations on this group's pool threads after warm-up: the sum, over the threads that
     /// have made [`WARMUP_DISPATCHES`](crate::WARMUP_DISPATCHES) dispatches, of their
     /// allocations since that dispatch. `None` (JSON `null`) means *not measured*: no thread

@@ -437,6 +437,9 @@ impl Runtime {
         consumers: Vec<rtrb::Consumer<Sample>>,
         pending: Vec<(usize, Pending)>,
     ) -> Result<StartReport, Error> {
+        // Lane borrowing links every lender to its borrowers' epoll sets; done here, not in
+        // `new`, so that groups added with `add_group` are linked too.
+        crate::borrow::wire(&self.groups)?;
         let mut report = StartReport {
             rt_applied: true,
             memory_locked: false,
@@ -804,6 +807,9 @@ fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
                 budget_overruns: c.budget_overruns.load(Relaxed),
                 restore_failures: c.restore_failures.load(Relaxed),
                 demotions: c.demotions.load(Relaxed),
+                borrowed_dispatches: c.borrowed.load(Relaxed),
+                lent_dispatches: c.lent.load(Relaxed),
+                borrow_refused: c.borrow_refused.load(Relaxed),
                 pool_allocations: if counting {
                     sum_measured(g.threads.iter().map(ThreadSlot::allocations))
                 } else {

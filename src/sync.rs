@@ -91,3 +91,12 @@ mod imp {
 }
 
 pub(crate) use imp::{Mutex, MutexGuard, Parker};
+
+/// The atomics of protocols checked by loom models (`borrow.rs`): std's, or loom's under
+/// `--cfg loom`.
+pub(crate) mod atomic {
+    #[cfg(loom)]
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    #[cfg(not(loom))]
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+}

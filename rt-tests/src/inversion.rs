@@ -75,6 +75,8 @@
 //! [{"mutex", "high_block_max_us", "high_block_p99_us", …}], "pool_allocations"}`. The fields
 //! marked `…` are extra detail; readers may ignore them.
 
+pub mod borrow;
+
 use crate::hsha::{HshaConfig, HshaPool, Source};
 use crate::service::{Request, RequestKind, Service, ServiceHandler};
 use crate::{measured, sum_measured};
@@ -224,6 +226,11 @@ pub struct InversionArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Run only the lane-borrowing experiment ([`borrow`]: a burst on a 1-thread high lane,
+    /// without and with borrowing from a 2-thread low lane; uses --duration, --work-us,
+    /// --high-prio and --low-prio).
+    #[arg(long)]
+    pub borrow: bool,
 }
 
 impl Default for InversionArgs {
@@ -1582,6 +1589,9 @@ pub fn table(plan: &Plan, report: &Report) -> String {
 /// # Errors
 /// An invalid flag, a set-up failure, or the JSON file not being writable.
 pub fn run(args: &InversionArgs) -> Result<(), Box<dyn std::error::Error>> {
+    if args.borrow {
+        return borrow::run(args);
+    }
     let plan = args.plan()?;
     if plan.rt != RtMode::Required {
         eprintln!("lfrt inversion: SCHED_FIFO {} not permitted; running at normal priority, the figures mean little", plan.high_prio);

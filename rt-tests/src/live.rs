@@ -146,7 +146,7 @@ struct SnapshotCollector(Shared);
 /// A counter of [`GroupMetrics`]: name (without `lfrt_group_` and `_total`), help, field.
 type CounterOf = (&'static str, &'static str, fn(&GroupMetrics) -> u64);
 
-const COUNTERS: [CounterOf; 15] = [
+const COUNTERS: [CounterOf; 18] = [
     ("dispatched", "Events dispatched to handlers", |m| {
         m.dispatched
     }),
@@ -177,6 +177,21 @@ const COUNTERS: [CounterOf; 15] = [
         "connections_refused",
         "Accepted connections closed unserved",
         |m| m.connections_refused,
+    ),
+    (
+        "borrowed_dispatches",
+        "Events of this lane dispatched by a thread lent from a lower lane",
+        |m| m.borrowed_dispatches,
+    ),
+    (
+        "lent_dispatches",
+        "Events of higher lanes dispatched by this lane's threads while lent",
+        |m| m.lent_dispatches,
+    ),
+    (
+        "borrow_refused",
+        "Times a lender found max_borrowed threads already lent to this lane",
+        |m| m.borrow_refused,
     ),
     (
         "frames_oversize",

@@ -325,6 +325,14 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
                 b.connect, b.max_waiters, b.max_body, b.max_nesting
             );
         }
+        if !g.borrow_from.is_empty() {
+            let _ = writeln!(
+                s,
+                "  borrow_from={:?} max_borrowed={}",
+                g.borrow_from,
+                g.max_borrowed.unwrap_or(1)
+            );
+        }
         let _ = writeln!(s, "  memory {}", g.memory());
         for h in &g.handlers {
             let _ = match h {

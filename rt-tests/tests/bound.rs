@@ -748,6 +748,7 @@ fn runtime_of(groups: Vec<lfrt::GroupConfig>) -> lfrt::Runtime {
         lock_memory: false,
         metrics: None,
         groups,
+        bands: Vec::new(),
     })
     .unwrap()
 }

@@ -691,3 +691,96 @@ fn zero_allocations_banded_sockets() {
         );
     }
 }
+
+/// The borrowed path allocates nothing: the high lane's only thread is held in a handler, so
+/// each of 100,000 events on its other handles is dispatched by a lent thread of the low lane
+/// (link report, priority raise, `epoll_wait` on the borrower's set, dispatch, restore, re-arm).
+#[test]
+fn zero_allocations_borrowed() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed("zero_allocations_borrowed", 60) {
+        return;
+    }
+    let mut high = GroupConfig::new("high", Policy::Fifo, 60);
+    high.threads = 1;
+    high.buffer_bytes = 2048;
+    high.borrow_from = vec!["low".into()];
+    high.max_borrowed = Some(2);
+    let mut low = GroupConfig::new("low", Policy::Fifo, 20);
+    low.threads = 2;
+    low.buffer_bytes = 2048;
+    let mut rt = Runtime::new(RuntimeConfig {
+        rt: RtMode::Required,
+        lock_memory: false,
+        metrics: None,
+        groups: vec![high, low],
+        bands: Vec::new(),
+    })
+    .unwrap();
+    let reg = rt.lane("high").unwrap().registry();
+    /// Holds its thread (sleeping) from its first event until released, at most 120 s.
+    struct Hold(Notifier, Arc<AtomicBool>, Arc<AtomicBool>);
+    impl EventHandler for Hold {
+        fn source(&self) -> BorrowedFd<'_> {
+            self.0.as_fd()
+        }
+        fn handle(&mut self, _e: &Event, _c: &mut Context) -> Disposition {
+            let _ = self.0.take();
+            self.1.store(true, SeqCst);
+            for _ in 0..120_000 {
+                if self.2.load(SeqCst) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Disposition::Rearm
+        }
+    }
+    let (inside, release) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let hold = Notifier::new().unwrap();
+    let hold_w = hold.as_fd().try_clone_to_owned().unwrap();
+    reg.register(Box::new(Hold(hold, inside.clone(), release.clone())))
+        .unwrap();
+    let writers: Vec<OwnedFd> = (0..4)
+        .map(|_| {
+            let n = Notifier::new().unwrap();
+            let w = n.as_fd().try_clone_to_owned().unwrap();
+            reg.register(Box::new(Take(n))).unwrap();
+            w
+        })
+        .collect();
+    assert!(rt.start().unwrap().counting_allocations);
+    let _ = nix::unistd::write(&hold_w, &1u64.to_ne_bytes());
+    assert!(util::wait_until(10, || inside.load(SeqCst)));
+    let target = DISPATCHES + 2 * WARMUP_DISPATCHES;
+    let done = || rt.metrics()[0].borrowed_dispatches >= target;
+    let mut k = 0usize;
+    let end = std::time::Instant::now() + Duration::from_secs(120);
+    while !done() && std::time::Instant::now() < end {
+        for _ in 0..256 {
+            let _ = nix::unistd::write(&writers[k % 4], &1u64.to_ne_bytes());
+            k += 1;
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    release.store(true, SeqCst);
+    let m = rt.shutdown().unwrap();
+    assert!(
+        m[0].borrowed_dispatches >= target,
+        "only {} borrowed dispatches",
+        m[0].borrowed_dispatches
+    );
+    assert_eq!(m[1].lent_dispatches, m[0].borrowed_dispatches);
+    assert_eq!(
+        m[1].pool_allocations,
+        Some(0),
+        "lent threads allocated after warm-up (None: not measured): {m:?}"
+    );
+    eprintln!(
+        "borrowed: {} lent dispatches, 0 allocations",
+        m[1].lent_dispatches
+    );
+}

@@ -561,6 +561,57 @@ threads = 1
         );
     }
 
+    /// `borrow_from` / `max_borrowed` errors carry the line of their key (or of the key that
+    /// makes them wrong), so `lfrt check` refuses exactly what `run` would.
+    #[test]
+    fn borrowing_errors_name_line_and_field() {
+        let control = |extra: &str| {
+            GOOD.replace(
+                "promotion = \"lifo\"\n",
+                &format!("promotion = \"lifo\"\n{extra}"),
+            )
+        };
+        let c = parse(&control("borrow_from = [\"bulk\"]\n")).unwrap();
+        assert_eq!(
+            (c.groups[0].borrow_from.clone(), c.groups[0].max_borrowed),
+            (vec!["bulk".to_string()], None)
+        );
+        for (src, at, says) in [
+            (
+                control("borrow_from = [\"bulk\"]\nmax_borrowed = 2\n"),
+                (12, "group[0].max_borrowed"),
+                "1..=1",
+            ),
+            (
+                control("borrow_from = [\"blk\"]\n"),
+                (11, "group[0].borrow_from"),
+                "not the name",
+            ),
+            (
+                control("borrow_from = [\"control\"]\n"),
+                (11, "group[0].borrow_from"),
+                "itself",
+            ),
+            (
+                control("max_borrowed = 1\n"),
+                (11, "group[0].max_borrowed"),
+                "without `borrow_from`",
+            ),
+            (
+                GOOD.replace(
+                    "threads = 1\n",
+                    "threads = 1\nborrow_from = [\"control\"]\n",
+                ),
+                (20, "group[1].borrow_from"),
+                "not below",
+            ),
+        ] {
+            let (line, field, msg) = err(&src);
+            assert_eq!((line, field.as_str()), (Some(at.0), at.1), "{msg}");
+            assert!(msg.contains(says), "{msg}");
+        }
+    }
+
     #[test]
     fn priority_out_of_range_names_line_and_field() {
         let (line, field, msg) = err(&GOOD.replace("priority = 20", "priority = 120"));

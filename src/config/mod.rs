@@ -245,6 +245,15 @@ pub struct GroupConfig {
     /// Built-in handlers registered at start (`[[group.handler]]`).
     #[serde(default, rename = "handler")]
     pub handlers: Vec<HandlerConfig>,
+    /// Lane borrowing: lower lanes (by name) whose idle threads this lane may borrow when all
+    /// of its own threads are busy; each lent thread runs at this lane's priority for one
+    /// event. Empty (the default): no borrowing.
+    #[serde(default)]
+    pub borrow_from: Vec<String>,
+    /// The most threads borrowed at once, over all `borrow_from` lanes (default 1 when
+    /// `borrow_from` is set; refused without it).
+    #[serde(default)]
+    pub max_borrowed: Option<usize>,
     /// The group's kind: `None` for a Leader/Followers group over its handle set; `Some` for a
     /// **bound** group (`[group.bound]`), whose threads serve a [`BoundPool`](crate::bound::BoundPool)
     /// over one connection to a back-end. See [`BoundGroup`].
@@ -360,6 +369,8 @@ impl GroupConfig {
             on_overrun: OnOverrun::Report,
             handlers: Vec::new(),
             bound: None,
+            borrow_from: Vec::new(),
+            max_borrowed: None,
         }
     }
 
@@ -748,7 +759,9 @@ impl RuntimeConfig {
     pub(crate) fn validate_without_binds(&self) -> Result<(), Invalid> {
         let machine = Machine::probe(sched::online_cpus());
         self.check_settings(&machine.cpus)?;
+        self.check_bound()?;
         self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
+        self.check_borrowing()?;
         self.check_memory(&machine)
     }
 
@@ -757,6 +770,7 @@ impl RuntimeConfig {
         self.check_bands()?;
         self.check_bound()?;
         self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
+        self.check_borrowing()?;
         self.check_memory(machine)?;
         self.check_binds()
     }
@@ -915,6 +929,118 @@ impl RuntimeConfig {
                      `budget_us` out"
                         .into(),
                 );
+            }
+        }
+        Ok(())
+    }
+
+    /// Lane borrowing (`borrow_from`, `max_borrowed`; `borrow.rs`): a real-time lane borrows
+    /// from existing real-time lanes of lower priority, not itself, each named once, and at most
+    /// as many threads as they have together. Deadline lanes neither borrow nor lend: a
+    /// reservation is admitted by the kernel per thread (`EBUSY`), it cannot be taken on and
+    /// handed back per event. A concurrent borrower has no leader whose absence says "all busy".
+    fn check_borrowing(&self) -> Result<(), Invalid> {
+        let bad = |g: usize, field: &'static str, message: String| Invalid {
+            section: Section::Group(g),
+            field,
+            message,
+        };
+        for (gi, g) in self.groups.iter().enumerate() {
+            if g.borrow_from.is_empty() {
+                if g.max_borrowed.is_some() {
+                    return Err(bad(
+                        gi,
+                        "max_borrowed",
+                        "without `borrow_from` there is nothing to borrow: add \
+                         borrow_from = [\"<lower lane>\"] or remove it"
+                            .into(),
+                    ));
+                }
+                continue;
+            }
+            match (g.policy, g.promotion) {
+                (Policy::Deadline, _) => {
+                    return Err(bad(
+                        gi,
+                        "borrow_from",
+                        "a deadline lane cannot borrow: a lent thread would have to take on its \
+                         SCHED_DEADLINE reservation for one event, and the kernel admits \
+                         reservations per thread (sched_setattr may fail with EBUSY)"
+                            .into(),
+                    ))
+                }
+                (Policy::Other, _) => {
+                    return Err(bad(
+                        gi,
+                        "borrow_from",
+                        "a policy \"other\" lane has no priority to lend at: only fifo and rr \
+                         lanes borrow"
+                            .into(),
+                    ))
+                }
+                (_, Promotion::Concurrent) => {
+                    return Err(bad(
+                        gi,
+                        "borrow_from",
+                        "a promotion = \"concurrent\" lane has no leader whose absence shows \
+                         that all its threads are busy: use priority, lifo or fifo promotion"
+                            .into(),
+                    ))
+                }
+                _ => {}
+            }
+            let mut lent = 0usize;
+            for (k, name) in g.borrow_from.iter().enumerate() {
+                if g.borrow_from[..k].contains(name) {
+                    return Err(bad(gi, "borrow_from", format!("`{name}` is named twice")));
+                }
+                if *name == g.name {
+                    return Err(bad(
+                        gi,
+                        "borrow_from",
+                        format!("`{name}` is this lane: a lane cannot borrow from itself"),
+                    ));
+                }
+                let Some(l) = self.groups.iter().find(|l| l.name == *name) else {
+                    return Err(bad(
+                        gi,
+                        "borrow_from",
+                        format!("`{name}` is not the name of a [[group]]"),
+                    ));
+                };
+                if !matches!(l.policy, Policy::Fifo | Policy::Rr) {
+                    return Err(bad(
+                        gi,
+                        "borrow_from",
+                        format!(
+                            "`{name}` is a policy {:?} lane: only fifo and rr lanes lend (a \
+                             deadline thread cannot leave its reservation for one event)",
+                            l.policy
+                        ),
+                    ));
+                }
+                if l.priority >= g.priority {
+                    return Err(bad(
+                        gi,
+                        "borrow_from",
+                        format!(
+                            "`{name}` (priority {}) is not below this lane (priority {}): a lane \
+                             borrows only from lower lanes",
+                            l.priority, g.priority
+                        ),
+                    ));
+                }
+                lent += l.threads;
+            }
+            let max = g.max_borrowed.unwrap_or(1);
+            if max == 0 || max > lent {
+                return Err(bad(
+                    gi,
+                    "max_borrowed",
+                    format!(
+                        "{max}: must be 1..={lent} (the threads of the borrow_from lanes together)"
+                    ),
+                ));
             }
         }
         Ok(())
@@ -1335,6 +1461,65 @@ mod tests {
         c.groups[0].on_overrun = OnOverrun::Demote;
         assert_eq!(field_of(&c), "group[0].on_overrun");
         assert_eq!(field_of(&cfg(vec![])), "group");
+    }
+
+    /// Lane borrowing: only from existing lower real-time lanes, never by or from a deadline
+    /// lane, not by a concurrent or time-shared lane, within the lenders' threads.
+    #[test]
+    fn borrowing_is_validated() {
+        let lanes = |borrow: &[&str], max: Option<usize>| {
+            let mut hi = GroupConfig::new("hi", Policy::Fifo, 80);
+            hi.borrow_from = borrow.iter().map(|s| s.to_string()).collect();
+            hi.max_borrowed = max;
+            let mut lo = GroupConfig::new("lo", Policy::Fifo, 20);
+            lo.threads = 3;
+            let mut mid = GroupConfig::new("mid", Policy::Rr, 50);
+            mid.threads = 1;
+            cfg(vec![hi, mid, lo])
+        };
+        let ok = lanes(&["lo", "mid"], Some(4));
+        ok.check_borrowing().unwrap();
+        lanes(&["lo"], None).check_borrowing().unwrap();
+        let field = |c: RuntimeConfig| {
+            let e = c.check_borrowing().unwrap_err();
+            (e.path(), e.message)
+        };
+        for (c, path, says) in [
+            (
+                lanes(&["lo", "mid"], Some(5)),
+                "group[0].max_borrowed",
+                "1..=4",
+            ),
+            (lanes(&["lo"], Some(0)), "group[0].max_borrowed", "1..=3"),
+            (lanes(&[], Some(1)), "group[0].max_borrowed", "without"),
+            (lanes(&["lo", "lo"], None), "group[0].borrow_from", "twice"),
+            (lanes(&["hi"], None), "group[0].borrow_from", "itself"),
+            (lanes(&["x"], None), "group[0].borrow_from", "not the name"),
+        ] {
+            let (p, m) = field(c);
+            assert_eq!(p, path, "{m}");
+            assert!(m.contains(says), "{m}");
+        }
+        // Borrowing upwards.
+        let mut c = lanes(&[], None);
+        c.groups[2].borrow_from = vec!["hi".into()];
+        assert!(field(c).1.contains("not below"));
+        // Deadline, time-shared and concurrent borrowers; a deadline lender.
+        let mut c = ok.clone();
+        c.groups[0].policy = Policy::Deadline;
+        assert!(field(c).1.contains("deadline lane cannot borrow"));
+        let mut c = lanes(&["lo"], None);
+        c.groups[0].policy = Policy::Other;
+        c.groups[0].priority = 0;
+        assert_eq!(field(c).0, "group[0].borrow_from");
+        let mut c = ok.clone();
+        c.groups[0].promotion = Promotion::Concurrent;
+        assert!(field(c).1.contains("concurrent"));
+        let mut c = ok.clone();
+        c.groups[1].policy = Policy::Deadline;
+        assert!(field(c).1.contains("only fifo and rr lanes lend"));
+        // The whole validation runs it.
+        assert_eq!(field_of(&lanes(&["x"], None)), "group[0].borrow_from");
     }
 
     #[test]

@@ -1,0 +1,459 @@
+//! Lane borrowing (issue 15 §2; TAO's `allow_borrowing`, which TAO itself leaves
+//! unimplemented): when every thread of a lane is busy and an event arrives on that lane's
+//! handles, an idle thread of a lower lane it names in `borrow_from` is lent to it for that one
+//! event.
+//!
+//! # How a lent thread learns of the event
+//! An epoll fd is itself pollable: it is readable while its ready list is not empty. So the
+//! borrower's epoll fd is a member of each lender's epoll set, under a reserved data word
+//! ([`link_data`]), registered `EPOLLONESHOT` and *disarmed* (no interest) at first:
+//!
+//! ```text
+//!   borrower lane B (1 thread)                         lender lane L (idle leader in epoll_wait)
+//!   leader: event ─► promote(): no follower (Vacant)
+//!       └─► arm(): flag armed[L] false→true ─► epoll_ctl(L, MOD, B's fd, IN|ONESHOT)
+//!   PROCESSING (busy) …  a new event is queued on B's ready list: B's fd turns readable
+//!                                                      ─► L's leader wakes with B's link word
+//!                                                         (ONESHOT: the link is disarmed again)
+//!                                                      promote L's follower (the L/F rule)
+//!                                                      fired(): armed[L] = false
+//!                                                      B has a leader again? → done (it takes it)
+//!                                                      try_take(): borrowed < max_borrowed? else
+//!                                                        refused (counted), done
+//!                                                      raise to B's policy and priority
+//!                                                      epoll_wait(B's fd, 1 event, timeout 0)
+//!                                                      dispatch it with B's handle set
+//!                                                      restore own priority; give_back()
+//!                                                      B still without a leader? → arm() again
+//!                                                      rejoin L (follower or leader)
+//! ```
+//!
+//! The link is armed only while the borrower has no leader: a borrower thread arms it when its
+//! promotion finds no follower (the lane's last idle thread just took an event), and a lent
+//! thread re-arms it after its dispatch if the lane still has no leader. Nobody disarms it when
+//! the borrower gets a leader back: the next event then wakes the lender's leader too, which
+//! finds the borrower's leader present and leaves the event to it (one wasted wake-up of a
+//! lower-priority thread per vacancy, instead of an `epoll_ctl` on the borrower's path at every
+//! rejoin). `max_borrowed` bounds how many threads the lane borrows at once, over all lenders.
+//!
+//! # Invariants
+//! * **a handle is dispatched on at most one thread at a time**, lent or not: every handle of
+//!   the borrower is `EPOLLONESHOT`, so the `epoll_wait` that reports its event, whether the
+//!   borrower's own leader or a lent thread calls it on the borrower's epoll fd, disarms it;
+//!   it is re-armed only at the end of its dispatch, under its slot lock, after its handler
+//!   returned; a second thread that gets its next event before that blocks on the (PI) slot
+//!   lock and never runs the handler beside it; the slot generation drops an event of a
+//!   removed handle (`handle_set.rs`). Nothing here depends on *which* thread called
+//!   `epoll_wait`: lending adds callers of the same wait on the same epoll instance, which is
+//!   exactly the argument of the concurrent promotion mode (`group.rs`);
+//! * **every event is dispatched exactly once**: `epoll_wait` removes what it returns under the
+//!   epoll instance's lock, so an event goes to the borrower's leader or to one lent thread; a
+//!   lent thread whose `epoll_wait(…, 0)` finds nothing (the leader or another lent thread was
+//!   first) dispatches nothing;
+//! * **the borrowed count never exceeds `max_borrowed`**: [`Gate::try_take`] increments it only
+//!   below the limit (one compare-and-swap loop), [`Gate::give_back`] after the dispatch;
+//! * **no lost borrow** (the model [`loom_tests`] checks it): while the borrower has no leader,
+//!   its events have a lender coming: the link is armed in the kernel, or a lender holds its
+//!   report and will look, or a borrowed thread is dispatching and will re-arm it. The arming
+//!   flag only saves `epoll_ctl` calls: `arm` calls the kernel when it turns the flag on, and a
+//!   lender turns it off *before* it looks at the borrower's leader, so a vacancy that began
+//!   after that look arms again; a lender refused by the count leaves the link disarmed, but
+//!   the count was at the limit, so a borrowed thread is still to give back and re-arm;
+//! * **priorities**: a lent thread runs a borrower's handler at the borrower's policy and
+//!   priority and nothing of its own lane at it: it raises itself after its own lane's
+//!   promotion and restores itself before it rejoins (a failed restore is counted in its own
+//!   lane's `restore_failures`). A time-shared lender (real time refused in best-effort mode)
+//!   has no priority to change and lends as it is.
+//!
+//! # What it may not do
+//! Only a real-time lane (fifo or rr) may borrow, from real-time lanes of lower priority; the
+//! borrower may not use `promotion = "concurrent"` (it has no leader whose absence means "all
+//! busy"). Deadline lanes neither borrow nor lend: a `SCHED_DEADLINE` reservation is admitted by
+//! the kernel per thread (`sched_setattr` can fail with `EBUSY`), so it cannot be taken on and
+//! handed back per event, and a deadline lane's bandwidth is what bounds its service anyway.
+
+use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+
+/// Low 32 bits of a link's epoll data word, above every slot index (`max_handles` ≤ 2²⁰) and
+/// apart from the shutdown word (`u64::MAX`); the borrower's group index is added to it.
+const LINK_BASE: u64 = 0xFFFF_0000;
+
+/// The epoll data word under which `borrower`'s epoll fd sits in a lender's set.
+pub(crate) fn link_data(borrower: u16) -> u64 {
+    LINK_BASE | u64::from(borrower)
+}
+
+/// The borrower a lender's event is for, if `data` is a link word.
+pub(crate) fn borrower_of(data: u64) -> Option<u16> {
+    (data & !0xFFFF == LINK_BASE).then_some((data & 0xFFFF) as u16)
+}
+
+/// The atomic protocol of one borrowing lane: an arming flag per lender link and the count of
+/// threads borrowed now. No system call: the caller passes the kernel's re-arm as a closure, so
+/// the model runs it as it is.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    /// Per link: armed in the kernel, or fired and not yet seen by its lender.
+    armed: Box<[AtomicBool]>,
+    borrowed: AtomicU32,
+    max: u32,
+}
+
+impl Gate {
+    /// A gate for `links` lenders and at most `max` threads borrowed at once.
+    pub(crate) fn new(links: usize, max: u32) -> Gate {
+        Gate {
+            armed: (0..links).map(|_| AtomicBool::new(false)).collect(),
+            borrowed: AtomicU32::new(0),
+            max,
+        }
+    }
+
+    /// The lane has no leader: arms every link that is not armed; `rearm(j)` re-arms link `j`
+    /// in the kernel (`EPOLL_CTL_MOD` with `EPOLLONESHOT`).
+    pub(crate) fn arm(&self, mut rearm: impl FnMut(usize)) {
+        for (j, a) in self.armed.iter().enumerate() {
+            if !a.swap(true, SeqCst) {
+                rearm(j);
+            }
+        }
+    }
+
+    /// Link `j` fired (the kernel disarmed it). Called by its lender before it looks at the
+    /// borrower's leader.
+    pub(crate) fn fired(&self, j: usize) {
+        // A swap, not a store: loom 0.7 lets a later read-modify-write of the same thread read
+        // past a plain store (a two-thread model of `store(false); swap(true)` against
+        // `swap(true)` fails in it), so the model checks the protocol only with an RMW here.
+        // Once per link report, off every dispatch path.
+        self.armed[j].swap(false, SeqCst);
+    }
+
+    /// Counts one more borrowed thread, unless `max` are borrowed already.
+    pub(crate) fn try_take(&self) -> bool {
+        self.borrowed
+            .fetch_update(SeqCst, SeqCst, |n| (n < self.max).then_some(n + 1))
+            .is_ok()
+    }
+
+    /// A borrowed thread is done (before it decides whether to re-arm).
+    pub(crate) fn give_back(&self) {
+        self.borrowed.fetch_sub(1, SeqCst);
+    }
+
+    /// Threads borrowed now.
+    #[cfg(test)]
+    pub(crate) fn borrowed(&self) -> u32 {
+        self.borrowed.load(SeqCst)
+    }
+}
+
+pub(crate) use lanes::{wire, Borrow};
+
+/// The lanes' side: the links in the kernel (the lent thread's turn is in `group.rs`).
+mod lanes {
+    use super::{link_data, Gate};
+    use crate::config::{GroupConfig, Policy};
+    use crate::error::Error;
+    use crate::group::Group;
+    use crate::handler::Handles;
+    use crate::sys::{epoll, sched::Sched};
+    use std::os::fd::{AsRawFd, RawFd};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{Arc, OnceLock};
+
+    /// Per lender: its group index and its handle set.
+    type Links = Box<[(u16, Arc<Handles>)]>;
+
+    /// A borrowing lane's state (in its [`Group`]).
+    #[derive(Debug)]
+    pub(crate) struct Borrow {
+        pub(crate) gate: Gate,
+        /// What a lent thread raises itself to: the lane's policy at the lane's priority.
+        pub(crate) sched: Sched,
+        /// The lenders' handle sets, in `borrow_from` order (set once by [`wire`]).
+        links: OnceLock<Links>,
+        /// Set by `Group::stop`: no lender takes this lane's events any more.
+        pub(crate) stopped: AtomicBool,
+    }
+
+    impl Borrow {
+        /// The borrowing state of `cfg`'s lane; `None` if it borrows from nobody.
+        pub(crate) fn new(cfg: &GroupConfig) -> Option<Borrow> {
+            if cfg.borrow_from.is_empty() {
+                return None;
+            }
+            let sched = match cfg.policy {
+                Policy::Rr => Sched::Rr(cfg.priority),
+                // Validation admits only fifo and rr borrowers.
+                _ => Sched::Fifo(cfg.priority),
+            };
+            let max = cfg.max_borrowed.unwrap_or(1).min(u32::MAX as usize) as u32;
+            Some(Borrow {
+                gate: Gate::new(cfg.borrow_from.len(), max),
+                sched,
+                links: OnceLock::new(),
+                stopped: AtomicBool::new(false),
+            })
+        }
+
+        /// The lane (epoll fd `own`, index `me`) has no leader: arms every link not armed.
+        pub(crate) fn arm(&self, own: RawFd, me: u16) {
+            let Some(links) = self.links.get() else {
+                return;
+            };
+            self.gate.arm(|j| {
+                // A failure (ENOMEM) leaves the link disarmed: the lane then serves itself.
+                let _ = links[j]
+                    .1
+                    .rewatch(own, epoll::IN | epoll::ONESHOT, link_data(me));
+            });
+        }
+
+        /// The index of lender `lender`'s link.
+        pub(crate) fn link_of(&self, lender: u16) -> Option<usize> {
+            self.links.get()?.iter().position(|(l, _)| *l == lender)
+        }
+    }
+
+    /// Puts each borrower's epoll fd into its lenders' sets (disarmed) and tells each lender
+    /// whom it lends to. Called once by `Runtime::new`, after validation.
+    pub(crate) fn wire(groups: &[Arc<Group>]) -> Result<(), Error> {
+        let mut lends: Vec<Vec<Arc<Group>>> = vec![Vec::new(); groups.len()];
+        for b in groups {
+            let Some(borrow) = &b.borrow else { continue };
+            let mut links = Vec::new();
+            for name in &b.cfg.borrow_from {
+                let l = groups
+                    .iter()
+                    .find(|g| &g.cfg.name == name)
+                    .expect("validated: borrow_from names a lane");
+                // No interest until armed: ONESHOT alone never reports.
+                l.handles
+                    .watch(
+                        b.handles.epoll_fd().as_raw_fd(),
+                        epoll::ONESHOT,
+                        link_data(b.index),
+                    )
+                    .map_err(|e| Error::Io {
+                        context: "adding a borrowing lane's epoll fd to its lender's",
+                        source: e,
+                    })?;
+                links.push((l.index, l.handles.clone()));
+                lends[l.index as usize].push(b.clone());
+            }
+            let _ = borrow.links.set(links.into_boxed_slice());
+        }
+        for (g, to) in groups.iter().zip(lends) {
+            if !to.is_empty() {
+                let _ = g.lends.set(to.into_boxed_slice());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_words_are_apart_from_slots_and_shutdown() {
+        assert_eq!(borrower_of(link_data(7)), Some(7));
+        assert_eq!(borrower_of(u64::MAX), None, "the shutdown word");
+        assert_eq!(borrower_of((1 << 20) - 1), None, "the highest slot index");
+        assert_eq!(
+            borrower_of(3 << 32 | 5),
+            None,
+            "a slot token of generation 3"
+        );
+    }
+
+    /// The kernel is called only when a flag turns on; a fired link is armed again; the count
+    /// stops at `max`.
+    #[test]
+    fn gate_arms_once_per_firing_and_counts_up_to_max() {
+        let g = Gate::new(2, 2);
+        let mut calls = Vec::new();
+        g.arm(|j| calls.push(j));
+        g.arm(|j| calls.push(j));
+        assert_eq!(calls, [0, 1]);
+        g.fired(1);
+        g.arm(|j| calls.push(j));
+        assert_eq!(calls, [0, 1, 1]);
+        assert!(g.try_take() && g.try_take());
+        assert!(!g.try_take(), "a third borrowed thread with max 2");
+        g.give_back();
+        assert_eq!(g.borrowed(), 1);
+        assert!(g.try_take());
+    }
+}
+
+/// Model of the arming protocol against a fake kernel: the link's ONESHOT registration, the
+/// borrower's ready list, and the borrower's leader slot. `scripts/loom.sh` runs it.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::Gate;
+    use loom::sync::{Arc, Mutex};
+
+    /// What the kernel and the borrower's protocol hold.
+    #[derive(Default)]
+    struct World {
+        /// The link is armed in the kernel (ONESHOT).
+        armed: bool,
+        /// The link fired and its report waits for the lender's leader.
+        reported: bool,
+        /// Events on the borrower's ready list.
+        ready: u32,
+        /// The borrower has a leader.
+        leader: bool,
+        dispatched: u32,
+    }
+
+    impl World {
+        /// The kernel's part of MOD and of a new event: an armed link over a non-empty ready
+        /// list reports once and disarms.
+        fn poll(&mut self) {
+            if self.armed && self.ready > 0 {
+                self.armed = false;
+                self.reported = true;
+            }
+        }
+    }
+
+    fn rearm(w: &Mutex<World>) {
+        let mut w = w.lock().unwrap();
+        w.armed = true;
+        w.poll();
+    }
+
+    /// One lender turn on a report, as `group.rs` runs it. Returns whether it dispatched.
+    fn lend(gate: &Gate, w: &Mutex<World>) -> bool {
+        {
+            let mut g = w.lock().unwrap();
+            if !g.reported {
+                return false;
+            }
+            g.reported = false;
+        }
+        gate.fired(0);
+        if w.lock().unwrap().leader {
+            return false;
+        }
+        if !gate.try_take() {
+            return false;
+        }
+        assert!(gate.borrowed() <= 1, "more borrowed than max_borrowed");
+        let took = {
+            let mut g = w.lock().unwrap();
+            let took = g.ready > 0;
+            if took {
+                g.ready -= 1;
+                g.dispatched += 1;
+            }
+            took
+        };
+        gate.give_back();
+        if !w.lock().unwrap().leader {
+            gate.arm(|_| rearm(w));
+        }
+        took
+    }
+
+    /// The borrower's only thread takes an event (vacancy, arm) while two more events arrive,
+    /// and two lender threads (max_borrowed = 1) compete for the reports. When everything has
+    /// settled with the borrower still busy, no event is stranded: each was dispatched, or the
+    /// link is armed or reported (a lender will come).
+    #[test]
+    fn no_event_is_stranded_while_the_lane_is_busy() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let gate = Arc::new(Gate::new(1, 1));
+            let w = Arc::new(Mutex::new(World {
+                leader: true,
+                ready: 1,
+                ..World::default()
+            }));
+            // The borrower's leader takes its event; no follower: vacant, arm.
+            {
+                let mut g = w.lock().unwrap();
+                g.ready -= 1;
+                g.leader = false;
+            }
+            let lenders: Vec<_> = (0..2)
+                .map(|_| {
+                    let (gate, w) = (gate.clone(), w.clone());
+                    loom::thread::spawn(move || {
+                        let mut n = 0;
+                        // Each lender's leader looks twice (the model's bound).
+                        for _ in 0..2 {
+                            n += u32::from(lend(&gate, &w));
+                        }
+                        n
+                    })
+                })
+                .collect();
+            let w2 = w.clone();
+            let arrivals = loom::thread::spawn(move || {
+                for _ in 0..2 {
+                    let mut g = w2.lock().unwrap();
+                    g.ready += 1;
+                    g.poll();
+                }
+            });
+            gate.arm(|_| rearm(&w));
+            arrivals.join().unwrap();
+            let lent: u32 = lenders.into_iter().map(|h| h.join().unwrap()).sum();
+            assert_eq!(gate.borrowed(), 0);
+            let g = w.lock().unwrap();
+            assert_eq!(g.dispatched, lent);
+            assert!(
+                g.ready == 0 || g.armed || g.reported,
+                "{} events stranded: link disarmed and nobody coming",
+                g.ready
+            );
+        });
+    }
+
+    /// The borrower gets a leader back while a report is on its way: the lender leaves the
+    /// event to it, and a later vacancy arms the link again (the flag was cleared first).
+    #[test]
+    fn a_vacancy_after_the_lenders_look_arms_again() {
+        loom::model(|| {
+            let gate = Arc::new(Gate::new(1, 1));
+            let w = Arc::new(Mutex::new(World {
+                armed: true,
+                ready: 1,
+                leader: true,
+                ..World::default()
+            }));
+            w.lock().unwrap().poll();
+            gate.arm(|_| {}); // the flag of the link armed above
+            let (g2, w2) = (gate.clone(), w.clone());
+            let lender = loom::thread::spawn(move || lend(&g2, &w2));
+            // The borrower's leader takes the event, finds no follower: vacant, arm; one more
+            // event arrives while it is busy.
+            {
+                let mut g = w.lock().unwrap();
+                if g.ready > 0 {
+                    g.ready -= 1;
+                }
+                g.leader = false;
+            }
+            gate.arm(|_| rearm(&w));
+            {
+                let mut g = w.lock().unwrap();
+                g.ready += 1;
+                g.poll();
+            }
+            let lent = lender.join().unwrap();
+            let g = w.lock().unwrap();
+            assert!(
+                g.ready == 0 || g.armed || g.reported,
+                "an event is stranded behind a disarmed link: {} ready, lent: {lent}",
+                g.ready
+            );
+        });
+    }
+}
