@@ -430,14 +430,8 @@ impl PoolThread<'_> {
     /// The concurrent loop (module docs, *Concurrent mode*): wait, process, until shutdown.
     fn run_concurrent(&mut self) {
         let group = self.group;
-        let spin_ns = group.cfg.spin_ns;
         loop {
-            let wait = if spin_ns == 0 {
-                group.handles.wait()
-            } else {
-                spin_then_wait(group, spin_ns)
-            };
-            match wait {
+            match group.handles.wait() {
                 Ok(Wait::Event { token, readiness }) => {
                     self.process(token, readiness, sys::now_ns())
                 }
@@ -523,24 +517,6 @@ impl PoolThread<'_> {
             slot.faults_base.store(mem::thread_minor_faults(), Release);
             slot.allocs_base
                 .store(alloc_count::thread_allocations(), Release);
-        }
-    }
-}
-
-/// Bounded spinning before parking (`spin_ns`, concurrent mode; under evaluation, issue 13):
-/// polls the handle set without blocking until an event (or shutdown) is there or `spin_ns`
-/// have passed, then blocks in `epoll_wait`. The clock is read after every poll, so the spin
-/// ends within one poll of `spin_ns` (validated ≤ 50 µs); a poll that finds nothing returns
-/// `Interrupted`, as does `EINTR`, and both just poll again. It adds no state: an event is
-/// still taken by exactly one `epoll_wait` (polling or blocking), so the concurrent mode's
-/// invariants hold unchanged.
-fn spin_then_wait(group: &Group, spin_ns: u64) -> io::Result<Wait> {
-    let until = sys::now_ns().saturating_add(spin_ns);
-    loop {
-        match group.handles.wait_timeout(0)? {
-            Wait::Interrupted if sys::now_ns() < until => std::hint::spin_loop(),
-            Wait::Interrupted => return group.handles.wait(),
-            found => return Ok(found),
         }
     }
 }

@@ -15,11 +15,7 @@
 //! cargo bench --bench echo -- [--duration 5s] [--threads 2] [--ports 4] [--window 8]
 //!                             [--work 0,5,50] [--fifo PRIO] [--pin] [--json FILE] [--quick]
 //!                             [--arch lfrt,lfrt-cc,lfrt-dg,hsha,tokio] [--gen-threads N]
-//!                             [--spin-us 0,20,0,20]
 //! ```
-//! `--spin-us` runs `lfrt-cc` once per value, in that order (repeats allowed, to alternate):
-//! the group's `spin_ns` (bounded spinning before `epoll_wait`, issue 13); a row `cc-sN` is
-//! `lfrt-cc` spinning N µs.
 //! Per architecture and handler work: throughput, RTT p50/p99/p99.9, context switches per
 //! message (voluntary + involuntary), allocations per message, CPU time per message.
 //! Servers run SCHED_OTHER by default (apples to apples, and the SCHED_OTHER load generator
@@ -74,8 +70,6 @@ struct Opts {
     archs: Vec<Arch>,
     /// Threads of the load generator.
     gen_threads: usize,
-    /// `lfrt-cc`'s spin before `epoll_wait` in µs, one cell per value.
-    spin_us: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -120,7 +114,6 @@ fn parse_opts() -> Opts {
             Arch::Tokio,
         ],
         gen_threads: 1,
-        spin_us: vec![0],
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -143,13 +136,6 @@ fn parse_opts() -> Opts {
                     .split(',')
                     .map(|w| w.parse().expect("--work 0,5,50"))
                     .collect()
-            }
-            "--spin-us" => {
-                o.spin_us = val(i)
-                    .split(',')
-                    .map(|w| w.parse().expect("--spin-us 0,20"))
-                    .collect();
-                assert!(o.spin_us.iter().all(|&s| s <= 50), "--spin-us: at most 50");
             }
             "--gen-threads" => o.gen_threads = val(i).parse().expect("--gen-threads N"),
             "--fifo" => o.fifo = Some(val(i).parse().expect("--fifo PRIO")),
@@ -204,7 +190,7 @@ fn sockets(n: usize) -> Vec<UdpSocket> {
         .collect()
 }
 
-fn start(arch: Arch, o: &Opts, work_us: u64, spin_us: u64) -> Server {
+fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
     let socks = sockets(o.ports);
     let ports = socks
         .iter()
@@ -221,7 +207,6 @@ fn start(arch: Arch, o: &Opts, work_us: u64, spin_us: u64) -> Server {
             g.threads = o.threads;
             if arch == Arch::LfrtConcurrent {
                 g.promotion = lfrt::Promotion::Concurrent;
-                g.spin_ns = spin_us * 1000;
             }
             g.buffer_bytes = 2048;
             g.cpus = o.pin.then(|| vec![SERVER_CPU]);
@@ -378,8 +363,8 @@ fn hsha_server(socks: Vec<UdpSocket>, ports: Vec<u16>, o: &Opts, work_us: u64) -
     }
 }
 
-fn run_one(arch: Arch, o: &Opts, work_us: u64, spin_us: u64) -> serde_json::Value {
-    let server = start(arch, o, work_us, spin_us);
+fn run_one(arch: Arch, o: &Opts, work_us: u64) -> serde_json::Value {
+    let server = start(arch, o, work_us);
     std::thread::sleep(Duration::from_millis(100));
     let ports: Vec<String> = server.ports.iter().map(u16::to_string).collect();
     let json_path = std::env::temp_dir().join(format!(
@@ -436,7 +421,6 @@ fn run_one(arch: Arch, o: &Opts, work_us: u64, spin_us: u64) -> serde_json::Valu
     serde_json::json!({
         "architecture": arch.name(),
         "work_us": work_us,
-        "spin_us": spin_us,
         "threads": o.threads,
         "throughput_msgs_per_s": report["throughput_msgs_per_s"],
         "rtt_us": report["rtt_us"],
@@ -488,30 +472,14 @@ fn main() {
     let mut rows = Vec::new();
     // Cell k of n with the time left, on stderr when it is a terminal (nothing otherwise); the
     // rows go to stdout with the bar out of the way.
-    let cells = |a: Arch| {
-        if a == Arch::LfrtConcurrent {
-            o.spin_us.clone()
-        } else {
-            vec![0]
-        }
-    };
-    let per_work: usize = o.archs.iter().map(|&a| cells(a).len()).sum();
-    let progress = rt_tests::progress::Progress::new((o.work.len() * per_work) as u64, "cell");
+    let progress = rt_tests::progress::Progress::new((o.work.len() * o.archs.len()) as u64, "cell");
     for &work in &o.work {
-        for (arch, spin) in o
-            .archs
-            .iter()
-            .flat_map(|&a| cells(a).into_iter().map(move |s| (a, s)))
-        {
-            let r = run_one(arch, &o, work, spin);
+        for &arch in &o.archs {
+            let r = run_one(arch, &o, work);
             progress.inc();
-            let name = match spin {
-                0 => arch.name().to_owned(),
-                s => format!("cc-s{s}"),
-            };
             progress.suspend(|| println!(
                 "{:<7} {:>5} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>10.3} {:>10.3} {:>9.2} {:>7.2} {:>6.0}",
-                name,
+                arch.name(),
                 work,
                 r["throughput_msgs_per_s"].as_f64().unwrap_or(0.0),
                 r["rtt_us"]["p50"].as_f64().unwrap_or(0.0),

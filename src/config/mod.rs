@@ -222,16 +222,7 @@ pub struct GroupConfig {
     /// Built-in handlers registered at start (`[[group.handler]]`).
     #[serde(default, rename = "handler")]
     pub handlers: Vec<HandlerConfig>,
-    /// `promotion = "concurrent"` only: how long (ns, at most 50,000) an idle thread
-    /// polls the handle set without blocking before it sleeps in `epoll_wait`; 0 = never spin.
-    /// Under evaluation (issue 13, BENCHMARKS.md).
-    #[serde(default)]
-    pub spin_ns: u64,
 }
-
-/// Upper bound of [`GroupConfig::spin_ns`]: a SCHED_FIFO thread that polls keeps every
-/// thread of its priority or lower off its CPU for that long.
-pub(crate) const MAX_SPIN_NS: u64 = 50_000;
 
 /// Default number of pool threads per group.
 const DEFAULT_THREADS: usize = 2;
@@ -273,7 +264,6 @@ impl GroupConfig {
             budget_us: None,
             on_overrun: OnOverrun::Report,
             handlers: Vec::new(),
-            spin_ns: 0,
         }
     }
 
@@ -842,14 +832,6 @@ impl RuntimeConfig {
                     "on_overrun",
                     "\"demote\" needs a `budget_us`".into(),
                 ));
-            }
-            if g.spin_ns > MAX_SPIN_NS {
-                let m = format!("{}: must be 0..={MAX_SPIN_NS}", g.spin_ns);
-                return Err(bad(gi, "spin_ns", m));
-            }
-            if g.spin_ns > 0 && g.promotion != Promotion::Concurrent {
-                let m = "only a `promotion = \"concurrent\"` group spins".into();
-                return Err(bad(gi, "spin_ns", m));
             }
             let handles: usize = g
                 .handlers

@@ -64,11 +64,6 @@ pub struct CyclicArgs {
     #[arg(long = "promotion", value_name = "NAME", value_parser = parse_promotion)]
     pub promotion: Option<Promotion>,
 
-    /// With --promotion concurrent: an idle thread polls for up to NS ns (at most 50000)
-    /// before it sleeps in epoll_wait (issue 13 evaluation) [default: 0, no spinning].
-    #[arg(long = "spin", value_name = "NS", value_parser = clap::value_parser!(u64).range(0..=50_000))]
-    pub spin: Option<u64>,
-
     /// Pin the group's threads to CPUSET (e.g. 1 or 0-1,3); without CPUSET, to every
     /// available CPU [default: not pinned].
     #[arg(short = 'a', long = "affinity", value_name = "CPUSET", num_args = 0..=1, default_missing_value = "")]
@@ -332,10 +327,6 @@ pub(crate) fn from_flags(
     let mut g = GroupConfig::new(GROUP_NAME, policy, priority);
     g.threads = pool;
     g.promotion = a.promotion.unwrap_or_default();
-    g.spin_ns = a.spin.unwrap_or(0);
-    if g.spin_ns > 0 && g.promotion != Promotion::Concurrent {
-        return Err("--spin needs --promotion concurrent".into());
-    }
     g.buffer_bytes = BUFFER_BYTES;
     g.max_handles = timers;
     g.cpus = match a.affinity.as_deref() {
@@ -407,7 +398,6 @@ fn from_file(
         (a.threads.is_some(), "-t"),
         (a.pool_threads.is_some(), "--pool-threads"),
         (a.promotion.is_some(), "--promotion"),
-        (a.spin.is_some(), "--spin"),
         (a.affinity.is_some(), "-a"),
     ];
     if let Some((_, flag)) = conflicting.iter().find(|(set, _)| *set) {
