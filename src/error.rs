@@ -44,6 +44,9 @@ pub enum Error {
         source: io::Error,
         /// What the process has: capability and rlimit.
         have: String,
+        /// The policy refused was SCHED_DEADLINE, which only CAP_SYS_NICE grants
+        /// (RLIMIT_RTPRIO does not).
+        deadline: bool,
     },
     /// A scheduling call failed for another reason.
     Sched {
@@ -140,7 +143,14 @@ impl fmt::Display for Error {
                 }
                 write!(f, "invalid `{field}`: {message}")
             }
-            Error::RtPermission { group, priority, source, have } => write!(
+            Error::RtPermission { group, source, have, deadline: true, .. } => write!(
+                f,
+                "group `{group}`: SCHED_DEADLINE refused ({source}); a deadline lane needs \
+                 CAP_SYS_NICE, which RLIMIT_RTPRIO does not replace (this process has {have}). \
+                 Grant it with `setcap cap_sys_nice+ep $(which lfrt)` or AmbientCapabilities=CAP_SYS_NICE, \
+                 or use policy \"fifo\""
+            ),
+            Error::RtPermission { group, priority, source, have, deadline: false } => write!(
                 f,
                 "group `{group}`: real-time priority {priority} refused ({source}); rt = \"required\" needs \
                  CAP_SYS_NICE or a soft RLIMIT_RTPRIO >= {priority} (this process has {have}). Grant it with \

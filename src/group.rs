@@ -396,6 +396,7 @@ pub(crate) fn pool_thread(
                         priority: slot.priority,
                         source: e,
                         have,
+                        deadline: matches!(slot.sched, Sched::Deadline { .. }),
                     }
                 } else {
                     Error::Sched {

@@ -523,6 +523,7 @@ fn setup(cfg: &HshaConfig, sched: Sched, tx: &std::sync::mpsc::Sender<Ready>) ->
                         priority: prio,
                         source: e,
                         have,
+                        deadline: false,
                     }
                 } else {
                     Error::Sched {

@@ -475,3 +475,48 @@ fn check_refuses_a_bad_band_and_prints_a_good_one() {
         "{out}"
     );
 }
+
+/// A deadline lane needs CAP_SYS_NICE, and RLIMIT_RTPRIO does not replace it (the kernel grants
+/// SCHED_DEADLINE to no unprivileged thread): without the capability (whatever RLIMIT_RTPRIO
+/// is; raising it needs CAP_SYS_RESOURCE, which this test may not have) `run` with
+/// rt = "required" is refused, and the error names the capability and says that the rlimit
+/// does not help.
+#[test]
+fn a_deadline_lane_without_cap_sys_nice_is_refused_naming_it() {
+    let test = "a_deadline_lane_without_cap_sys_nice_is_refused_naming_it";
+    let _l = util::rt_lock();
+    if !util::rt_allowed(test, 10) {
+        return;
+    }
+    let tools = Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !tools {
+        util::skip(test, "setpriv (util-linux) not installed");
+        return;
+    }
+    let p = tmp(
+        "deadline-nocap.toml",
+        "[runtime]\nrt = \"required\"\nlock_memory = false\n[[group]]\nname = \"dl\"\n\
+         policy = \"deadline\"\npriority = 10\nthreads = 1\n\
+         deadline = { runtime_us = 100, deadline_us = 1000, period_us = 1000 }\n",
+    );
+    let out = Command::new("setpriv")
+        .args(["--inh-caps=-sys_nice", "--bounding-set=-sys_nice", "--"])
+        .arg(env!("CARGO_BIN_EXE_lfrt"))
+        .arg("run")
+        .arg(&p)
+        .args(["--duration", "1"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("SCHED_DEADLINE refused")
+            && err.contains("CAP_SYS_NICE")
+            && err.contains("RLIMIT_RTPRIO does not replace"),
+        "{err}"
+    );
+}

@@ -559,6 +559,7 @@ impl fmt::Display for GroupMemory {
 ///     lock_memory: true,
 ///     metrics: None,
 ///     groups: vec![GroupConfig::new("control", Policy::Fifo, 80)],
+///     bands: Vec::new(), // [[band]]: priority bands on one port
 /// };
 /// # let _ = cfg;
 /// ```
