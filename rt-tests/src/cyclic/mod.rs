@@ -224,6 +224,9 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
         tids[gi][ti] = tid;
     }
 
+    // The run's clock starts before the timers are armed: the histogram preallocation below
+    // can take longer than a short `-l` run, which would otherwise end before `began`.
+    let began = Instant::now();
     let first_ns =
         lfrt::os::now_ns() + START_DELAY_NS + plan.timers.len() as u64 * START_DELAY_PER_TIMER_NS;
     let mut timers = Vec::with_capacity(plan.timers.len());
@@ -246,7 +249,6 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
         .collect();
     rt.telemetry().preallocate_timers(&keys);
 
-    let began = Instant::now();
     let deadline = plan.duration.map(|d| began + d);
     let tty = std::io::stdout().is_terminal();
     let refresh = if tty { REFRESH_TTY } else { REFRESH_PLAIN };
