@@ -59,7 +59,7 @@
 //! | event sources | [`timer`] (callback timers: periodic or one-shot, cancel and re-arm from any thread), [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots; only the datagrams a handler marks with [`Datagram::answer`] are answered) |
 //! | streams | [`stream`]: length-prefixed frames over TCP ([`stream::Framed`]): per-connection read and write state, bounded preallocated buffers ([`stream::Limits`]), back-pressure, half-close and reset handling |
 //! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer, and [`handlers::cpu_work`] |
-//! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]); as a runtime group: [`GroupConfig::bound`] ([`BoundGroup`], TOML `[group.bound]`), [`Runtime::bound_pool`] |
+//! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]); as a runtime group: [`GroupConfig::bound`] ([`BoundGroup`], TOML `[group.bound]`), [`Lane::bound_pool`] |
 //! | share state across lanes | [`PiMutex`], [`PiMutexGuard`] (priority inheritance) |
 //! | observe | [`GroupMetrics`], [`telemetry`] (latency histograms), [`CountingAlloc`], [`thread_allocations`], [`counting_alloc_active`], [`WARMUP_DISPATCHES`] |
 //! | the Linux facade | [`os`]: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits |

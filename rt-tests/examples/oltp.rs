@@ -16,7 +16,7 @@
 //! * **Front-end**: a **bound group** of the same [`Runtime`] ([`GroupConfig::bound`]): the
 //!   runtime connects it to the back-end (ONE TCP connection), spawns its threads at SCHED_FIFO
 //!   `--front-priority` like any group's, and they `serve` its [`BoundPool`]
-//!   ([`Runtime::bound_pool`]). Client connections are unbound handles of the pool (hybrid
+//!   ([`Lane::bound_pool`]). Client connections are unbound handles of the pool (hybrid
 //!   associations), registered on the group's registry. A handler forwards each client request
 //!   with its own [`Waiter`] and blocks in `join` (as a follower, or as the leader reading the
 //!   connection and handing replies to the other waiters), then answers the client.

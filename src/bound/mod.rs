@@ -55,7 +55,7 @@
 //! policy, priority, CPUs and pre-faulted stack (the same set-up as every group's), leases
 //! each thread's waiter when the group is built, and the threads `serve` until shutdown. Work
 //! reaches them through the group's registry (the pool's handle set); callers get the pool
-//! from [`Runtime::bound_pool`](crate::Runtime::bound_pool). A pool built with
+//! from [`Lane::bound_pool`](crate::Lane::bound_pool). A pool built with
 //! [`BoundPool::new`] is served by threads of the caller's own, as below.
 //!
 //! # Invariants

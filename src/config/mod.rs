@@ -267,7 +267,7 @@ pub struct GroupConfig {
 /// and set up like any group's (policy, priority, CPUs, pre-faulted stack) and `serve` the
 /// pool: they lead (reading replies and handing each to its waiter) or follow, and run the
 /// handlers registered on the group's registry (the pool's unbound handles). Calls to the
-/// back-end are made with waiters of [`Runtime::bound_pool`](crate::Runtime::bound_pool), by
+/// back-end are made with waiters of [`Lane::bound_pool`](crate::Lane::bound_pool), by
 /// those handlers or by any other thread.
 ///
 /// The pool takes the group's `promotion` (not `"concurrent"`), `max_handles` and
