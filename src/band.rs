@@ -54,8 +54,9 @@ pub struct Bands {
 ///
 /// # Errors
 /// `InvalidInput` for a plan whose bands are out of range or whose map has more than 255
-/// entries or a DSCP above 63; the kernel's error if a socket cannot be bound (the port is
-/// taken by a socket without `SO_REUSEPORT`) or the program is refused.
+/// entries or a DSCP above 63, and for DSCP classification on an IPv6 address; the kernel's
+/// error if a socket cannot be bound (the port is taken by a socket without `SO_REUSEPORT`) or
+/// the program is refused.
 ///
 /// # Examples
 /// ```no_run
@@ -76,6 +77,12 @@ pub fn bind(addr: SocketAddr, plan: &Bands) -> io::Result<Vec<UdpSocket>> {
     }
     if plan.map.len() > 255 {
         return Err(invalid("at most 255 band map entries".into()));
+    }
+    if plan.classify == Classify::Dscp && addr.is_ipv6() {
+        // The program reads the IPv4 TOS byte; for IPv6 that byte is not the traffic class.
+        return Err(invalid(format!(
+            "{addr}: the DSCP is read from the IPv4 header only; classify IPv6 by a payload byte"
+        )));
     }
     for &(value, band) in &plan.map {
         if band >= plan.count {
@@ -235,5 +242,10 @@ mod tests {
             let e = bind(addr, &bad).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad:?}: {e}");
         }
+        // DSCP on IPv6 would read the wrong byte: refused before any socket is opened.
+        let v6: SocketAddr = "[::1]:0".parse().unwrap();
+        let e = bind(v6, &ok).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("IPv4 header only"), "{e}");
     }
 }

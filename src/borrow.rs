@@ -65,8 +65,21 @@
 //!   lane's `restore_failures`). A time-shared lender (real time refused in best-effort mode)
 //!   has no priority to change and lends as it is.
 //!
+//! # What a lent thread brings with it
+//! Its own thread: its buffers, stack, CPUs and overrun budget. Validation therefore asks every
+//! lender for at least the borrower's `buffer_bytes` and `stack_bytes`; an overrun of a lent
+//! dispatch is judged by the lender's `budget_us` and counted in the lender's metrics.
+//!
+//! # A kernel lock that is not priority-inheriting
+//! Arming a link is an `epoll_ctl` on the *lender's* epoll instance, and a lender's wake-up polls
+//! the borrower's epoll fd: both take the other lane's epoll mutex inside the kernel, which has
+//! no priority inheritance on a kernel without PREEMPT_RT. So a borrowing lane can wait, for the
+//! length of an `epoll_wait` bookkeeping step, on a lower lane's thread. Lanes without
+//! `borrow_from` never touch another lane's epoll instance.
+//!
 //! # What it may not do
-//! Only a real-time lane (fifo or rr) may borrow, from real-time lanes of lower priority; the
+//! Only a real-time lane (fifo or rr) may borrow, from real-time lanes of lower priority, and
+//! neither side may be a bound group (its threads serve a bound pool, not the lane loop); the
 //! borrower may not use `promotion = "concurrent"` (it has no leader whose absence means "all
 //! busy"). Deadline lanes neither borrow nor lend: a `SCHED_DEADLINE` reservation is admitted by
 //! the kernel per thread (`sched_setattr` can fail with `EBUSY`), so it cannot be taken on and
@@ -125,7 +138,7 @@ impl Gate {
         // A swap, not a store: loom 0.7 lets a later read-modify-write of the same thread read
         // past a plain store (a two-thread model of `store(false); swap(true)` against
         // `swap(true)` fails in it), so the model checks the protocol only with an RMW here.
-        // Once per link report, off every dispatch path.
+        // Once per link report (and after a failed re-arm), before any lent dispatch.
         self.armed[j].swap(false, SeqCst);
     }
 
@@ -203,10 +216,15 @@ mod lanes {
                 return;
             };
             self.gate.arm(|j| {
-                // A failure (ENOMEM) leaves the link disarmed: the lane then serves itself.
-                let _ = links[j]
+                // A failure (ENOMEM) leaves the link disarmed in the kernel: the lane serves
+                // itself this time, and the flag is cleared so that the next vacancy tries again.
+                if links[j]
                     .1
-                    .rewatch(own, epoll::IN | epoll::ONESHOT, link_data(me));
+                    .rewatch(own, epoll::IN | epoll::ONESHOT, link_data(me))
+                    .is_err()
+                {
+                    self.gate.fired(j);
+                }
             });
         }
 
@@ -217,7 +235,8 @@ mod lanes {
     }
 
     /// Puts each borrower's epoll fd into its lenders' sets (disarmed) and tells each lender
-    /// whom it lends to. Called once by `Runtime::new`, after validation.
+    /// whom it lends to. Called once by `Runtime::start`, after validation and before any pool
+    /// thread runs.
     pub(crate) fn wire(groups: &[Arc<Group>]) -> Result<(), Error> {
         let mut lends: Vec<Vec<Arc<Group>>> = vec![Vec::new(); groups.len()];
         for b in groups {

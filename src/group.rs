@@ -58,8 +58,10 @@
 //! `borrow.rs`.
 //!
 //! # Real-time safety of the loop
-//! No allocation, no formatting, no logging, no lock other than the group's PI locks; it blocks
-//! only in `epoll_wait` (as leader), `futex` (as follower) or the handler. A test counts the
+//! No allocation, no formatting, no logging, no user-space lock other than PI locks (the
+//! group's, and a borrower's while lent); it blocks only in `epoll_wait` (as leader), `futex`
+//! (as follower) or the handler. Lane borrowing adds the kernel's epoll locks of the lanes it
+//! links, which are not priority-inheriting (`borrow.rs`). A test counts the
 //! allocations of 100,000 dispatches for every event source and promotion order.
 
 use crate::alloc_count;
@@ -591,7 +593,7 @@ impl PoolThread<'_> {
     /// done) was woken by the link of lane `to`, which may have no idle thread. If so, and
     /// `max_borrowed` allows, it raises itself to that lane's priority, dispatches one of its
     /// events with that lane's handle set and its own [`Context`] (naming that lane while the
-    /// handler runs), and restores itself. No allocation, no lock but the PI locks.
+    /// handler runs), and restores itself. No allocation; in user space no lock but PI locks.
     ///
     /// `lender` is the lane whose epoll set reported the link: its own, or, when the event it
     /// took from a borrower's set is that borrower's own link to a lane higher still, the

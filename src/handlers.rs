@@ -393,7 +393,7 @@ impl Acceptor {
                 listener = ?self.addr,
                 error = %why,
                 connections_refused = total,
-                "TCP listener closed an accepted connection it could not register; counted in \
+                "TCP listener closed an accepted connection it could not serve (see error); counted in \
                  connections_refused, logged at most once a second"
             );
         }
@@ -410,7 +410,10 @@ impl Acceptor {
         if self.paused && !self.resume() {
             return Disposition::Rearm;
         }
-        loop {
+        // At most DATAGRAM_BATCH connections per event, so a connection flood cannot keep a
+        // pool thread here: the gate stays readable, so the re-armed handle reports again at
+        // once and the rest of the backlog is taken by the next event.
+        for _ in 0..DATAGRAM_BATCH {
             match self.listener.accept() {
                 Ok((stream, _)) => {
                     if let Err(why) = admit(stream, ctx) {
@@ -432,6 +435,7 @@ impl Acceptor {
                 Err(_) => return Disposition::Rearm,
             }
         }
+        Disposition::Rearm
     }
 }
 

@@ -122,8 +122,10 @@ pub struct GroupMetrics {
     /// An episode lasts from the first failed `accept` until the listener has drained its
     /// backlog.
     pub accept_exhausted: u64,
-    /// Accepted connections closed at once, unserved, because they could not be registered:
-    /// the group's handle table was full (raise `max_handles`) or epoll refused the fd.
+    /// Accepted connections closed at once, unserved: the group's handle table was full (raise
+    /// `max_handles`), a [`stream::Framed`](crate::stream::Framed) connection table was full
+    /// (raise `Limits::max_connections`), the socket could not be set up, or epoll refused the
+    /// fd. The log line names which.
     pub connections_refused: u64,
     /// Datagrams dropped because they were longer than a slot (`buffer_bytes`).
     pub datagrams_truncated: u64,

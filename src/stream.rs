@@ -356,6 +356,8 @@ impl<H: FrameHandler> EventHandler for Framed<H> {
             limits,
         } = self;
         acceptor.accept(ctx, |stream, ctx| {
+            // Cloned before the slot is taken: a panicking user `Clone` must not lose a slot.
+            let handler = handler.clone();
             let slot = table.pop().ok_or(Refused::TableFull {
                 max: limits.max_connections,
             })?;
@@ -363,7 +365,7 @@ impl<H: FrameHandler> EventHandler for Framed<H> {
             // stream.
             let conn = Connection {
                 stream,
-                handler: handler.clone(),
+                handler,
                 slot: Some(slot),
                 table: Arc::clone(table),
                 max_frame: limits.max_frame,

@@ -517,6 +517,8 @@ fn four_thousand_timers_run_in_one_group() {
             "200000",
             "-l",
             "2",
+            "-D",
+            "60s", // a backstop only: the loops end the run
             "-q",
             "--pool-threads",
             "2",

@@ -296,3 +296,25 @@ fn no_progress_bar_when_stderr_is_not_a_terminal() {
         "terminal control bytes in a pipe: {err:?}"
     );
 }
+
+/// `--borrow` gets the same flag checks as the other experiments, plus its own work bound: a
+/// load that would hold both CPUs at SCHED_FIFO for the whole run is refused before anything
+/// starts, naming the flag.
+#[test]
+fn borrow_experiment_refuses_unbounded_load_naming_the_flag() {
+    for (args, flag) in [
+        (vec!["--work-us", "5000"], "--work-us 5000"),
+        (vec!["--duration", "1h"], "--duration"),
+        (vec!["--high-prio", "20", "--low-prio", "60"], "--high-prio"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lfrt"))
+            .args(["inversion", "--borrow"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+        assert!(!err.contains("2 runs of"), "{args:?} started: {err}");
+    }
+}

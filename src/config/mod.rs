@@ -760,6 +760,7 @@ impl RuntimeConfig {
     pub(crate) fn validate_without_binds(&self) -> Result<(), Invalid> {
         let machine = Machine::probe(sched::online_cpus());
         self.check_settings(&machine.cpus)?;
+        self.check_bands()?;
         self.check_bound()?;
         self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
         self.check_borrowing()?;
@@ -1017,6 +1018,28 @@ impl RuntimeConfig {
                             "`{name}` is a policy {:?} lane: only fifo and rr lanes lend (a \
                              deadline thread cannot leave its reservation for one event)",
                             l.policy
+                        ),
+                    ));
+                }
+                if l.bound.is_some() || g.bound.is_some() {
+                    return Err(bad(
+                        gi,
+                        "borrow_from",
+                        format!(
+                            "`{name}` or this lane is a bound group: its threads serve a bound \
+                             pool, which neither lends threads nor borrows them"
+                        ),
+                    ));
+                }
+                if l.buffer_bytes < g.buffer_bytes || l.stack_bytes < g.stack_bytes {
+                    return Err(bad(
+                        gi,
+                        "borrow_from",
+                        format!(
+                            "`{name}` has buffer_bytes {} and stack_bytes {}, less than this \
+                             lane's {} and {}: a lent thread runs this lane's handlers with its \
+                             own buffers and stack, so the lender needs at least as much",
+                            l.buffer_bytes, l.stack_bytes, g.buffer_bytes, g.stack_bytes
                         ),
                     ));
                 }
@@ -1501,6 +1524,16 @@ mod tests {
             assert_eq!(p, path, "{m}");
             assert!(m.contains(says), "{m}");
         }
+        // A lender with a smaller buffer or stack than the borrower's; a bound lender.
+        let mut c = lanes(&["lo"], None);
+        c.groups[2].buffer_bytes = c.groups[0].buffer_bytes / 2;
+        assert!(field(c).1.contains("buffer_bytes"));
+        let mut c = lanes(&["lo"], None);
+        c.groups[2].stack_bytes = c.groups[0].stack_bytes / 2;
+        assert!(field(c).1.contains("stack_bytes"));
+        let mut c = lanes(&["lo"], None);
+        c.groups[2].bound = Some(BoundGroup::new("127.0.0.1:7100".parse().unwrap()));
+        assert!(field(c).1.contains("bound group"));
         // Borrowing upwards.
         let mut c = lanes(&[], None);
         c.groups[2].borrow_from = vec!["hi".into()];

@@ -118,6 +118,8 @@ fn attach(sock: &UdpSocket, program: &[Insn]) -> io::Result<()> {
         len: program.len() as u16,
         filter: program.as_ptr() as *mut libc::sock_filter,
     };
+    // Pointer contract (syscall!): `prog` and the instructions it points at outlive the call,
+    // and the kernel copies the program before it returns.
     syscall!(setsockopt(
         sock.as_raw_fd(),
         libc::SOL_SOCKET,
@@ -139,6 +141,7 @@ fn attach(sock: &UdpSocket, program: &[Insn]) -> io::Result<()> {
 /// ```
 pub fn set_tos(sock: &UdpSocket, tos: u8) -> io::Result<()> {
     let v = libc::c_int::from(tos);
+    // Pointer contract (syscall!): `v` is a live c_int of the size passed.
     syscall!(setsockopt(
         sock.as_raw_fd(),
         libc::IPPROTO_IP,

@@ -63,6 +63,8 @@ fn set_current_deadline(runtime_ns: u64, deadline_ns: u64, period_ns: u64) -> io
         period: period_ns,
         ..SchedAttr::default()
     };
+    // Pointer contract (syscall!): `attr` is a live, fully initialised sched_attr whose `size`
+    // field says how much of it the kernel may read.
     syscall!(syscall(
         libc::SYS_sched_setattr,
         0,
@@ -75,6 +77,7 @@ fn set_current_deadline(runtime_ns: u64, deadline_ns: u64, period_ns: u64) -> io
 /// `sched_getattr` of thread `tid` (0: the caller).
 fn get_attr(tid: i32) -> io::Result<SchedAttr> {
     let mut attr = SchedAttr::default();
+    // Pointer contract (syscall!): the kernel writes at most the size passed into `attr`.
     syscall!(syscall(
         libc::SYS_sched_getattr,
         tid,

@@ -216,8 +216,23 @@ fn sleep_until(t: u64) {
     }
 }
 
+/// The largest `--work-us` the borrow experiment accepts (see [`run`]).
+pub const MAX_WORK_US: u64 = 200;
+
 /// Runs the experiment without and with borrowing and prints one table.
 pub fn run(args: &InversionArgs) -> Result<(), Box<dyn std::error::Error>> {
+    // The shared flags (duration, priorities, CPUs) get the same checks as every experiment.
+    args.plan()?;
+    // The steady low load is LOW_RATE × work of SCHED_FIFO time and the burst BURST × work per
+    // BURST_PERIOD: at 200 µs that is 40 % of one CPU and 6 %, far under the RT throttle on two
+    // CPUs. More would let one experiment hold both CPUs at SCHED_FIFO for its whole duration.
+    if args.work_us > MAX_WORK_US {
+        return Err(format!(
+            "--work-us {}: at most {MAX_WORK_US} with --borrow",
+            args.work_us
+        )
+        .into());
+    }
     eprintln!(
         "lfrt inversion --borrow: 2 runs of {:.1} s (burst of {BURST} every {} ms, {} µs wait + \
          {} µs work each; low lane {LOW_RATE}/s × {} µs)",
