@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Model-checks the Leader/Followers protocol (src/leader.rs: the unbound promotion and the bound
+# Model-checks the Leader/Followers protocol (src/engine/leader.rs: the unbound promotion and the bound
 # variant's hand-off, failure, shutdown and timeout races) with loom.
 #
 # LOOM_MAX_PREEMPTIONS=2: the 3-thread models are exhaustive only up to 2 preemptions; unbounded
@@ -16,11 +16,11 @@ RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p lfrt --release --lib bound::table::loom_tests -- --test-threads=1 "$@"
 
-# The lane inbox's doorbell (src/inbox.rs): two posters against one draining handler.
+# The lane inbox's doorbell (src/sources/inbox.rs): two posters against one draining handler.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p lfrt --release --lib inbox::loom_tests -- --test-threads=1 "$@"
 
-# Lane borrowing's arming flag and borrowed count (src/borrow.rs) against a model kernel: two
+# Lane borrowing's arming flag and borrowed count (src/engine/borrow.rs) against a model kernel: two
 # lenders, a vacancy and arrivals; no event stranded while the lane is busy.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p lfrt --release --lib borrow::loom_tests -- --test-threads=1 "$@"

@@ -78,31 +78,18 @@ compile_error!("lfrt supports Linux only");
 #[macro_use]
 mod sys;
 
-mod alloc_count;
-pub mod band;
-mod borrow;
-pub mod bound;
 mod config;
+mod engine;
 mod error;
-mod follower_queue;
-mod group;
-mod handle_set;
-mod handler;
-pub mod handlers;
-pub mod inbox;
-mod leader;
-mod metrics;
-mod parker;
-mod pi_mutex;
+mod observe;
 mod runtime;
-mod source;
-pub mod stream;
+mod sources;
 mod sync;
-pub mod telemetry;
-pub mod timer;
-mod watchdog;
 
-pub use alloc_count::{is_active as counting_alloc_active, thread_allocations, CountingAlloc};
+pub mod bound;
+pub use observe::telemetry;
+pub use sources::{band, handlers, inbox, stream, timer};
+
 #[cfg(feature = "toml")]
 pub use config::{
     load as load_config, load_with_overrides, parse as parse_config, Override, OverrideSource,
@@ -113,15 +100,20 @@ pub use config::{
     BoundGroup, Bytes, Deadline, GroupConfig, GroupMemory, HandlerConfig, Invalid, OnOverrun,
     Policy, RtMode, RuntimeConfig, Section,
 };
+pub use engine::follower_queue::{Promotion, MAX_GROUP_THREADS};
+pub use engine::group::WARMUP_DISPATCHES;
+pub use engine::handle_set::Token;
+pub use engine::handler::{
+    Context, Disposition, Event, EventHandler, Interest, Registry, DATAGRAM_BATCH,
+};
 pub use error::Error;
-pub use follower_queue::{Promotion, MAX_GROUP_THREADS};
-pub use group::WARMUP_DISPATCHES;
-pub use handle_set::Token;
-pub use handler::{Context, Disposition, Event, EventHandler, Interest, Registry, DATAGRAM_BATCH};
-pub use metrics::{GroupMetrics, Incident};
-pub use pi_mutex::{PiMutex, PiMutexGuard};
+pub use observe::alloc_count::{
+    is_active as counting_alloc_active, thread_allocations, CountingAlloc,
+};
+pub use observe::metrics::{GroupMetrics, Incident};
 pub use runtime::{Lane, MetricsHandle, Runtime, StartReport, Stopper, SHUTDOWN_TIMEOUT};
-pub use source::{Notifier, Timer};
+pub use sources::source::{Notifier, Timer};
+pub use sync::pi_mutex::{PiMutex, PiMutexGuard};
 pub use sys::net::{Datagram, DatagramBatch};
 
 /// The few Linux facilities the tools and tests share with the runtime: scheduling and its

@@ -1,18 +1,18 @@
 //! The runtime: owns the groups, starts and stops their threads, reports their metrics.
 
-use crate::alloc_count;
 use crate::bound::{BoundPool, BoundStats};
 use crate::config::{BandHandler, GroupConfig, HandlerConfig, RtMode, RuntimeConfig};
+use crate::engine::group::{pool_thread, Applied, Group, Setup, ThreadSlot};
+use crate::engine::handle_set::Token;
+use crate::engine::handler::EventHandler;
+use crate::engine::handler::Registry;
 use crate::error::Error;
-use crate::group::{pool_thread, Applied, Group, Setup, ThreadSlot};
-use crate::handle_set::Token;
-use crate::handler::EventHandler;
-use crate::handler::Registry;
-use crate::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
-use crate::metrics::GroupMetrics;
-use crate::source::Timer;
+use crate::observe::alloc_count;
+use crate::observe::metrics::GroupMetrics;
+use crate::observe::telemetry::{self, Sample, Telemetry};
+use crate::sources::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
+use crate::sources::source::Timer;
 use crate::sys::{self, futex, mem};
-use crate::telemetry::{self, Sample, Telemetry};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::sync::mpsc::Receiver;
@@ -63,7 +63,7 @@ enum Pending {
     },
 }
 
-/// Binds every `[[band]]` of `cfg` ([`crate::band::bind`]: one `SO_REUSEPORT` socket per band,
+/// Binds every `[[band]]` of `cfg` ([`crate::sources::band::bind`]: one `SO_REUSEPORT` socket per band,
 /// steered by the kernel) and wraps each band's socket in its handler, to be registered with
 /// the band's lane at start: `(group index, handler)`.
 fn bind_bands(cfg: &RuntimeConfig) -> Result<Vec<(usize, Pending)>, Error> {
@@ -73,7 +73,7 @@ fn bind_bands(cfg: &RuntimeConfig) -> Result<Vec<(usize, Pending)>, Error> {
         let plan = b
             .plan(&cfg.groups)
             .map_err(|m| Error::config(format!("band[{bi}].classify"), m))?;
-        let sockets = crate::band::bind(b.bind, &plan.bands).map_err(|e| Error::Bind {
+        let sockets = crate::sources::band::bind(b.bind, &plan.bands).map_err(|e| Error::Bind {
             addr: b.bind,
             source: e,
         })?;
@@ -439,7 +439,7 @@ impl Runtime {
     ) -> Result<StartReport, Error> {
         // Lane borrowing links every lender to its borrowers' epoll sets; done here, not in
         // `new`, so that groups added with `add_group` are linked too.
-        crate::borrow::wire(&self.groups)?;
+        crate::engine::borrow::wire(&self.groups)?;
         let mut report = StartReport {
             rt_applied: true,
             memory_locked: false,
@@ -485,12 +485,12 @@ impl Runtime {
         }
         self.await_setup(setups, &mut report)?;
         self.helpers.extend(
-            crate::watchdog::spawn(self.groups.clone(), self.stop.clone()).map_err(|e| {
-                Error::Io {
+            crate::engine::watchdog::spawn(self.groups.clone(), self.stop.clone()).map_err(
+                |e| Error::Io {
                     context: "spawning the watchdog",
                     source: e,
-                }
-            })?,
+                },
+            )?,
         );
         let first = sys::now_ns() + TIMER_START_DELAY_NS;
         for (gi, p) in pending {
@@ -760,7 +760,7 @@ impl Runtime {
             return Err(Error::Unfinished { deadline, handlers });
         }
         for g in &self.groups {
-            crate::handler::close_all(&g.handles);
+            crate::engine::handler::close_all(&g.handles);
         }
         tracing::info!("lfrt stopped");
         Ok(self.metrics())

@@ -1,4 +1,4 @@
-//! Lane borrowing (issue 15 §2, `src/borrow.rs`): a busy lane's events are dispatched by idle
+//! Lane borrowing (issue 15 §2, `src/engine/borrow.rs`): a busy lane's events are dispatched by idle
 //! threads of the lower lane it names in `borrow_from`, at the borrowing lane's priority.
 //!
 //! Every test holds the high lane's only thread in a [`Blocker`] handler (released by the test),

@@ -132,14 +132,14 @@
 mod frame;
 mod table;
 
-pub use crate::follower_queue::Promotion;
+pub use crate::engine::follower_queue::Promotion;
 pub use frame::{decode_header, encode_header, HEADER_LEN};
 
 use crate::config::{BoundGroup, GroupConfig};
+use crate::engine::handle_set::{Token, Wait};
+use crate::engine::handler::{self, Context, Dispatched, Event, Handles, Registry};
 use crate::error::Error;
-use crate::handle_set::{Token, Wait};
-use crate::handler::{self, Context, Dispatched, Event, Handles, Registry};
-use crate::pi_mutex::{PiMutex, PiMutexGuard};
+use crate::sync::pi_mutex::{PiMutex, PiMutexGuard};
 use crate::sys::{self, epoll, errno, net};
 use frame::{Next, Reader};
 use std::cell::Cell;
@@ -797,7 +797,7 @@ impl BoundPool {
     /// pool returned, never from inside a handler.
     pub fn close(&self) {
         self.shutdown();
-        crate::handler::close_all(&self.inner.handles);
+        crate::engine::handler::close_all(&self.inner.handles);
     }
 
     /// Records a connection failure (the first reason sticks) and shuts the socket down, which

@@ -42,8 +42,8 @@
 //! [`Waiter`]: super::Waiter
 
 use super::{BoundError, BoundStats};
-use crate::follower_queue::Promotion;
-use crate::leader::{Check, Outcome, Promoted, Protocol, State, Variant};
+use crate::engine::follower_queue::Promotion;
+use crate::engine::leader::{Check, Outcome, Promoted, Protocol, State, Variant};
 use std::collections::VecDeque;
 
 /// Low bits of a request id that name the slot; the high bits are the slot's sequence number.

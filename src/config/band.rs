@@ -9,7 +9,7 @@
 //! ```
 //!
 //! A band table names lanes (groups) by value; [`BandConfig::plan`] resolves it into the
-//! [`Bands`] plan that [`crate::band::bind`] takes and the lane of each band. Validation and
+//! [`Bands`] plan that [`crate::sources::band::bind`] takes and the lane of each band. Validation and
 //! [`Runtime::new`](crate::Runtime::new) both go through `plan`, so what `check` accepts is
 //! exactly what `run` binds: `check` even binds the band (sockets and classifier) and releases
 //! it, as it does every other address.
@@ -18,7 +18,7 @@
 //! socket 0); the other lanes follow in the order of their smallest value.
 
 use super::{addresses_collide, GroupConfig, HandlerConfig, Invalid, RuntimeConfig, Section};
-use crate::band::{Bands, Classify};
+use crate::sources::band::{Bands, Classify};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BandHandler {
-    /// The built-in UDP echo ([`crate::handlers::UdpEcho`]) with the band's `work_us`, as a
+    /// The built-in UDP echo ([`crate::sources::handlers::UdpEcho`]) with the band's `work_us`, as a
     /// `kind = "udp-echo"` handler.
     #[default]
     UdpEcho,
@@ -56,7 +56,7 @@ pub enum BandClassify {
 }
 
 /// A `[[band]]` table: one UDP address shared by several lanes, the kernel choosing the lane of
-/// each datagram ([`crate::band`]).
+/// each datagram ([`crate::sources::band`]).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BandConfig {
@@ -73,7 +73,7 @@ pub struct BandConfig {
     pub work_us: u64,
 }
 
-/// A [`BandConfig`] resolved against the groups: the plan for [`crate::band::bind`] and the
+/// A [`BandConfig`] resolved against the groups: the plan for [`crate::sources::band::bind`] and the
 /// lane of each band.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BandPlan {
@@ -278,7 +278,7 @@ impl RuntimeConfig {
                 field: "classify",
                 message: m,
             })?;
-            crate::band::bind(b.bind, &plan.bands).map_err(|e| Invalid {
+            crate::sources::band::bind(b.bind, &plan.bands).map_err(|e| Invalid {
                 section: Section::Band(bi),
                 field: "bind",
                 message: format!("cannot bind the band on {}: {e}", b.bind),

@@ -851,7 +851,10 @@ handler = "udp-echo"
         );
         let c = parse(&payload).unwrap();
         let p = c.bands[0].plan(&c.groups).unwrap();
-        assert_eq!(p.bands.classify, crate::band::Classify::PayloadByte(2));
+        assert_eq!(
+            p.bands.classify,
+            crate::sources::band::Classify::PayloadByte(2)
+        );
         assert_eq!(p.bands.map, vec![(1, 1), (7, 1)]);
     }
 

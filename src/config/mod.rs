@@ -18,11 +18,11 @@ pub use band::{BandClassify, BandConfig, BandHandler, BandPlan};
 #[cfg(feature = "toml")]
 pub use file::{load, load_with_overrides, parse, Override, OverrideSource, Provenance};
 
-use crate::follower_queue::{Promotion, MAX_GROUP_THREADS};
-use crate::handler::Context;
-use crate::handler::Handles;
+use crate::engine::follower_queue::{Promotion, MAX_GROUP_THREADS};
+use crate::engine::handler::Context;
+use crate::engine::handler::Handles;
+use crate::observe::telemetry;
 use crate::sys::{mem, sched};
-use crate::telemetry;
 use crate::Error;
 use serde::Deserialize;
 use std::collections::HashSet;

@@ -18,8 +18,8 @@
 //! it still gets the kernel's RT-throttle share (`sched_rt_runtime_us`, 5% by default).
 
 use crate::config::OnOverrun;
-use crate::group::Group;
-use crate::metrics::Counters;
+use crate::engine::group::Group;
+use crate::observe::metrics::Counters;
 use crate::sys::{self, sched, sched::Sched};
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;

@@ -30,8 +30,8 @@
 //! no wake-up pending. The loom model `loom_tests::every_post_is_delivered` checks this with
 //! two posters against the real `Doorbell`.
 
-use crate::handler::{Context, Disposition, Event, EventHandler};
-use crate::metrics::Incident;
+use crate::engine::handler::{Context, Disposition, Event, EventHandler};
+use crate::observe::metrics::Incident;
 use crate::sys::fd::EventFd;
 use crossbeam_queue::ArrayQueue;
 #[cfg(loom)]
@@ -379,8 +379,8 @@ where
 mod tests {
     use super::*;
 
-    use crate::handle_set::Token;
-    use crate::handler::{Handles, Registry};
+    use crate::engine::handle_set::Token;
+    use crate::engine::handler::{Handles, Registry};
 
     /// Runs the inbox's handler once, as a pool thread would when its eventfd is readable.
     fn drain<T, F>(inbox: &mut Inbox<T, F>) -> bool

@@ -167,9 +167,9 @@ pub(crate) use lanes::{wire, Borrow};
 mod lanes {
     use super::{link_data, Gate};
     use crate::config::{GroupConfig, Policy};
+    use crate::engine::group::Group;
+    use crate::engine::handler::Handles;
     use crate::error::Error;
-    use crate::group::Group;
-    use crate::handler::Handles;
     use crate::sys::{epoll, sched::Sched};
     use std::os::fd::{AsRawFd, RawFd};
     use std::sync::atomic::AtomicBool;

@@ -123,16 +123,16 @@ pub struct GroupMetrics {
     /// backlog.
     pub accept_exhausted: u64,
     /// Accepted connections closed at once, unserved: the group's handle table was full (raise
-    /// `max_handles`), a [`stream::Framed`](crate::stream::Framed) connection table was full
+    /// `max_handles`), a [`stream::Framed`](crate::sources::stream::Framed) connection table was full
     /// (raise `Limits::max_connections`), the socket could not be set up, or epoll refused the
     /// fd. The log line names which.
     pub connections_refused: u64,
     /// Datagrams dropped because they were longer than a slot (`buffer_bytes`).
     pub datagrams_truncated: u64,
     /// Values a full lane inbox of this group handed back to their senders
-    /// ([`Inbox`](crate::inbox::Inbox)), counted when the inbox next drains.
+    /// ([`Inbox`](crate::sources::inbox::Inbox)), counted when the inbox next drains.
     pub inbox_refused: u64,
-    /// Stream connections ([`stream::Framed`](crate::stream::Framed)) closed because the peer
+    /// Stream connections ([`stream::Framed`](crate::sources::stream::Framed)) closed because the peer
     /// sent a frame longer than `max_frame`.
     pub frames_oversize: u64,
     /// Stream connections closed abnormally: reset by the peer (`ECONNRESET`, `EPIPE`), another

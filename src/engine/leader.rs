@@ -77,7 +77,7 @@
 //! (it has no fixed-size list to collect them in), and `resign` promotes a waiting follower
 //! instead of leaving it queued behind no leader (at shutdown the queue is already empty).
 
-use crate::follower_queue::{FollowerQueue, Promotion};
+use crate::engine::follower_queue::{FollowerQueue, Promotion};
 use crate::sync::{Mutex, MutexGuard, Parker};
 
 /// What `join` returned to its thread.

@@ -1,14 +1,21 @@
 //! The synchronisation primitives the promotion protocol is written against.
 //!
+//! * **Owns:** the priority-inheritance mutex ([`pi_mutex`]), the per-thread futex parker
+//!   ([`parker`]) and the loom shim below.
+//! * **May use:** `sys` only. **Must never use:** anything above it.
+//!
 //! Normally: the PI mutex and a futex parker. Under `--cfg loom`: loom's model-checked
 //! mutex and a condvar parker, so `leader.rs` (and the bound variant built on it,
 //! `bound/table.rs`) is checked by loom exactly as it runs.
 
+pub(crate) mod parker;
+pub(crate) mod pi_mutex;
+
 #[cfg(not(loom))]
 mod imp {
-    pub(crate) use crate::parker::Parker;
-    use crate::pi_mutex::PiMutex;
-    pub(crate) use crate::pi_mutex::PiMutexGuard as MutexGuard;
+    pub(crate) use crate::sync::parker::Parker;
+    use crate::sync::pi_mutex::PiMutex;
+    pub(crate) use crate::sync::pi_mutex::PiMutexGuard as MutexGuard;
 
     /// The protocol's lock: priority-inheriting.
     #[derive(Debug)]

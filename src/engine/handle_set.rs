@@ -26,13 +26,13 @@
 //!   (`drop_panics`), so dropping a handler can neither deadlock nor kill a pool thread.
 //!
 //! The set is generic over what it stores (`H`, in practice `dyn EventHandler`): it knows
-//! handles, tokens and epoll, not what a handler is or how it runs. [`crate::handler`] builds
+//! handles, tokens and epoll, not what a handler is or how it runs. [`crate::engine::handler`] builds
 //! the handler API (the `Registry`, the dispatch of one event) on top of it, so the two modules
 //! depend one way only.
 
 use crate::error::Error;
-use crate::metrics::IncidentCounters;
-use crate::pi_mutex::PiMutex;
+use crate::observe::metrics::IncidentCounters;
+use crate::sync::pi_mutex::PiMutex;
 use crate::sys::{epoll, fd::EventFd};
 use std::fmt;
 use std::io;

@@ -12,7 +12,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 /// `read` is one nonblocking `read(2)` and never allocates.
 ///
 /// # Examples
-/// A 1 ms periodic timer as a handler (see also [`timer`](crate::timer) for callbacks):
+/// A 1 ms periodic timer as a handler (see also [`timer`](crate::sources::timer) for callbacks):
 /// ```
 /// use lfrt::{Context, Disposition, Event, EventHandler, Timer};
 /// use std::os::fd::{AsFd, BorrowedFd};

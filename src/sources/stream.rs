@@ -57,7 +57,7 @@
 //! connection allocates only its handle (one small `Box`, because [`Registry::register`]
 //! takes one; connection set-up, not the per-frame path). The accept side — the pause when
 //! descriptors or memory run out, refusals counted in `connections_refused` — is the one
-//! [`TcpEcho`](crate::handlers::TcpEcho) uses.
+//! [`TcpEcho`](crate::sources::handlers::TcpEcho) uses.
 //!
 //! [`Registry::register`]: crate::Registry::register
 //!
@@ -89,9 +89,9 @@
 //! # Ok::<(), lfrt::Error>(())
 //! ```
 
-use crate::handler::{Context, Disposition, Event, EventHandler, Interest, DATAGRAM_BATCH};
-use crate::handlers::{Acceptor, Refused};
-use crate::metrics::Incident;
+use crate::engine::handler::{Context, Disposition, Event, EventHandler, Interest, DATAGRAM_BATCH};
+use crate::observe::metrics::Incident;
+use crate::sources::handlers::{Acceptor, Refused};
 use crate::sys::{mem, net};
 use crossbeam_queue::ArrayQueue;
 use std::fmt;
@@ -305,7 +305,7 @@ impl<H: FrameHandler> Framed<H> {
     ///
     /// # Errors
     /// `InvalidInput` naming the [`Limits`] field out of range; the errors of opening the
-    /// accept side (an epoll set and a timer, as for [`TcpEcho`](crate::handlers::TcpEcho)).
+    /// accept side (an epoll set and a timer, as for [`TcpEcho`](crate::sources::handlers::TcpEcho)).
     pub fn new(listener: TcpListener, limits: Limits, handler: H) -> io::Result<Framed<H>> {
         limits.check()?;
         let table = ArrayQueue::new(limits.max_connections);

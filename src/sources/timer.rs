@@ -23,8 +23,8 @@
 //! dispatch is one PI lock, one nonblocking `read(2)` and the callback: no allocation. Control
 //! calls are one PI lock and one `timerfd_settime(2)`.
 
-use crate::handler::{Context, Disposition, Event, EventHandler};
-use crate::pi_mutex::PiMutex;
+use crate::engine::handler::{Context, Disposition, Event, EventHandler};
+use crate::sync::pi_mutex::PiMutex;
 use crate::sys::{self, fd::TimerFd};
 use std::fmt;
 use std::io;

@@ -64,19 +64,19 @@
 //! links, which are not priority-inheriting (`borrow.rs`). A test counts the
 //! allocations of 100,000 dispatches for every event source and promotion order.
 
-use crate::alloc_count;
-use crate::borrow::{self, Borrow};
 use crate::bound::{BoundConfig, BoundPool, Waiter};
 use crate::config::{BoundGroup, GroupConfig, RtMode};
+use crate::engine::borrow::{self, Borrow};
+use crate::engine::follower_queue::Promotion;
+use crate::engine::handle_set::Wait;
+use crate::engine::handler::{self, Context, Dispatched, Event, Handles, Registry};
+use crate::engine::leader::{Joined, Promoted, Protocol};
 use crate::error::Error;
-use crate::follower_queue::Promotion;
-use crate::handle_set::Wait;
-use crate::handler::{self, Context, Dispatched, Event, Handles, Registry};
-use crate::leader::{Joined, Promoted, Protocol};
-use crate::metrics::Counters;
-use crate::pi_mutex::PiMutex;
+use crate::observe::alloc_count;
+use crate::observe::metrics::Counters;
+use crate::observe::telemetry::Sample;
+use crate::sync::pi_mutex::PiMutex;
 use crate::sys::{self, mem, sched, sched::Sched};
-use crate::telemetry::Sample;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
@@ -683,7 +683,7 @@ impl PoolThread<'_> {
     fn process(
         &mut self,
         lane: &Group,
-        token: crate::handle_set::Token,
+        token: crate::engine::handle_set::Token,
         readiness: u32,
         woke_ns: u64,
     ) -> bool {

@@ -9,11 +9,11 @@
 //! handler and condition, naming the running total; the counter is exact, the log is a sample.
 //! So a burst, however long, costs at most one formatted line a second on a pool thread.
 
+use crate::engine::handler::DATAGRAM_BATCH;
+use crate::engine::handler::{Context, Disposition, Event, EventHandler, Interest};
 use crate::error::Error;
-use crate::handler::DATAGRAM_BATCH;
-use crate::handler::{Context, Disposition, Event, EventHandler, Interest};
-use crate::metrics::Incident;
-use crate::source::Timer;
+use crate::observe::metrics::Incident;
+use crate::sources::source::Timer;
 use crate::sys::{self, epoll::Epoll};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -170,7 +170,7 @@ impl EventHandler for UdpEcho {
 ///   `connections_refused` and logged.
 ///
 /// Both logs follow the [module](self)'s rule. The same accept side (pause, retry, refusal)
-/// serves [`stream::Framed`](crate::stream::Framed).
+/// serves [`stream::Framed`](crate::sources::stream::Framed).
 ///
 /// # Implementation notes
 /// Without the pause, a listener whose backlog holds a connection it cannot accept is
@@ -263,7 +263,7 @@ impl std::fmt::Display for Refused {
     }
 }
 
-/// The accept side of the built-in TCP listeners ([`TcpEcho`], [`crate::stream::Framed`]):
+/// The accept side of the built-in TCP listeners ([`TcpEcho`], [`crate::sources::stream::Framed`]):
 /// the gate, the pause on exhaustion and its retry timer, and the counting and logging of
 /// refused connections (see [`TcpEcho`]'s failure behaviour and implementation notes). One
 /// mechanism; each listener supplies only how it admits a connection.

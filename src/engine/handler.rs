@@ -1,8 +1,8 @@
 //! The event handler interface and what a handler sees: the event and its thread's context.
 
+use crate::engine::handle_set::{HandleSet, Next, Ran, Token};
 use crate::error::Error;
-use crate::handle_set::{HandleSet, Next, Ran, Token};
-use crate::metrics::Incident;
+use crate::observe::metrics::Incident;
 use crate::sys::net::DatagramBatch;
 use crate::sys::{epoll, mem};
 use std::fmt;

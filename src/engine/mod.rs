@@ -1,0 +1,19 @@
+//! The Leader/Followers engine: one group's pool of threads taking turns on one handle set.
+//!
+//! * **Owns:** the promotion protocol ([`leader`]), the follower queue ([`follower_queue`]),
+//!   the handle set and its epoll data word ([`handle_set`]), the handler interface a source
+//!   implements ([`handler`]), a group's threads and dispatch loops ([`group`]), lane borrowing
+//!   ([`borrow`]) and the overrun watchdog ([`watchdog`]).
+//! * **May use:** `sys` (system calls), `sync` (PI mutex, parker, the loom shim), `observe`
+//!   (counters and telemetry) and `error`.
+//! * **Must never use:** `config` (the engine takes its own plain parameters), `sources`,
+//!   `runtime` or the tools crate. Sources are written against [`handler::EventHandler`]; the
+//!   engine does not know any one of them.
+
+pub(crate) mod borrow;
+pub(crate) mod follower_queue;
+pub(crate) mod group;
+pub(crate) mod handle_set;
+pub(crate) mod handler;
+pub(crate) mod leader;
+pub(crate) mod watchdog;

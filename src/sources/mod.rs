@@ -1,0 +1,17 @@
+//! Event sources: every built-in thing a lane can wait on, each an
+//! [`EventHandler`](crate::EventHandler) registered in a handle set.
+//!
+//! * **Owns:** UDP/TCP echo and the shared accept path ([`handlers`]), framed TCP streams
+//!   ([`stream`]), lane inboxes ([`inbox`]), callback timers ([`timer`]), priority bands on one
+//!   port ([`band`]) and the raw timerfd/eventfd sources ([`source`]).
+//! * **May use:** the engine's handler interface (`engine::handler`), `sys`, `sync`, `observe`
+//!   and `error`.
+//! * **Must never use:** `config`, `runtime` or the engine's internals (leader, follower queue,
+//!   group); the engine never uses a source.
+
+pub mod band;
+pub mod handlers;
+pub mod inbox;
+pub(crate) mod source;
+pub mod stream;
+pub mod timer;
