@@ -50,7 +50,7 @@
 //! they wait for depend on the deferred events.
 //!
 //! # In the runtime: bound groups
-//! A pool is usually a group of the [`Runtime`](crate::Runtime) ([`GroupConfig::bound`],
+//! A pool is usually a group of the [`Runtime`](crate::Runtime) ([`GroupConfig::bound`](crate::GroupConfig::bound),
 //! TOML `[group.bound]`): the runtime connects it, spawns its threads with the group's
 //! policy, priority, CPUs and pre-faulted stack (the same set-up as every group's), leases
 //! each thread's waiter when the group is built, and the threads `serve` until shutdown. Work
@@ -133,9 +133,9 @@ mod frame;
 mod table;
 
 pub use crate::engine::follower_queue::Promotion;
+pub use crate::observe::metrics::BoundStats;
 pub use frame::{decode_header, encode_header, HEADER_LEN};
 
-use crate::config::{BoundGroup, GroupConfig};
 use crate::engine::handle_set::{Token, Wait};
 use crate::engine::handler::{self, Context, Dispatched, Event, Handles, Registry};
 use crate::error::Error;
@@ -251,19 +251,6 @@ impl BoundConfig {
         None
     }
 
-    /// The pool of bound group `g` ([`GroupConfig::bound`] `= Some(b)`): the sizes of `b`,
-    /// the group's promotion, handle table and buffer size.
-    pub(crate) fn of_group(g: &GroupConfig, b: &BoundGroup) -> BoundConfig {
-        BoundConfig {
-            max_waiters: b.max_waiters,
-            max_body: b.max_body,
-            promotion: g.promotion,
-            max_handles: g.max_handles,
-            buffer_bytes: g.buffer_bytes,
-            max_nesting: b.max_nesting,
-        }
-    }
-
     /// Bytes [`BoundPool::new`] allocates: a reply buffer per waiter slot and the receive
     /// buffer (the handle table is counted with the group's, waiters' handler buffers with
     /// their threads).
@@ -356,37 +343,6 @@ impl fmt::Display for BoundError {
 }
 
 impl std::error::Error for BoundError {}
-
-/// Counters of a bound pool (they only grow).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct BoundStats {
-    /// Replies delivered to their waiters.
-    pub replies: u64,
-    /// Of those, replies the leader read for another thread (hand-offs).
-    pub handoffs: u64,
-    /// Of those, replies the leader read for itself.
-    pub own: u64,
-    /// Reply frames with an id the pool never issued (dropped).
-    pub unknown: u64,
-    /// Reply frames for requests no longer expected: timed out, cancelled, or duplicates
-    /// (dropped).
-    pub late: u64,
-    /// Times a leader handed the role to a follower.
-    pub promotions: u64,
-    /// Times a leader left with no follower to promote.
-    pub vacant: u64,
-    /// `join`/`serve` calls that returned because their deadline passed.
-    pub timeouts: u64,
-    /// Unbound events processed by threads inside `join` (hybrid).
-    pub inline: u64,
-    /// Unbound events a leader deferred because its thread was nested too deeply.
-    pub deferred: u64,
-    /// Unbound events dispatched to their handlers (by threads in `serve` or inline in
-    /// `join`; stale events not included).
-    pub dispatched: u64,
-    /// Of those, dispatches whose handler panicked (caught; the thread goes on).
-    pub panics: u64,
-}
 
 struct Inner {
     cfg: BoundConfig,

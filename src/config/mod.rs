@@ -326,6 +326,19 @@ impl BoundGroup {
     fn default_max_nesting() -> u32 {
         crate::bound::BoundConfig::default().max_nesting
     }
+
+    /// The pool of a bound group `g` whose [`GroupConfig::bound`] is `self`: the sizes of
+    /// `self`, the group's promotion, handle table and buffer size.
+    pub(crate) fn pool_config(&self, g: &GroupConfig) -> crate::bound::BoundConfig {
+        crate::bound::BoundConfig {
+            max_waiters: self.max_waiters,
+            max_body: self.max_body,
+            promotion: g.promotion,
+            max_handles: g.max_handles,
+            buffer_bytes: g.buffer_bytes,
+            max_nesting: self.max_nesting,
+        }
+    }
 }
 
 /// Default number of pool threads per group.
@@ -409,9 +422,10 @@ impl GroupConfig {
             buffers: Context::allocated_bytes(self.buffer_bytes),
             telemetry: (telemetry::RING_CAPACITY * std::mem::size_of::<telemetry::Sample>()) as u64,
             handle_table: Handles::table_bytes(self.max_handles),
-            bound: self.bound.as_ref().map_or(0, |b| {
-                crate::bound::BoundConfig::of_group(self, b).allocated_bytes()
-            }),
+            bound: self
+                .bound
+                .as_ref()
+                .map_or(0, |b| b.pool_config(self).allocated_bytes()),
         }
     }
 
@@ -899,7 +913,7 @@ impl RuntimeConfig {
                     ),
                 );
             }
-            if let Some((field, message)) = crate::bound::BoundConfig::of_group(g, b).invalid() {
+            if let Some((field, message)) = b.pool_config(g).invalid() {
                 return bad(here, field, message);
             }
             if b.max_waiters < g.threads {

@@ -20,7 +20,10 @@
 //! (pushing it again keeps its place). Hand-written (real-time constraint): removing a named
 //! thread must be O(log n) with no allocation and no hashing while the protocol's PI lock is
 //! held; `std`'s and `heapless`' `BinaryHeap` cannot remove an arbitrary entry, and the indexed
-//! priority queues on crates.io find entries through hash maps.
+//! priority queues on crates.io find entries through hash maps. (`heapless::Vec` does not fit
+//! the storage either: a bound pool queues up to `bound::MAX_WAITERS` threads, a number known
+//! only at run time, so the capacity is set once in [`FollowerQueue::new`]; the crate is no
+//! longer a dependency.)
 
 /// The most threads one group may have (validated by the configuration).
 pub const MAX_GROUP_THREADS: usize = 64;

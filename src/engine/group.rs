@@ -64,7 +64,7 @@
 //! links, which are not priority-inheriting (`borrow.rs`). A test counts the
 //! allocations of 100,000 dispatches for every event source and promotion order.
 
-use crate::bound::{BoundConfig, BoundPool, Waiter};
+use crate::bound::{BoundPool, Waiter};
 use crate::config::{BoundGroup, GroupConfig, RtMode};
 use crate::engine::borrow::{self, Borrow};
 use crate::engine::follower_queue::Promotion;
@@ -263,7 +263,7 @@ impl Bound {
                     source: e,
                 }
             })?;
-        let pool = BoundPool::new(conn, BoundConfig::of_group(cfg, b))?;
+        let pool = BoundPool::new(conn, b.pool_config(cfg))?;
         let waiters = (0..cfg.threads)
             .map(|_| {
                 pool.waiter()

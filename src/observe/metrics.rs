@@ -146,7 +146,7 @@ pub struct GroupMetrics {
     /// `promotions_no_follower`, `leader_present`, `followers` and `handler_panics` are the
     /// pool's; `processing`, the watchdog's counters, telemetry samples and the post-warm-up
     /// allocation and fault counts are not measured on its threads (0 / `None`).
-    pub bound: Option<crate::bound::BoundStats>,
+    pub bound: Option<BoundStats>,
 }
 
 /// A failure that a handler counts in its group's metrics with [`Context::count`](crate::Context::count): work
@@ -208,4 +208,36 @@ impl IncidentCounters {
         };
         c.fetch_add(n, Relaxed).wrapping_add(n)
     }
+}
+
+/// Counters of a bound pool ([`bound::BoundPool`](crate::bound::BoundPool); they only grow).
+/// Defined here, beside the other counters, so that observation depends on no pool type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BoundStats {
+    /// Replies delivered to their waiters.
+    pub replies: u64,
+    /// Of those, replies the leader read for another thread (hand-offs).
+    pub handoffs: u64,
+    /// Of those, replies the leader read for itself.
+    pub own: u64,
+    /// Reply frames with an id the pool never issued (dropped).
+    pub unknown: u64,
+    /// Reply frames for requests no longer expected: timed out, cancelled, or duplicates
+    /// (dropped).
+    pub late: u64,
+    /// Times a leader handed the role to a follower.
+    pub promotions: u64,
+    /// Times a leader left with no follower to promote.
+    pub vacant: u64,
+    /// `join`/`serve` calls that returned because their deadline passed.
+    pub timeouts: u64,
+    /// Unbound events processed by threads inside `join` (hybrid).
+    pub inline: u64,
+    /// Unbound events a leader deferred because its thread was nested too deeply.
+    pub deferred: u64,
+    /// Unbound events dispatched to their handlers (by threads in `serve` or inline in
+    /// `join`; stale events not included).
+    pub dispatched: u64,
+    /// Of those, dispatches whose handler panicked (caught; the thread goes on).
+    pub panics: u64,
 }
