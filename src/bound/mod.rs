@@ -138,6 +138,7 @@ pub use frame::{decode_header, encode_header, HEADER_LEN};
 
 use crate::engine::handle_set::{Token, Wait};
 use crate::engine::handler::{self, Context, Dispatched, Event, Handles, Registry};
+use crate::engine::word::Word;
 use crate::error::Error;
 use crate::sync::pi_mutex::{PiMutex, PiMutexGuard};
 use crate::sys::{self, epoll, errno, net};
@@ -159,10 +160,6 @@ pub const MAX_WAITERS: usize = 1 << table::SLOT_BITS;
 
 /// The largest `max_body` a pool accepts (16 MiB; the header's length field is 32 bits).
 pub const MAX_BODY: usize = 16 << 20;
-
-/// The epoll data word of the multiplexed connection (never a handle's token: its slot index
-/// is beyond any handle table).
-const CONN: u64 = u64::MAX - 1;
 
 thread_local! {
     /// How many unbound handlers this thread is running, nested inside each other (a handler's
@@ -490,7 +487,11 @@ impl BoundPool {
             source: e,
         })?;
         handles
-            .watch(conn.as_raw_fd(), epoll::IN | epoll::RDHUP, CONN)
+            .watch(
+                conn.as_raw_fd(),
+                epoll::IN | epoll::RDHUP,
+                Word::BoundConnection,
+            )
             .map_err(|e| Error::Io {
                 context: "adding the bound connection to epoll",
                 source: e,
@@ -800,7 +801,7 @@ impl BoundPool {
                 rd.clear();
             }
             match inner.handles.wait_timeout(ms_until(t.deadline)) {
-                Ok(Wait::Event { token, .. }) if token.raw() == CONN => self.fill(&mut rd),
+                Ok(Wait::BoundConnection) => self.fill(&mut rd),
                 Ok(Wait::Event { token, readiness }) => {
                     let ev = Ready {
                         token: token.raw(),
@@ -813,6 +814,8 @@ impl BoundPool {
                     inner.table.defer(ev);
                 }
                 Ok(Wait::Shutdown) => inner.table.shutdown(),
+                // Validation refuses borrowing for bound groups: no link is ever in this set.
+                Ok(Wait::Link { .. }) => unreachable!("a bound pool's set has no borrowing link"),
                 Ok(Wait::Interrupted) => {}
                 Err(e) => {
                     // The epoll instance itself failed: nothing can be waited on any more.

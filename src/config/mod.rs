@@ -1198,7 +1198,7 @@ impl RuntimeConfig {
                     format!("{}: must be 64..=67108864", g.buffer_bytes),
                 ));
             }
-            if g.max_handles == 0 || g.max_handles > 1 << 20 {
+            if g.max_handles == 0 || g.max_handles > crate::engine::word::MAX_HANDLES {
                 return Err(bad(
                     gi,
                     "max_handles",

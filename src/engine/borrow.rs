@@ -6,7 +6,7 @@
 //! # How a lent thread learns of the event
 //! An epoll fd is itself pollable: it is readable while its ready list is not empty. So the
 //! borrower's epoll fd is a member of each lender's epoll set, under a reserved data word
-//! ([`link_data`]), registered `EPOLLONESHOT` and *disarmed* (no interest) at first:
+//! (`Word::Link`, `word.rs`), registered `EPOLLONESHOT` and *disarmed* (no interest) at first:
 //!
 //! ```text
 //!   borrower lane B (1 thread)                         lender lane L (idle leader in epoll_wait)
@@ -87,20 +87,6 @@
 
 use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
 
-/// Low 32 bits of a link's epoll data word, above every slot index (`max_handles` ≤ 2²⁰) and
-/// apart from the shutdown word (`u64::MAX`); the borrower's group index is added to it.
-const LINK_BASE: u64 = 0xFFFF_0000;
-
-/// The epoll data word under which `borrower`'s epoll fd sits in a lender's set.
-pub(crate) fn link_data(borrower: u16) -> u64 {
-    LINK_BASE | u64::from(borrower)
-}
-
-/// The borrower a lender's event is for, if `data` is a link word.
-pub(crate) fn borrower_of(data: u64) -> Option<u16> {
-    (data & !0xFFFF == LINK_BASE).then_some((data & 0xFFFF) as u16)
-}
-
 /// The atomic protocol of one borrowing lane: an arming flag per lender link and the count of
 /// threads borrowed now. No system call: the caller passes the kernel's re-arm as a closure, so
 /// the model runs it as it is.
@@ -165,10 +151,11 @@ pub(crate) use lanes::{wire, Borrow};
 
 /// The lanes' side: the links in the kernel (the lent thread's turn is in `group.rs`).
 mod lanes {
-    use super::{link_data, Gate};
+    use super::Gate;
     use crate::config::{GroupConfig, Policy};
     use crate::engine::group::Group;
     use crate::engine::handler::Handles;
+    use crate::engine::word::Word;
     use crate::error::Error;
     use crate::sys::{epoll, sched::Sched};
     use std::os::fd::{AsRawFd, RawFd};
@@ -220,7 +207,7 @@ mod lanes {
                 // itself this time, and the flag is cleared so that the next vacancy tries again.
                 if links[j]
                     .1
-                    .rewatch(own, epoll::IN | epoll::ONESHOT, link_data(me))
+                    .rewatch(own, epoll::IN | epoll::ONESHOT, Word::Link { borrower: me })
                     .is_err()
                 {
                     self.gate.fired(j);
@@ -252,7 +239,7 @@ mod lanes {
                     .watch(
                         b.handles.epoll_fd().as_raw_fd(),
                         epoll::ONESHOT,
-                        link_data(b.index),
+                        Word::Link { borrower: b.index },
                     )
                     .map_err(|e| Error::Io {
                         context: "adding a borrowing lane's epoll fd to its lender's",
@@ -275,18 +262,6 @@ mod lanes {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-
-    #[test]
-    fn link_words_are_apart_from_slots_and_shutdown() {
-        assert_eq!(borrower_of(link_data(7)), Some(7));
-        assert_eq!(borrower_of(u64::MAX), None, "the shutdown word");
-        assert_eq!(borrower_of((1 << 20) - 1), None, "the highest slot index");
-        assert_eq!(
-            borrower_of(3 << 32 | 5),
-            None,
-            "a slot token of generation 3"
-        );
-    }
 
     /// The kernel is called only when a flag turns on; a fired link is armed again; the count
     /// stops at `max`.

@@ -66,7 +66,7 @@
 
 use crate::bound::{BoundPool, Waiter};
 use crate::config::{BoundGroup, GroupConfig, RtMode};
-use crate::engine::borrow::{self, Borrow};
+use crate::engine::borrow::Borrow;
 use crate::engine::follower_queue::Promotion;
 use crate::engine::handle_set::Wait;
 use crate::engine::handler::{self, Context, Dispatched, Event, Handles, Registry};
@@ -522,8 +522,10 @@ impl PoolThread<'_> {
                 return;
             }
             // Leader: wait for one event on the handle set. ONESHOT disarms its handle.
-            let (token, readiness) = match group.handles.wait() {
-                Ok(Wait::Event { token, readiness }) => (token, readiness),
+            let (word, readiness) = match group.handles.wait() {
+                Ok(Wait::Event { token, readiness }) => (Ok(token), readiness),
+                Ok(Wait::Link { borrower }) => (Err(borrower), 0),
+                Ok(Wait::BoundConnection) => unreachable!("only a bound pool's set"),
                 Ok(Wait::Shutdown) => {
                     group.protocol.resign(self.idx);
                     continue;
@@ -548,11 +550,12 @@ impl PoolThread<'_> {
                     }
                 }
             }
-            if let Some(to) = borrow::borrower_of(token.raw()) {
-                self.lend(group, to, woke_ns);
-                continue;
+            match word {
+                Ok(token) => {
+                    self.process(group, token, readiness, woke_ns);
+                }
+                Err(to) => self.lend(group, to, woke_ns),
             }
-            self.process(group, token, readiness, woke_ns);
         }
     }
 
@@ -561,12 +564,11 @@ impl PoolThread<'_> {
         let group = self.group;
         loop {
             match group.handles.wait() {
-                Ok(Wait::Event { token, readiness }) => match borrow::borrower_of(token.raw()) {
-                    Some(to) => self.lend(group, to, sys::now_ns()),
-                    None => {
-                        self.process(group, token, readiness, sys::now_ns());
-                    }
-                },
+                Ok(Wait::Event { token, readiness }) => {
+                    self.process(group, token, readiness, sys::now_ns());
+                }
+                Ok(Wait::Link { borrower }) => self.lend(group, borrower, sys::now_ns()),
+                Ok(Wait::BoundConnection) => unreachable!("only a bound pool's set"),
                 Ok(Wait::Shutdown) => {
                     // Wake one more sleeping waiter (epoll wakes its waiters one at a time).
                     group.handles.wake_for_shutdown();
@@ -625,10 +627,9 @@ impl PoolThread<'_> {
         if !self.time_shared {
             self.set_sched(borrow.sched, false);
         }
-        if let Ok(Wait::Event { token, readiness }) = b.handles.wait_timeout(0) {
-            if let Some(higher) = borrow::borrower_of(token.raw()) {
-                self.lend(b, higher, woke_ns);
-            } else {
+        match b.handles.wait_timeout(0) {
+            Ok(Wait::Link { borrower }) => self.lend(b, borrower, woke_ns),
+            Ok(Wait::Event { token, readiness }) => {
                 let own = (self.ctx.group, self.ctx.priority);
                 let registry = std::mem::replace(&mut self.ctx.registry, b.registry());
                 (self.ctx.group, self.ctx.priority) = (b.index, b.cfg.priority);
@@ -639,6 +640,7 @@ impl PoolThread<'_> {
                 self.ctx.registry = registry;
                 (self.ctx.group, self.ctx.priority) = own;
             }
+            _ => {} // nothing ready any more, or the set is shutting down
         }
         if !self.time_shared {
             self.set_sched(self.slot.sched, true);

@@ -30,6 +30,7 @@
 //! the handler API (the `Registry`, the dispatch of one event) on top of it, so the two modules
 //! depend one way only.
 
+use crate::engine::word::{Word, MAX_HANDLES};
 use crate::error::Error;
 use crate::observe::metrics::IncidentCounters;
 use crate::sync::pi_mutex::PiMutex;
@@ -65,9 +66,6 @@ impl Token {
     }
 }
 
-/// The epoll data word of the shutdown eventfd (no slot can have it: index < max_handles).
-const SHUTDOWN: u64 = u64::MAX;
-
 struct Entry<H: ?Sized> {
     handler: Box<H>,
     fd: RawFd,
@@ -92,7 +90,17 @@ struct Slot<H: ?Sized> {
 /// What the leader's wait produced.
 #[derive(Debug)]
 pub(crate) enum Wait {
-    Event { token: Token, readiness: u32 },
+    /// A registered handle is ready (and disarmed: ONESHOT).
+    Event {
+        token: Token,
+        readiness: u32,
+    },
+    /// A borrowing lane's link fired in this (a lender's) set (`borrow.rs`).
+    Link {
+        borrower: u16,
+    },
+    /// The bound pool's connection is readable (`bound/`).
+    BoundConnection,
     Shutdown,
     Interrupted,
 }
@@ -147,11 +155,20 @@ impl<H: ?Sized> HandleSet<H> {
         (max_handles as u64).saturating_mul(per_slot as u64)
     }
 
+    /// A set of `max_handles` slots (at most [`MAX_HANDLES`], which validation enforces).
     pub(crate) fn new(max_handles: usize) -> io::Result<HandleSet<H>> {
+        assert!(
+            max_handles <= MAX_HANDLES,
+            "slot indices must stay below the reserved words"
+        );
         let epoll = epoll::Epoll::new()?;
         let shutdown = EventFd::new()?;
         // Level-triggered and never read: once written, every later leader sees it at once.
-        epoll.add(shutdown.as_fd().as_raw_fd(), epoll::IN, SHUTDOWN)?;
+        epoll.add(
+            shutdown.as_fd().as_raw_fd(),
+            epoll::IN,
+            Word::Shutdown.encode(),
+        )?;
         let slots = (0..max_handles)
             .map(|_| Slot {
                 generation: AtomicU32::new(0),
@@ -186,7 +203,10 @@ impl<H: ?Sized> HandleSet<H> {
             events,
             suspended: false,
         });
-        if let Err(e) = self.epoll.add(fd, events | epoll::ONESHOT, token.0) {
+        if let Err(e) = self
+            .epoll
+            .add(fd, events | epoll::ONESHOT, Word::Handle(token).encode())
+        {
             let entry = slot.entry.lock().take();
             self.free.lock().push(index);
             self.discard(entry);
@@ -252,10 +272,11 @@ impl<H: ?Sized> HandleSet<H> {
     /// `Wait::Interrupted`.
     pub(crate) fn wait_timeout(&self, timeout_ms: i32) -> io::Result<Wait> {
         match self.epoll.wait_one(timeout_ms) {
-            Ok(Some((_, SHUTDOWN))) => Ok(Wait::Shutdown),
-            Ok(Some((readiness, data))) => Ok(Wait::Event {
-                token: Token(data),
-                readiness,
+            Ok(Some((readiness, data))) => Ok(match Word::decode(data) {
+                Word::Handle(token) => Wait::Event { token, readiness },
+                Word::Link { borrower } => Wait::Link { borrower },
+                Word::BoundConnection => Wait::BoundConnection,
+                Word::Shutdown => Wait::Shutdown,
             }),
             Ok(None) => Ok(Wait::Interrupted),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Wait::Interrupted),
@@ -263,19 +284,18 @@ impl<H: ?Sized> HandleSet<H> {
         }
     }
 
-    /// Adds an fd that has no handler, level-triggered, under the epoll data word `data`: its
-    /// readiness comes back from the waits as `Wait::Event` with `token.raw() == data`. Used by
-    /// owners that wait on their own fd alongside the handles (the bound pool's connection).
-    /// `data` must be neither a slot token (index < `max_handles`) nor `u64::MAX`.
-    pub(crate) fn watch(&self, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
-        debug_assert!(data != SHUTDOWN && Token(data).index() >= self.slots.len());
-        self.epoll.add(fd, events, data)
+    /// Adds an fd that has no handler under a reserved data `word` (`word.rs`): its readiness
+    /// comes back from the waits as that word's [`Wait`]. Used by owners that wait on their own
+    /// fd alongside the handles (the bound pool's connection, a borrowing lane's link).
+    pub(crate) fn watch(&self, fd: RawFd, events: u32, word: Word) -> io::Result<()> {
+        debug_assert!(!matches!(word, Word::Handle(_) | Word::Shutdown));
+        self.epoll.add(fd, events, word.encode())
     }
 
     /// Re-arms (`EPOLL_CTL_MOD`) an fd added with [`watch`](Self::watch) for `events` (a
     /// borrowing lane's link, `borrow.rs`, is `EPOLLONESHOT`).
-    pub(crate) fn rewatch(&self, fd: RawFd, events: u32, data: u64) -> io::Result<()> {
-        self.epoll.modify(fd, events, data)
+    pub(crate) fn rewatch(&self, fd: RawFd, events: u32, word: Word) -> io::Result<()> {
+        self.epoll.modify(fd, events, word.encode())
     }
 
     /// The set's epoll fd, which a lender's set watches (`borrow.rs`).
@@ -329,7 +349,11 @@ impl<H: ?Sized> HandleSet<H> {
             Next::Rearm(events) if !deregistered => {
                 entry.events = events;
                 self.epoll
-                    .modify(entry.fd, events | epoll::ONESHOT, token.0)
+                    .modify(
+                        entry.fd,
+                        events | epoll::ONESHOT,
+                        Word::Handle(token).encode(),
+                    )
                     .is_ok()
             }
             _ => false,
@@ -379,7 +403,11 @@ impl<H: ?Sized> HandleSet<H> {
                     // Armed or disarmed (ONESHOT fired), the fd is in epoll until deleted.
                     self.epoll.delete(e.fd)
                 } else {
-                    self.epoll.add(e.fd, e.events | epoll::ONESHOT, token.0)
+                    self.epoll.add(
+                        e.fd,
+                        e.events | epoll::ONESHOT,
+                        Word::Handle(token).encode(),
+                    )
                 };
                 if done.is_ok() {
                     e.suspended = suspend;

@@ -1,7 +1,8 @@
 //! The Leader/Followers engine: one group's pool of threads taking turns on one handle set.
 //!
 //! * **Owns:** the promotion protocol ([`leader`]), the follower queue ([`follower_queue`]),
-//!   the handle set and its epoll data word ([`handle_set`]), the handler interface a source
+//!   the handle set ([`handle_set`]) and the one owner of its epoll data word ([`word`]), the
+//!   handler interface a source
 //!   implements ([`handler`]), a group's threads and dispatch loops ([`group`]), lane borrowing
 //!   ([`borrow`]) and the overrun watchdog ([`watchdog`]).
 //! * **May use:** `sys` (system calls), `sync` (PI mutex, parker, the loom shim), `observe`
@@ -17,3 +18,4 @@ pub(crate) mod handle_set;
 pub(crate) mod handler;
 pub(crate) mod leader;
 pub(crate) mod watchdog;
+pub(crate) mod word;
