@@ -13,8 +13,8 @@
 //!   accepted configurations whose groups are all `policy = "other"` are started and shut down.
 //!
 //! # The generator
-//! Documents follow the real grammar (src/config, configs/*.toml, docs/configuration.md,
-//! the configuration reference): `[runtime]` with `rt` and `lock_memory`; 1 to 3 `[[group]]`s with distinct names
+//! Documents follow the real grammar (src/config, configs/*.toml, docs/configuration.md):
+//! `[runtime]` with `rt` and `lock_memory`; 1 to 3 `[[group]]`s with distinct names
 //! and priorities, every optional key sometimes left out, `thread_priorities` inside the
 //! group's lane; 0 to 3 `[[group.handler]]`s each: `udp-echo` / `tcp-echo` bound to
 //! loopback and wildcard addresses (port 0, two free ports shared between handlers so that
