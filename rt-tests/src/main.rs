@@ -1,6 +1,6 @@
 //! The `lfrt` command: check and run configurations, and the measurement harnesses.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use rt_tests::{measured, sum_measured};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,7 +41,8 @@ enum Cmd {
         /// forms). Default, or 0: run until SIGINT/SIGTERM.
         #[arg(short = 'D', long, value_name = "TIME", value_parser = rt_tests::duration::parse)]
         duration: Option<Duration>,
-        /// Also write the final metrics as JSON to this file (fields: README, "lfrt run --json").
+        /// Also write the final metrics as JSON to this file (fields: docs/operations.md,
+        /// "lfrt run --json").
         #[arg(long)]
         json: Option<PathBuf>,
         /// Serve live metrics in Prometheus text format at ADDR (GET /metrics): the override
@@ -86,6 +87,21 @@ enum Cmd {
     Doctor {
         /// Configuration file (TOML) to check against this machine.
         config: Option<PathBuf>,
+    },
+    /// Print the shell completion script for SHELL to stdout.
+    ///
+    /// bash: `lfrt completions bash > /usr/share/bash-completion/completions/lfrt`;
+    /// zsh: into a directory of $fpath as `_lfrt`; fish: `~/.config/fish/completions/lfrt.fish`.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages into DIR: lfrt.1 and one lfrt-COMMAND.1 per command.
+    Man {
+        /// Directory to write the pages into (created if missing), e.g. /usr/local/share/man/man1.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
     },
 }
 
@@ -182,6 +198,11 @@ fn main() -> ExitCode {
             .map(|kind| println!("wrote {} ({kind:?})", output.display()))
             .map_err(Into::into),
         Cmd::Inversion(args) => rt_tests::inversion::run(&args),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "lfrt", &mut std::io::stdout());
+            Ok(())
+        }
+        Cmd::Man { out } => man(&out),
         Cmd::Doctor { config } => match rt_tests::doctor::run(config.as_deref()) {
             Ok(report) => {
                 print!("{report}");
@@ -197,6 +218,17 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Writes `lfrt.1` and one `lfrt-COMMAND.1` per command into `out`, from the same clap
+/// definitions the command parses with.
+fn man(out: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(out)
+        .map_err(|e| format!("man: cannot create {}: {e}", out.display()))?;
+    clap_mangen::generate_to(Cli::command(), out)
+        .map_err(|e| format!("man: cannot write into {}: {e}", out.display()))?;
+    println!("wrote man pages into {}", out.display());
+    Ok(())
 }
 
 fn check(config: Option<PathBuf>, set: &SetArgs) -> Result<(), Box<dyn std::error::Error>> {
@@ -277,7 +309,7 @@ fn band_line(b: &lfrt::BandConfig, groups: &[lfrt::GroupConfig]) -> String {
 
 /// Timer events per second one pool thread is taken to serve at most, for the plan's warning.
 ///
-/// BENCHMARKS.md §3 measures 3.7–5.0 µs of CPU per event for lfrt with 0 µs of handler work
+/// BENCHMARKS.md §2.2 measures 3.7–5.0 µs of CPU per event for lfrt with 0 µs of handler work
 /// (`cpu_us/m`), i.e. 200–270 k events/s for a thread that does nothing else. A timer event
 /// also reads and re-arms its timerfd, and a thread at that load has no slack left for
 /// latency, so the plan warns at about half of it.

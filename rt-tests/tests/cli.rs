@@ -520,3 +520,169 @@ fn a_deadline_lane_without_cap_sys_nice_is_refused_naming_it() {
         "{err}"
     );
 }
+
+/// The subcommands `lfrt --help` lists, read from its `Commands:` section.
+fn subcommands() -> Vec<String> {
+    let out = lfrt().arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let list: Vec<String> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect();
+    for c in [
+        "check",
+        "run",
+        "cyclic",
+        "inversion",
+        "plot",
+        "doctor",
+        "completions",
+        "man",
+    ] {
+        assert!(list.iter().any(|l| l == c), "{c} not in --help: {help}");
+    }
+    list
+}
+
+/// Every long flag the command accepts: those `--help` of the command and of each subcommand
+/// print.
+fn long_flags(subcommands: &[String]) -> std::collections::BTreeSet<String> {
+    let mut flags = std::collections::BTreeSet::new();
+    let mut helps = vec![lfrt().arg("--help").output().unwrap()];
+    for c in subcommands {
+        helps.push(lfrt().args([c.as_str(), "--help"]).output().unwrap());
+    }
+    for out in helps {
+        assert!(out.status.success());
+        for word in String::from_utf8_lossy(&out.stdout)
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        {
+            if word.len() > 2 && word.starts_with("--") {
+                flags.insert(word.to_string());
+            }
+        }
+    }
+    flags
+}
+
+#[test]
+fn man_writes_one_page_per_command_naming_its_own_flags() {
+    let dir = std::env::temp_dir().join(format!("lfrt-cli-man-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = lfrt().args(["man", "--out"]).arg(&dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = |name: &str| {
+        let p = dir.join(format!("{name}.1"));
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    };
+    // The top page lists every command; each command has its own page, titled by its name.
+    let top = page("lfrt");
+    assert!(
+        top.starts_with(".ie") || top.contains(".TH lfrt 1"),
+        "{top}"
+    );
+    let commands = subcommands();
+    for c in &commands {
+        assert!(
+            top.contains(&format!("lfrt\\-{}", c.replace('-', "\\-"))),
+            "{c} not in lfrt.1"
+        );
+        let text = page(&format!("lfrt-{c}"));
+        assert!(
+            text.contains(&format!(".TH lfrt-{c} 1")),
+            "lfrt-{c}.1: {text}"
+        );
+        assert!(text.contains(".SH SYNOPSIS") && text.contains(".SH DESCRIPTION"));
+    }
+    // Each page documents its command's own options (roff escapes '-' as '\-').
+    for (c, flag) in [
+        ("check", "set"),
+        ("run", "metrics"),
+        ("run", "duration"),
+        ("cyclic", "histogram"),
+        ("cyclic", "interval"),
+        ("inversion", "quick"),
+        ("plot", "output"),
+        ("man", "out"),
+    ] {
+        assert!(
+            page(&format!("lfrt-{c}")).contains(&format!("\\fB\\-\\-{flag}\\fR")),
+            "lfrt-{c}.1 does not document --{flag}"
+        );
+    }
+    assert!(!page("lfrt-check").contains("\\-\\-histogram"));
+    // Nothing but the pages: no page for a command that does not exist.
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    let mut expected: Vec<String> = commands.iter().map(|c| format!("lfrt-{c}.1")).collect();
+    expected.push("lfrt.1".into());
+    expected.sort();
+    assert_eq!(files, expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn completions_name_real_commands_and_flags() {
+    let commands = subcommands();
+    let flags = long_flags(&commands);
+    let out = lfrt().args(["completions", "bash"]).output().unwrap();
+    assert!(out.status.success());
+    let bash = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Syntactically valid bash, registered for `lfrt`.
+    let check = Command::new("bash")
+        .args(["-n", "-c", &bash])
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(bash.contains("complete -F _lfrt"), "{bash}");
+    for c in &commands {
+        assert!(bash.contains(&format!("lfrt,{c})")), "{c} not completed");
+    }
+    // It offers the real flags, and only flags the command accepts.
+    for f in [
+        "--set",
+        "--metrics",
+        "--duration",
+        "--histogram",
+        "--quick",
+        "--output",
+    ] {
+        assert!(bash.contains(f), "{f} missing from the bash completion");
+    }
+    let offered: std::collections::BTreeSet<String> = bash
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.len() > 2 && w.starts_with("--") && w[2..].starts_with(char::is_alphabetic))
+        .map(str::to_string)
+        .collect();
+    let unknown: Vec<&String> = offered.difference(&flags).collect();
+    assert!(
+        unknown.is_empty(),
+        "completion offers unknown flags {unknown:?}"
+    );
+    // The other shells too; a shell clap does not know is refused, naming the choices.
+    for shell in ["zsh", "fish"] {
+        let out = lfrt().args(["completions", shell]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("cyclic") && text.contains("histogram"));
+    }
+    let out = lfrt().args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bash"));
+}

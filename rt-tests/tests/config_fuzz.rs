@@ -5,7 +5,7 @@
 //!
 //! Properties:
 //! * (a) `parse_config` never panics, and every error is an `Error::Config` whose field is a
-//!   path as the README's errors name them (`toml` for syntax errors, `runtime.rt`,
+//!   path as docs/configuration.md's errors name them (`toml` for syntax errors, `runtime.rt`,
 //!   `group[1].priority`, `group[0].handler[2].bind`, …) with group and handler indices that
 //!   exist in the document, and a line inside the text. A single value of the wrong type or
 //!   range, or an unknown key, is reported at its own path.
@@ -13,8 +13,8 @@
 //!   accepted configurations whose groups are all `policy = "other"` are started and shut down.
 //!
 //! # The generator
-//! Documents follow the real grammar (src/config, configs/*.toml, the README's configuration
-//! reference): `[runtime]` with `rt` and `lock_memory`; 1 to 3 `[[group]]`s with distinct names
+//! Documents follow the real grammar (src/config, configs/*.toml, docs/configuration.md):
+//! `[runtime]` with `rt` and `lock_memory`; 1 to 3 `[[group]]`s with distinct names
 //! and priorities, every optional key sometimes left out, `thread_priorities` inside the
 //! group's lane; 0 to 3 `[[group.handler]]`s each: `udp-echo` / `tcp-echo` bound to
 //! loopback and wildcard addresses (port 0, two free ports shared between handlers so that
