@@ -102,10 +102,10 @@ pub use config::{
 };
 pub use engine::follower_queue::{Promotion, MAX_GROUP_THREADS};
 pub use engine::group::WARMUP_DISPATCHES;
-pub use engine::handle_set::Token;
 pub use engine::handler::{
     Context, Disposition, Event, EventHandler, Interest, Registry, DATAGRAM_BATCH,
 };
+pub use engine::word::Token;
 pub use error::Error;
 pub use observe::alloc_count::{
     is_active as counting_alloc_active, thread_allocations, CountingAlloc,

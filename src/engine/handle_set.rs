@@ -30,6 +30,7 @@
 //! the handler API (the `Registry`, the dispatch of one event) on top of it, so the two modules
 //! depend one way only.
 
+pub(crate) use crate::engine::word::Token;
 use crate::engine::word::{Word, MAX_HANDLES};
 use crate::error::Error;
 use crate::observe::metrics::IncidentCounters;
@@ -40,31 +41,6 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
-
-/// Identifies one registered handle within its group: slot index and generation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Token(u64);
-
-impl Token {
-    fn new(index: u32, generation: u32) -> Token {
-        Token(u64::from(generation) << 32 | u64::from(index))
-    }
-    /// The slot index in the group's handle table.
-    pub fn index(self) -> usize {
-        (self.0 & 0xffff_ffff) as usize
-    }
-    /// The raw 64-bit value (`generation << 32 | index`), as carried in telemetry samples.
-    pub fn raw(self) -> u64 {
-        self.0
-    }
-    /// A token from its raw value (as [`raw`](Self::raw) returned it).
-    pub(crate) fn from_raw(raw: u64) -> Token {
-        Token(raw)
-    }
-    fn generation(self) -> u32 {
-        (self.0 >> 32) as u32
-    }
-}
 
 struct Entry<H: ?Sized> {
     handler: Box<H>,

@@ -26,7 +26,30 @@
 //! connection in its own set (`bound/`). [`Word::decode`] runs once per event, in
 //! `HandleSet::wait_timeout`, so no caller looks inside a token.
 
-use crate::engine::handle_set::Token;
+/// Identifies one registered handle within its group: slot index and generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token(u64);
+
+impl Token {
+    pub(crate) fn new(index: u32, generation: u32) -> Token {
+        Token(u64::from(generation) << 32 | u64::from(index))
+    }
+    /// The slot index in the group's handle table.
+    pub fn index(self) -> usize {
+        (self.0 & 0xffff_ffff) as usize
+    }
+    /// The raw 64-bit value (`generation << 32 | index`), as carried in telemetry samples.
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+    /// A token from its raw value (as [`raw`](Self::raw) returned it).
+    pub(crate) fn from_raw(raw: u64) -> Token {
+        Token(raw)
+    }
+    pub(crate) fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
 
 /// The most handles one handle set may hold: slot indices stay below the reserved words.
 pub const MAX_HANDLES: usize = 1 << 20;
