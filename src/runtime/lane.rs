@@ -1,0 +1,89 @@
+//! [`Lane`]: a group's typed handle, as `add_group` and `lane` return it.
+
+use super::*;
+
+/// One lane of a runtime: a cheap cloneable handle to a group (its name, its index and its
+/// [`Registry`]), returned by [`Runtime::add_group`] or looked up once with [`Runtime::lane`].
+///
+/// A `Lane` is the only way to reach a group, so a misspelt lane name is an error at set-up,
+/// never a missing group later. It holds its own group, so it cannot be used with another
+/// runtime: no [`Runtime`] method takes a `Lane`, and its registry adds handles only to the
+/// group it came from. It stays valid (and refers to the same, possibly stopped, group) for as
+/// long as it lives; cloning it clones an `Arc`.
+///
+/// # Examples
+/// ```
+/// use lfrt::{GroupConfig, Lane, Notifier, Policy, Runtime, RuntimeConfig};
+/// # use lfrt::{Context, Disposition, Event, EventHandler};
+/// # use std::os::fd::{AsFd, BorrowedFd};
+/// # struct Bell(Notifier);
+/// # impl EventHandler for Bell {
+/// #     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+/// #     fn handle(&mut self, _: &Event, _: &mut Context) -> Disposition { Disposition::Rearm }
+/// # }
+/// let mut rt = Runtime::new(RuntimeConfig::default())?;
+/// let control: Lane = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+/// let token = control.registry().register(Box::new(Bell(Notifier::new()?)))?;
+/// assert!(control.registry().deregister(token));
+/// assert_eq!((control.name(), control.index()), ("control", 0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Lane {
+    pub(super) group: Arc<Group>,
+}
+
+impl Lane {
+    /// The registry of this lane's group: add, remove, suspend and resume its handles from
+    /// any thread, before or after [`Runtime::start`]. A clone (one `Arc` increment).
+    pub fn registry(&self) -> Registry {
+        self.group.registry()
+    }
+
+    /// The pool of this lane if it is a bound group ([`GroupConfig::bound`]); `None` for a
+    /// Leader/Followers group. Lease a [`Waiter`](crate::bound::Waiter) from it to call the
+    /// back-end, from a handler of the group (registered with [`registry`](Self::registry),
+    /// which for a bound group is the pool's) or from any other thread. The group's own threads
+    /// serve the pool from [`Runtime::start`] until shutdown, which also shuts the pool down.
+    /// An outside thread waiting in `join` takes part in the pool too: while it leads it may
+    /// run the group's handlers inline, at its own priority (hybrid associations, see
+    /// [`crate::bound`]).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use lfrt::{BoundGroup, GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// let mut front = GroupConfig::new("front", Policy::Fifo, 20);
+    /// front.bound = Some(BoundGroup::new("127.0.0.1:7100".parse().unwrap()));
+    /// let front = rt.add_group(front)?;
+    /// let pool = front.bound_pool().expect("`front` is a bound group");
+    /// rt.start()?;
+    /// let mut w = pool.waiter().expect("a free waiter slot");
+    /// let reply = pool.call(&mut w, b"balance?", None).expect("a reply");
+    /// # drop(reply);
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn bound_pool(&self) -> Option<BoundPool> {
+        self.group.bound.as_ref().map(|b| b.pool.clone())
+    }
+
+    /// The group's name, as configured.
+    pub fn name(&self) -> &str {
+        &self.group.cfg.name
+    }
+
+    /// The group's position in the runtime: its index in [`Runtime::metrics`] and
+    /// [`Runtime::thread_ids`].
+    pub fn index(&self) -> usize {
+        usize::from(self.group.index)
+    }
+}
+
+impl fmt::Debug for Lane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lane")
+            .field("name", &self.name())
+            .field("index", &self.index())
+            .finish()
+    }
+}

@@ -1,0 +1,552 @@
+//! The runtime: owns the groups, starts and stops their threads, reports their metrics.
+//!
+//! * **Owns:** [`Runtime`] and what it hands out ([`Lane`], [`Stopper`], [`MetricsHandle`]).
+//!   Building (this file: `new`, `add_group`, `lane`), starting (`start.rs`), stopping
+//!   (`stop.rs`) and reporting (`report.rs`) are one file each.
+//! * **May use:** every layer below it (`config`, `bound`, `sources`, `engine`, `observe`,
+//!   `sync`, `sys`).
+//! * **Must never use:** the tools crate. Nothing in the library imports `runtime` but
+//!   `lib.rs`'s re-exports.
+
+mod lane;
+mod report;
+mod start;
+mod stop;
+
+pub use lane::Lane;
+pub use report::MetricsHandle;
+pub use start::StartReport;
+pub use stop::{Stopper, SHUTDOWN_TIMEOUT};
+
+use crate::bound::{BoundPool, BoundStats};
+use crate::config::{BandHandler, GroupConfig, HandlerConfig, RtMode, RuntimeConfig};
+use crate::engine::group::{pool_thread, Applied, Group, Setup, ThreadSlot};
+use crate::engine::handle_set::Token;
+use crate::engine::handler::EventHandler;
+use crate::engine::handler::Registry;
+use crate::error::Error;
+use crate::observe::alloc_count;
+use crate::observe::metrics::GroupMetrics;
+use crate::observe::telemetry::{self, Sample, Telemetry};
+use crate::sources::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
+use crate::sources::source::Timer;
+use crate::sys::{self, futex, mem};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+enum State {
+    Built {
+        /// Per group, per thread: the producer side of the thread's telemetry ring.
+        rings: Vec<Vec<rtrb::Producer<Sample>>>,
+        /// The consumer sides, for the collector.
+        consumers: Vec<rtrb::Consumer<Sample>>,
+        pending: Vec<(usize, Pending)>,
+    },
+    Running,
+    Stopped,
+}
+
+enum Pending {
+    Handler(Box<dyn EventHandler>),
+    Timers {
+        interval_us: u64,
+        count: usize,
+        distance_us: u64,
+    },
+}
+
+/// Binds every `[[band]]` of `cfg` ([`crate::sources::band::bind`]: one `SO_REUSEPORT` socket per band,
+/// steered by the kernel) and wraps each band's socket in its handler, to be registered with
+/// the band's lane at start: `(group index, handler)`.
+fn bind_bands(cfg: &RuntimeConfig) -> Result<Vec<(usize, Pending)>, Error> {
+    let mut pending = Vec::new();
+    for (bi, b) in cfg.bands.iter().enumerate() {
+        // `Runtime::new` validated `cfg` first, so neither lookup fails; an error all the same.
+        let plan = b
+            .plan(&cfg.groups)
+            .map_err(|m| Error::config(format!("band[{bi}].classify"), m))?;
+        let sockets = crate::sources::band::bind(b.bind, &plan.bands).map_err(|e| Error::Bind {
+            addr: b.bind,
+            source: e,
+        })?;
+        for (socket, lane) in sockets.into_iter().zip(&plan.lanes) {
+            let gi = cfg
+                .groups
+                .iter()
+                .position(|g| g.name == *lane)
+                .ok_or_else(|| {
+                    Error::config(format!("band[{bi}].classify"), format!("no group `{lane}`"))
+                })?;
+            let handler: Box<dyn EventHandler> = match b.handler {
+                BandHandler::UdpEcho => {
+                    Box::new(UdpEcho::new(socket, b.work_us).map_err(|e| Error::Io {
+                        context: "configuring a band's UDP socket",
+                        source: e,
+                    })?)
+                }
+            };
+            pending.push((gi, Pending::Handler(handler)));
+        }
+    }
+    Ok(pending)
+}
+
+/// A set of Leader/Followers groups, each at its own priority.
+///
+/// # Examples
+/// ```no_run
+/// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+/// let mut cfg = RuntimeConfig::default();
+/// cfg.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
+/// let mut rt = Runtime::new(cfg)?;
+/// // rt.lane("control")?.registry().register(Box::new(my_handler))?;
+/// rt.start()?;
+/// std::thread::sleep(std::time::Duration::from_millis(100));
+/// let metrics = rt.shutdown()?;
+/// # Ok::<(), lfrt::Error>(())
+/// ```
+///
+/// # Real-time safety
+/// Everything is allocated in [`Runtime::new`] and [`Runtime::start`]: handle tables, follower
+/// heaps, per-thread buffers and telemetry rings. After `start` the dispatch path does not
+/// allocate and blocks only in `epoll_wait` (leader), the follower's futex, or a PI lock.
+pub struct Runtime {
+    cfg: RuntimeConfig,
+    groups: Vec<Arc<Group>>,
+    threads: Vec<JoinHandle<()>>,
+    telemetry: Arc<Telemetry>,
+    /// Stops the helper threads (collector, watchdog).
+    stop: Arc<AtomicBool>,
+    helpers: Vec<JoinHandle<()>>,
+    state: State,
+    /// [`crate::CountingAlloc`] is the global allocator.
+    counting: bool,
+    /// Set to 1 (and futex-woken) by [`Stopper::stop`]; [`Runtime::wait`] sleeps on it.
+    stopped: Arc<AtomicU32>,
+    /// A [`Stopper`] or [`MetricsHandle`] was taken: its group list is fixed, so
+    /// [`Runtime::add_group`] is refused.
+    handed_out: AtomicBool,
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Runtime { .. }")
+    }
+}
+
+impl Runtime {
+    /// Validates the configuration, creates every group's handle set and telemetry rings and
+    /// binds the built-in handlers' sockets and every `[[band]]`'s sockets (registered with
+    /// their lanes at start). No thread is started: the pool threads, the
+    /// telemetry collector and the watchdog are spawned by [`start`](Self::start).
+    ///
+    /// A configuration may have no group: they are then added with
+    /// [`add_group`](Self::add_group), which returns each one's [`Lane`].
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid configuration, [`Error::Bind`] if a socket cannot be
+    /// bound, [`Error::Io`] if a kernel object cannot be created. Nothing is left open.
+    ///
+    /// # Examples
+    /// ```
+    /// // A configuration from TOML (`lfrt::load_config(path)` reads a file), its lanes looked up
+    /// // once, before start:
+    /// let cfg = lfrt::parse_config(
+    ///     r#"
+    ///     [runtime]
+    ///     rt = "best-effort"
+    ///     [[group]]
+    ///     name = "control"
+    ///     policy = "fifo"
+    ///     priority = 80
+    ///     "#,
+    /// )?;
+    /// let rt = lfrt::Runtime::new(cfg)?;
+    /// let control = rt.lane("control")?;
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn new(mut cfg: RuntimeConfig) -> Result<Runtime, Error> {
+        if !cfg.groups.is_empty() {
+            cfg.validate()?;
+        }
+        let groups = std::mem::take(&mut cfg.groups);
+        let mut rt = Runtime {
+            cfg,
+            telemetry: Arc::new(Telemetry::new(0)),
+            groups: Vec::new(),
+            threads: Vec::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+            helpers: Vec::new(),
+            state: State::Built {
+                rings: Vec::new(),
+                consumers: Vec::new(),
+                pending: Vec::new(),
+            },
+            counting: alloc_count::is_active(),
+            stopped: Arc::new(AtomicU32::new(0)),
+            handed_out: AtomicBool::new(false),
+        };
+        for gc in groups {
+            rt.push_group(gc)?;
+        }
+        let bands = bind_bands(&rt.cfg)?;
+        if let State::Built { pending, .. } = &mut rt.state {
+            pending.extend(bands);
+        }
+        Ok(rt)
+    }
+
+    /// Creates group `gc` (validated by the caller) with its telemetry rings and its built-in
+    /// handlers' sockets, and appends it. On error nothing is appended.
+    fn push_group(&mut self, gc: GroupConfig) -> Result<Lane, Error> {
+        let State::Built {
+            rings,
+            consumers,
+            pending,
+        } = &mut self.state
+        else {
+            return Err(Error::State("Runtime::add_group after start or shutdown"));
+        };
+        let gi = self.groups.len();
+        let g = Group::new(gi as u16, gc.clone())?;
+        let mut producers = Vec::new();
+        let mut cons = Vec::new();
+        for _ in 0..gc.threads {
+            let (p, c) = rtrb::RingBuffer::new(telemetry::RING_CAPACITY);
+            producers.push(p);
+            cons.push(c);
+        }
+        let mut handlers = Vec::new();
+        for h in &gc.handlers {
+            let p = match *h {
+                HandlerConfig::UdpEcho { bind, work_us } => {
+                    let s = std::net::UdpSocket::bind(bind).map_err(|e| Error::Bind {
+                        addr: bind,
+                        source: e,
+                    })?;
+                    Pending::Handler(Box::new(UdpEcho::new(s, work_us).map_err(|e| {
+                        Error::Io {
+                            context: "configuring a UDP socket",
+                            source: e,
+                        }
+                    })?))
+                }
+                HandlerConfig::TcpEcho { bind, work_us } => {
+                    let l = std::net::TcpListener::bind(bind).map_err(|e| Error::Bind {
+                        addr: bind,
+                        source: e,
+                    })?;
+                    Pending::Handler(Box::new(TcpEcho::new(l, work_us).map_err(|e| {
+                        Error::Io {
+                            context: "configuring a TCP listener",
+                            source: e,
+                        }
+                    })?))
+                }
+                HandlerConfig::Timer {
+                    interval_us,
+                    count,
+                    distance_us,
+                } => Pending::Timers {
+                    interval_us,
+                    count,
+                    distance_us,
+                },
+            };
+            handlers.push((gi, p));
+        }
+        rings.push(producers);
+        consumers.extend(cons);
+        pending.extend(handlers);
+        self.telemetry.add_group();
+        self.cfg.groups.push(gc);
+        let group = Arc::new(g);
+        self.groups.push(group.clone());
+        Ok(Lane { group })
+    }
+
+    /// Adds a group (a lane) to a runtime that has not started and returns its [`Lane`]: the
+    /// way to build a runtime in code. The group is validated at once together with the groups
+    /// already there (a duplicate name or priority is an error), and its built-in handlers'
+    /// sockets are bound.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the field (`group[i].name` for a duplicate name), as
+    /// [`Runtime::new`] does for a configuration; [`Error::Bind`] or [`Error::Io`] as `new`;
+    /// [`Error::State`] after [`start`](Self::start) or [`shutdown`](Self::shutdown), or after
+    /// a [`Stopper`] or [`MetricsHandle`] was taken (each covers the groups that exist when it
+    /// is taken, so add every group first). On error the runtime is unchanged.
+    ///
+    /// # Examples
+    /// ```
+    /// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// let admin = rt.add_group(GroupConfig::new("admin", Policy::Other, 0))?;
+    /// assert_eq!((control.name(), admin.index()), ("control", 1));
+    /// // Checked at once: a second `control` is refused.
+    /// assert!(rt.add_group(GroupConfig::new("control", Policy::Fifo, 70)).is_err());
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn add_group(&mut self, gc: GroupConfig) -> Result<Lane, Error> {
+        if !matches!(self.state, State::Built { .. }) {
+            return Err(Error::State("Runtime::add_group after start or shutdown"));
+        }
+        if self.handed_out.load(Relaxed) {
+            return Err(Error::State(
+                "Runtime::add_group after stopper() or metrics_handle(): each covers only the \
+                 groups that exist when it is taken; add every group first",
+            ));
+        }
+        let mut all = self.cfg.clone();
+        all.groups.push(gc.clone());
+        all.validate_without_binds()?;
+        self.push_group(gc)
+    }
+
+    /// The lane (group) named `name`: how a service finds the groups of a configuration it
+    /// loaded (e.g. from TOML). Look every lane up once, before [`start`](Self::start), so a
+    /// misspelt name stops the service at set-up, not later.
+    ///
+    /// # Errors
+    /// [`Error::UnknownLane`] naming `name` and listing the runtime's lanes.
+    ///
+    /// # Examples
+    /// ```
+    /// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut cfg = RuntimeConfig::default();
+    /// cfg.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
+    /// let rt = Runtime::new(cfg)?;
+    /// let control = rt.lane("control")?;
+    /// assert_eq!(control.name(), "control");
+    /// let typo = rt.lane("contrl").unwrap_err().to_string();
+    /// assert_eq!(typo, "no lane (group) named `contrl`; the lanes are: `control`");
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn lane(&self, name: &str) -> Result<Lane, Error> {
+        match self.groups.iter().find(|g| g.cfg.name == name) {
+            Some(g) => Ok(Lane { group: g.clone() }),
+            None => Err(Error::UnknownLane {
+                name: name.to_owned(),
+                known: self.groups.iter().map(|g| g.cfg.name.clone()).collect(),
+            }),
+        }
+    }
+
+    /// The configuration this runtime runs.
+    ///
+    /// # Examples
+    /// ```
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// assert_eq!(rt.config().groups[0].name, "control"); // added groups included
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.cfg
+    }
+}
+
+/// The message of a panic payload (`panic!` with a literal gives `&str`, with arguments
+/// `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic with a non-string payload")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{GroupConfig, Policy};
+
+    /// A pool thread that panics before reporting ready (its set-up channel closes without a
+    /// message) fails the start with an error naming its group, thread and panic, instead of
+    /// being skipped.
+    #[test]
+    fn a_thread_that_dies_during_setup_is_an_error_naming_it() {
+        let mut cfg = RuntimeConfig {
+            rt: RtMode::BestEffort,
+            lock_memory: false,
+            metrics: None,
+            groups: vec![GroupConfig::new("g", Policy::Fifo, 10)],
+            bands: Vec::new(),
+        };
+        cfg.groups[0].threads = 2;
+        let mut rt = Runtime::new(cfg).unwrap();
+        let mut setups = Vec::new();
+        for i in 0..2 {
+            let (tx, rx) = std::sync::mpsc::channel::<Setup>();
+            rt.threads.push(std::thread::spawn(move || {
+                if i == 1 {
+                    let _tx = tx;
+                    panic!("set-up exploded");
+                }
+                tx.send(Setup::Ready {
+                    rt_applied: true,
+                    error: None,
+                })
+                .unwrap();
+            }));
+            setups.push(("g".to_owned(), i, rx));
+        }
+        let mut report = StartReport {
+            rt_applied: true,
+            memory_locked: false,
+            counting_allocations: false,
+        };
+        match rt.await_setup(setups, &mut report) {
+            Err(e @ Error::ThreadSetup { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains("group `g`")
+                        && text.contains("lf-g-1")
+                        && text.contains("set-up exploded"),
+                    "{text}"
+                );
+            }
+            other => panic!("expected a ThreadSetup error, got {other:?}"),
+        }
+        assert_eq!(rt.threads.len(), 1, "the dead thread was joined");
+        rt.shutdown().unwrap();
+    }
+
+    fn best_effort() -> RuntimeConfig {
+        RuntimeConfig {
+            rt: RtMode::BestEffort,
+            lock_memory: false,
+            metrics: None,
+            groups: Vec::new(),
+            bands: Vec::new(),
+        }
+    }
+
+    /// A handler on an eventfd that never fires unless notified.
+    struct Idle(crate::Notifier);
+    impl EventHandler for Idle {
+        fn source(&self) -> std::os::fd::BorrowedFd<'_> {
+            std::os::fd::AsFd::as_fd(&self.0)
+        }
+        fn handle(&mut self, _: &crate::Event, _: &mut crate::Context) -> crate::Disposition {
+            crate::Disposition::Rearm
+        }
+    }
+
+    /// A misspelt lane name is an error naming it and listing every lane, in order.
+    #[test]
+    fn an_unknown_lane_is_an_error_naming_it_and_the_known_lanes() {
+        let mut cfg = best_effort();
+        cfg.groups
+            .push(GroupConfig::new("control", Policy::Fifo, 80));
+        cfg.groups.push(GroupConfig::new("feed", Policy::Fifo, 60));
+        let rt = Runtime::new(cfg).unwrap();
+        match rt.lane("contrl") {
+            Err(e @ Error::UnknownLane { .. }) => assert_eq!(
+                e.to_string(),
+                "no lane (group) named `contrl`; the lanes are: `control`, `feed`"
+            ),
+            other => panic!("expected UnknownLane, got {other:?}"),
+        }
+        let feed = rt.lane("feed").unwrap();
+        assert_eq!((feed.name(), feed.index()), ("feed", 1));
+        let empty = Runtime::new(best_effort()).unwrap();
+        assert_eq!(
+            empty.lane("x").unwrap_err().to_string(),
+            "no lane (group) named `x`; the lanes are: none"
+        );
+    }
+
+    /// A second group with a name already used is refused with the field that names it, and
+    /// the runtime is left as it was.
+    #[test]
+    fn a_duplicate_group_name_is_refused_at_once() {
+        let mut rt = Runtime::new(best_effort()).unwrap();
+        let control = rt
+            .add_group(GroupConfig::new("control", Policy::Fifo, 80))
+            .unwrap();
+        match rt.add_group(GroupConfig::new("control", Policy::Fifo, 70)) {
+            Err(Error::Config { field, message, .. }) => {
+                assert_eq!(field, "group[1].name");
+                assert!(
+                    message.contains("`control` is used by another group"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected a Config error, got {other:?}"),
+        }
+        assert_eq!(rt.metrics().len(), 1, "the refused group was not added");
+        assert_eq!(rt.config().groups.len(), 1);
+        assert_eq!(rt.lane("control").unwrap().index(), control.index());
+        // The same holds for groups that came from a configuration.
+        let mut cfg = best_effort();
+        cfg.groups.push(GroupConfig::new("a", Policy::Fifo, 80));
+        let mut rt = Runtime::new(cfg).unwrap();
+        assert!(matches!(
+            rt.add_group(GroupConfig::new("a", Policy::Other, 0)),
+            Err(Error::Config { .. })
+        ));
+        let b = rt
+            .add_group(GroupConfig::new("b", Policy::Other, 0))
+            .unwrap();
+        assert_eq!((b.index(), rt.metrics()[1].name.as_str()), (1, "b"));
+        assert_eq!(rt.telemetry().with(|r| r.groups.len()), 2);
+    }
+
+    /// A Lane carries its own group: two runtimes with a lane of the same name, and each
+    /// lane's registry adds handles to its own runtime only.
+    #[test]
+    fn a_lane_registers_only_into_its_own_runtime() {
+        let mut a = Runtime::new(best_effort()).unwrap();
+        let mut b = Runtime::new(best_effort()).unwrap();
+        let la = a
+            .add_group(GroupConfig::new("g", Policy::Other, 0))
+            .unwrap();
+        let _lb = b
+            .add_group(GroupConfig::new("g", Policy::Other, 0))
+            .unwrap();
+        la.registry()
+            .register(Box::new(Idle(crate::Notifier::new().unwrap())))
+            .unwrap();
+        assert_eq!(a.metrics()[0].handles, 1);
+        assert_eq!(b.metrics()[0].handles, 0);
+    }
+
+    /// Groups can be added only before start, before a Stopper or MetricsHandle (whose group
+    /// list is fixed when taken) exists, and a runtime without any group does not start.
+    #[test]
+    fn add_group_is_refused_once_the_group_list_is_fixed() {
+        let mut rt = Runtime::new(best_effort()).unwrap();
+        match rt.start() {
+            Err(Error::Config { field, .. }) => assert_eq!(field, "group"),
+            other => panic!("expected a Config error, got {other:?}"),
+        }
+        rt.add_group(GroupConfig::new("g", Policy::Other, 0))
+            .unwrap();
+        let _stopper = rt.stopper();
+        assert!(matches!(
+            rt.add_group(GroupConfig::new("h", Policy::Other, 0)),
+            Err(Error::State(_))
+        ));
+        let mut rt = Runtime::new(best_effort()).unwrap();
+        rt.add_group(GroupConfig::new("g", Policy::Other, 0))
+            .unwrap();
+        let _metrics = rt.metrics_handle();
+        assert!(matches!(
+            rt.add_group(GroupConfig::new("h", Policy::Other, 0)),
+            Err(Error::State(_))
+        ));
+        let mut rt = Runtime::new(best_effort()).unwrap();
+        rt.shutdown().unwrap();
+        assert!(matches!(
+            rt.add_group(GroupConfig::new("h", Policy::Other, 0)),
+            Err(Error::State(_))
+        ));
+    }
+}

@@ -1,0 +1,231 @@
+//! Starting: spawning the collector, every group's threads and the watchdog, waiting for
+//! each thread's set-up, and arming the built-in handlers.
+
+use super::*;
+
+/// Delay from `start` to the first expiry of built-in timers, so the first period is measured
+/// with every thread already waiting.
+const TIMER_START_DELAY_NS: u64 = 2_000_000;
+
+/// What `start` found out about the machine.
+///
+/// Example: [`Runtime::start`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartReport {
+    /// Every RT group's threads got their configured policy and priority.
+    pub rt_applied: bool,
+    /// `mlockall` succeeded (false if not requested).
+    pub memory_locked: bool,
+    /// The counting allocator is installed, so `pool_allocations` can be measured.
+    pub counting_allocations: bool,
+}
+
+impl Runtime {
+    /// Locks memory (if configured), spawns the telemetry collector and every group's threads
+    /// and waits until each has set its policy, priority and affinity and pre-faulted its stack
+    /// and buffers; then spawns the watchdog (if a group has a budget) and arms the built-in
+    /// handlers.
+    ///
+    /// # Errors
+    /// With `rt = "required"`: [`Error::RtPermission`] naming CAP_SYS_NICE / RLIMIT_RTPRIO if a
+    /// thread could not get its RT priority, and the error of a failed `mlockall`. With
+    /// `"best-effort"` those only log a warning. [`Error::ThreadSetup`] if a pool thread died
+    /// during its set-up; [`Error::TooManyHandles`] or [`Error::Io`] if a built-in handler
+    /// cannot be armed or registered; [`Error::Io`] if a thread cannot be spawned;
+    /// [`Error::State`] if the runtime was already started or shut down.
+    ///
+    /// Any failure stops and joins every thread already started and closes every handle, as
+    /// [`shutdown`](Self::shutdown) does; the runtime cannot be started again.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// let report = rt.start()?;
+    /// if !report.rt_applied {
+    ///     eprintln!("running without real-time priorities (rt = \"best-effort\")");
+    /// }
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn start(&mut self) -> Result<StartReport, Error> {
+        if self.groups.is_empty() && matches!(self.state, State::Built { .. }) {
+            return Err(Error::config(
+                "group",
+                "at least one group is required: add one with Runtime::add_group or in the \
+                 configuration",
+            ));
+        }
+        let (rings, consumers, pending) = match std::mem::replace(&mut self.state, State::Running) {
+            State::Built {
+                rings,
+                consumers,
+                pending,
+            } => (rings, consumers, pending),
+            other => {
+                let what = match other {
+                    State::Running => "Runtime::start called twice",
+                    _ => "Runtime::start called after shutdown",
+                };
+                self.state = other;
+                return Err(Error::State(what));
+            }
+        };
+        let started = self.start_all(rings, consumers, pending);
+        if started.is_err() {
+            // The start error is what the caller needs; a thread that does not stop in time
+            // stays detached either way.
+            let _ = self.shutdown();
+        }
+        started
+    }
+
+    /// The body of [`start`](Self::start); its caller stops everything on error.
+    fn start_all(
+        &mut self,
+        rings: Vec<Vec<rtrb::Producer<Sample>>>,
+        consumers: Vec<rtrb::Consumer<Sample>>,
+        pending: Vec<(usize, Pending)>,
+    ) -> Result<StartReport, Error> {
+        // Lane borrowing links every lender to its borrowers' epoll sets; done here, not in
+        // `new`, so that groups added with `add_group` are linked too.
+        crate::engine::borrow::wire(&self.groups)?;
+        let mut report = StartReport {
+            rt_applied: true,
+            memory_locked: false,
+            counting_allocations: self.counting,
+        };
+        if self.cfg.lock_memory {
+            match mem::lock_all() {
+                Ok(()) => report.memory_locked = true,
+                Err(e) if self.cfg.rt == RtMode::Required => {
+                    return Err(Error::Io { context: "mlockall(MCL_CURRENT|MCL_FUTURE) (needs CAP_IPC_LOCK or RLIMIT_MEMLOCK)", source: e });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "mlockall failed; running with unlocked memory")
+                }
+            }
+        }
+        let collector =
+            telemetry::spawn_collector(self.telemetry.clone(), consumers, self.stop.clone())
+                .map_err(|e| Error::Io {
+                    context: "spawning the telemetry collector",
+                    source: e,
+                })?;
+        self.helpers.push(collector);
+        // One channel per thread, in the order of `self.threads`: a thread that dies before
+        // reporting is seen as a closed channel and named.
+        let mut setups = Vec::new();
+        for (g, producers) in self.groups.iter().zip(rings) {
+            for (i, ring) in producers.into_iter().enumerate() {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let g2 = g.clone();
+                let rt = self.cfg.rt;
+                let h = std::thread::Builder::new()
+                    .name(format!("lf-{}-{}", g.cfg.name, i))
+                    .stack_size(g.cfg.stack_bytes)
+                    .spawn(move || pool_thread(g2, i as u16, ring, rt, tx))
+                    .map_err(|e| Error::Io {
+                        context: "spawning a pool thread",
+                        source: e,
+                    })?;
+                self.threads.push(h);
+                setups.push((g.cfg.name.clone(), i, rx));
+            }
+        }
+        self.await_setup(setups, &mut report)?;
+        self.helpers.extend(
+            crate::engine::watchdog::spawn(self.groups.clone(), self.stop.clone()).map_err(
+                |e| Error::Io {
+                    context: "spawning the watchdog",
+                    source: e,
+                },
+            )?,
+        );
+        let first = sys::now_ns() + TIMER_START_DELAY_NS;
+        for (gi, p) in pending {
+            let reg = self.groups[gi].registry();
+            match p {
+                Pending::Handler(h) => {
+                    reg.register(h)?;
+                }
+                Pending::Timers {
+                    interval_us,
+                    count,
+                    distance_us,
+                } => {
+                    for k in 0..count as u64 {
+                        let mut t = Timer::new().map_err(|e| Error::Io {
+                            context: "timerfd_create",
+                            source: e,
+                        })?;
+                        t.arm(first, (interval_us + k * distance_us) * 1000)
+                            .map_err(|e| Error::Io {
+                                context: "timerfd_settime",
+                                source: e,
+                            })?;
+                        reg.register(Box::new(PeriodicTimer::new(t)))?;
+                    }
+                }
+            }
+        }
+        tracing::info!(
+            groups = self.groups.len(),
+            threads = self.threads.len(),
+            rt = report.rt_applied,
+            mlock = report.memory_locked,
+            "lfrt started"
+        );
+        Ok(report)
+    }
+
+    /// Waits for every pool thread's set-up report. `setups[k]` is `(group name, thread index,
+    /// channel)` of `self.threads[k]`. Every thread is waited for, so none is still setting
+    /// itself up when the caller stops them; the first failure is returned. A thread whose
+    /// channel closed without a report panicked: it is joined for its panic message.
+    pub(super) fn await_setup(
+        &mut self,
+        setups: Vec<(String, usize, Receiver<Setup>)>,
+        report: &mut StartReport,
+    ) -> Result<(), Error> {
+        let mut failure = None;
+        for (k, (group, thread, rx)) in setups.into_iter().enumerate() {
+            match rx.recv() {
+                Ok(Setup::Ready { rt_applied, error }) => {
+                    if !rt_applied {
+                        if report.rt_applied {
+                            let p = sys::sched::RtPrivilege::probe();
+                            tracing::warn!(
+                                error = %error.map(|e| e.to_string()).unwrap_or_default(),
+                                cap_sys_nice = p.cap_sys_nice,
+                                rlimit_rtprio = p.rlimit_rtprio,
+                                "real-time scheduling refused; rt = \"best-effort\": every lane runs time-shared \
+                                 (SCHED_OTHER), ordered only by nice values, so the lanes are NOT isolated: \
+                                 a busy low lane delays a high one (grant CAP_SYS_NICE or raise \
+                                 RLIMIT_RTPRIO for SCHED_FIFO)"
+                            );
+                        }
+                        report.rt_applied = false;
+                    }
+                }
+                Ok(Setup::Failed(e)) => {
+                    failure.get_or_insert(e);
+                }
+                Err(_) if failure.is_none() => {
+                    // Only the first failure removes a handle, so index `k` is still in place.
+                    let message = match self.threads.remove(k).join() {
+                        Err(payload) => panic_message(payload.as_ref()).to_owned(),
+                        Ok(()) => "it returned without reporting".to_owned(),
+                    };
+                    failure = Some(Error::ThreadSetup {
+                        group,
+                        thread,
+                        message,
+                    });
+                }
+                Err(_) => {}
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+}

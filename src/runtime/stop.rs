@@ -1,0 +1,187 @@
+//! Stopping: the [`Stopper`], waiting for a stop, graceful shutdown with a deadline, and the
+//! runtime's `Drop`.
+
+use super::*;
+
+/// How long `shutdown` waits for pool threads (each must finish its current handler).
+///
+/// Example: [`Runtime::shutdown_within`] takes another deadline.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Runtime {
+    /// Blocks until a [`Stopper`] of this runtime stopped it (from another thread or from a
+    /// handler); the caller then calls [`shutdown`](Self::shutdown) or
+    /// [`shutdown_within`](Self::shutdown_within). Returns at once if it was already stopped.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// # let mut cfg = RuntimeConfig::default();
+    /// # cfg.groups.push(GroupConfig::new("g", Policy::Fifo, 10));
+    /// let mut rt = Runtime::new(cfg)?;
+    /// let stopper = rt.stopper(); // hand it to an admin handler or a signal thread
+    /// rt.start()?;
+    /// # stopper.stop();
+    /// rt.wait();
+    /// rt.shutdown()?;
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn wait(&self) {
+        while self.stopped.load(Acquire) == 0 {
+            futex::wait(&self.stopped, 0);
+        }
+    }
+
+    /// A handle that can stop the runtime from another thread (e.g. a signal waiter).
+    ///
+    /// Example: [`Stopper`].
+    pub fn stopper(&self) -> Stopper {
+        self.handed_out.store(true, Relaxed);
+        Stopper {
+            groups: self.groups.clone(),
+            stopped: self.stopped.clone(),
+        }
+    }
+
+    /// [`shutdown_within`](Self::shutdown_within)`(`[`SHUTDOWN_TIMEOUT`]`)`.
+    ///
+    /// # Errors
+    /// As `shutdown_within`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// rt.start()?;
+    /// for m in rt.shutdown()? {
+    ///     println!("{}: {} events, {} panics", m.name, m.dispatched, m.handler_panics);
+    /// }
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn shutdown(&mut self) -> Result<Vec<GroupMetrics>, Error> {
+        self.shutdown_within(SHUTDOWN_TIMEOUT)
+    }
+
+    /// Graceful shutdown with a deadline: stops every group (no new event is dispatched; a
+    /// leader waiting for one returns), lets the handlers that are running finish, waits up to
+    /// `deadline` for every pool thread; then calls [`EventHandler::on_close`] of every handle
+    /// still registered, drops the handlers (closing their fds) and stops the helper threads.
+    /// Returns the final metrics. Calling it again is a no-op returning the metrics. On a
+    /// runtime that was never started it only closes the handles.
+    ///
+    /// # Errors
+    /// [`Error::Unfinished`] naming the handlers still running at the deadline; their threads
+    /// are left detached and no handler is closed (a running one still holds its handle).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// # let mut cfg = RuntimeConfig::default();
+    /// # cfg.groups.push(GroupConfig::new("g", Policy::Fifo, 10));
+    /// let mut rt = Runtime::new(cfg)?;
+    /// rt.start()?;
+    /// let metrics = rt.shutdown_within(std::time::Duration::from_millis(500))?;
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn shutdown_within(&mut self, deadline: Duration) -> Result<Vec<GroupMetrics>, Error> {
+        if matches!(self.state, State::Stopped) {
+            return Ok(self.metrics());
+        }
+        // Before `start` this drops the unused telemetry rings and the built-in handlers.
+        self.state = State::Stopped;
+        self.stopper().stop();
+        let end = Instant::now() + deadline;
+        let all_exited = || self.threads.iter().all(JoinHandle::is_finished);
+        while !all_exited() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let stuck = !all_exited();
+        if !stuck {
+            for h in self.threads.drain(..) {
+                let _ = h.join();
+            }
+        }
+        self.stop.store(true, Release);
+        for h in self.helpers.drain(..) {
+            let _ = h.join();
+        }
+        if stuck {
+            let handlers = self
+                .groups
+                .iter()
+                .flat_map(|g| {
+                    g.threads
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, t)| t.busy_since.load(SeqCst) != 0)
+                        .map(move |(i, t)| {
+                            let token = Token::from_raw(t.busy_token.load(Relaxed));
+                            let name = &g.cfg.name;
+                            format!(
+                                "group `{name}` thread lf-{name}-{i} handle {}",
+                                token.index()
+                            )
+                        })
+                })
+                .collect();
+            return Err(Error::Unfinished { deadline, handlers });
+        }
+        for g in &self.groups {
+            crate::engine::handler::close_all(&g.handles);
+        }
+        tracing::info!("lfrt stopped");
+        Ok(self.metrics())
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// Stops a runtime from any thread, also from inside a handler: every group's threads return,
+/// and [`Runtime::wait`] returns (the owner's [`Runtime::shutdown`] then joins them).
+///
+/// # Examples
+/// ```no_run
+/// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+/// # let mut cfg = RuntimeConfig::default();
+/// # cfg.groups.push(GroupConfig::new("g", Policy::Fifo, 10));
+/// let mut rt = Runtime::new(cfg)?;
+/// let stopper = rt.stopper();
+/// rt.start()?;
+/// std::thread::spawn(move || stopper.stop());
+/// rt.wait();
+/// rt.shutdown()?;
+/// # Ok::<(), lfrt::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Stopper {
+    pub(super) groups: Vec<Arc<Group>>,
+    pub(super) stopped: Arc<AtomicU32>,
+}
+
+impl Stopper {
+    /// Asks every group to stop and wakes [`Runtime::wait`]. Does not wait.
+    ///
+    /// # Real-time safety
+    /// No allocation, no lock: an eventfd write per group and one futex wake (a bound group's
+    /// pool also takes its priority-inheritance lock once and shuts its connection down).
+    ///
+    /// Example: [`Stopper`].
+    pub fn stop(&self) {
+        for g in &self.groups {
+            g.stop();
+        }
+        self.stopped.store(1, Release);
+        futex::wake(&self.stopped, i32::MAX);
+    }
+}
+
+impl fmt::Debug for Stopper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad("Stopper { .. }")
+    }
+}
