@@ -109,6 +109,7 @@ fn check_consistency(doc: &Value) {
         assert!(p50 <= p99 && p99 <= p999, "{t}");
     }
     assert_eq!(doc["unrecorded"], unrecorded_total);
+    assert_eq!(doc["samples_dropped"], 0, "every loop is in a histogram");
     let groups = doc["groups"].as_array().unwrap();
     let total: u64 = threads(doc)
         .iter()

@@ -229,6 +229,10 @@ struct Document {
     /// Over the groups that measured; `null` if none did (see `GroupMetrics`).
     pool_allocations: Option<u64>,
     pool_minor_faults: Option<u64>,
+    /// Loops run whose sample is in no histogram at all: the timers' `cycles` minus the
+    /// samples in their groups' histograms. Every loop is recorded, so this is 0; it is
+    /// computed, not assumed (before issue 22 it counted the telemetry ring's drops).
+    samples_dropped: u64,
     /// Most timers with histograms of their own ([`super::MAX_TIMER_HISTOGRAMS`]).
     histogram_limit_timers: usize,
     /// Sum of the threads' `unrecorded`: samples not in their own thread's histogram (they
@@ -257,6 +261,8 @@ pub(crate) fn render(
     groups: &[GroupResult],
 ) -> serde_json::Result<String> {
     let unit = info.unit;
+    let loops: u64 = timers.iter().map(|t| t.cycles).sum();
+    let recorded: u64 = groups.iter().map(|g| g.latency.count).sum();
     let doc = Document {
         file_version: FILE_VERSION,
         cmdline: info.cmdline.clone(),
@@ -283,6 +289,7 @@ pub(crate) fn render(
         missed_periods: timers.iter().map(|t| t.missed_periods).sum(),
         pool_allocations: sum_measured(groups.iter().map(|g| g.metrics.pool_allocations)),
         pool_minor_faults: sum_measured(groups.iter().map(|g| g.metrics.pool_minor_faults)),
+        samples_dropped: loops.saturating_sub(recorded),
         histogram_limit_timers: super::MAX_TIMER_HISTOGRAMS,
         unrecorded: timers.iter().map(|t| t.unrecorded).sum(),
         groups: groups.iter().map(|g| Group::of(g, unit)).collect(),

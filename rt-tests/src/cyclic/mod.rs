@@ -69,7 +69,8 @@
 //!   `unrecorded` (`unrecorded` is 0 for a timer with histograms of its own, else `cycles`:
 //!   those samples are in its group's histogram, whose counts sum to the group's `cycles`);
 //!   with `-h US`, larger values are counted in bucket US−1 and in `hist_overflow`.
-//!   `histogram_limit_timers` gives the bound.
+//!   `histogram_limit_timers` gives the bound; `samples_dropped` counts loops whose sample is
+//!   in no histogram at all (0: computed from the counts, as a check).
 
 mod args;
 mod hist;
