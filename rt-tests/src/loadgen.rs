@@ -639,7 +639,8 @@ struct Target {
     index: u32,
     /// Which of the port's clients this socket is (0 when batched).
     client: u32,
-    /// Datagrams queued for the next `sendmmsg`: `IO_BATCH` slots of the datagram size.
+    /// Batched: datagrams queued for the next `sendmmsg`, `IO_BATCH` slots of the datagram
+    /// size (empty with unbatched clients, which send each datagram at once).
     outbox: Vec<u8>,
     /// Local sequence index of each queued datagram.
     queued: Vec<u64>,
@@ -835,7 +836,8 @@ struct Worker {
     mode: Mode,
     /// Batched sends and receives (`sendmmsg`/`recvmmsg`), else one datagram per call.
     batched: bool,
-    /// Closed loop: the window of each target (its share of its port's window).
+    /// Closed loop: the window of each target (its share of its port's window; the whole
+    /// window when batched, with one socket per port).
     windows: Vec<usize>,
     size: usize,
     timeout_ns: u64,
@@ -1181,15 +1183,10 @@ impl Worker {
 
     /// Closed loop: fill target `t`'s window.
     fn refill(&mut self, t: usize, now: u64) -> io::Result<()> {
-        let Mode::Closed { window } = self.mode else {
+        let Mode::Closed { .. } = self.mode else {
             return Ok(());
         };
-        let window = if self.batched {
-            window
-        } else {
-            self.windows[t]
-        };
-        while self.in_window[t] < window && self.can_send(now) {
+        while self.in_window[t] < self.windows[t] && self.can_send(now) {
             self.send_one(t)?;
         }
         Ok(())
