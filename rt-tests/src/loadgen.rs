@@ -1,15 +1,23 @@
 //! UDP load generator for benchmarking echo servers on loopback.
 //!
-//! The generator opens one connected, nonblocking UDP socket per target port
-//! and drives them all from one epoll loop per thread (a `timerfd` provides
-//! sub-millisecond wake-ups for pacing and timeouts).
+//! The generator drives connected, nonblocking UDP client sockets from one
+//! epoll loop per thread (a `timerfd` provides sub-millisecond wake-ups for
+//! pacing and timeouts). Its sockets take one of two shapes ([`Clients`]):
 //!
-//! Its own cost per datagram must stay well below a server's, or a benchmark
-//! measures the generator (issue 13: one `recv` and one `send` per datagram
-//! saturated a CPU at 0 µs of server work). So datagrams move in batches:
-//! one `recvmmsg` takes up to [`IO_BATCH`] echoes of a port, the sends they
-//! trigger are queued in that port's outbox and leave in one `sendmmsg` just
-//! before the thread waits again (or when the outbox is full).
+//! * **Independent clients** (the default): `clients_per_port` sockets per
+//!   target port, each with its own source port, sending one datagram per
+//!   `send` and reading one reply per `recv`. This is what many real clients
+//!   look like to the kernel and to a server: separate sockets, separate
+//!   system calls, so a server finds few datagrams per wake-up (issue 22).
+//! * **Batched**: one socket per port; one `recvmmsg` takes up to
+//!   [`IO_BATCH`] echoes, the sends they trigger are queued in that port's
+//!   outbox and leave in one `sendmmsg` just before the thread waits again
+//!   (or when the outbox is full). It costs the generator far less per
+//!   datagram (issue 13), and hands a server about 16 datagrams per wake-up.
+//!
+//! Either way the generator's own CPU share is measured (each thread's
+//! `CLOCK_THREAD_CPUTIME_ID` over its send phase) and reported: above
+//! [`GEN_SATURATED_PCT`] a figure measures the generator, not the server.
 //!
 //! # Wire format
 //!
@@ -29,9 +37,11 @@
 //!
 //! # Modes
 //!
-//! * [`Mode::Closed`]: `window` datagrams outstanding per port; a new one is
-//!   sent when a reply arrives or when an outstanding one times out.
-//! * [`Mode::Open`]: a fixed total rate spread round-robin over the ports,
+//! * [`Mode::Closed`]: `window` datagrams outstanding per port (split evenly
+//!   over the port's independent clients); a new one is sent when a reply
+//!   arrives or when an outstanding one times out.
+//! * [`Mode::Open`]: a fixed total rate spread round-robin over the client
+//!   sockets (ports first, so consecutive datagrams go to different ports),
 //!   paced against absolute deadlines (`start + k / rate`) so it does not drift.
 //!
 //! # Accounting
@@ -80,6 +90,11 @@ pub const DEFAULT_DRAIN: Duration = Duration::from_millis(200);
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(200);
 /// Default closed-loop window per port (used by the CLI).
 pub const DEFAULT_WINDOW: usize = 8;
+/// Above this CPU share (% of one CPU, busiest generator thread) a run measures the
+/// generator rather than the server: reports flag it (`generator_saturated`).
+pub const GEN_SATURATED_PCT: f64 = 80.0;
+/// Upper bound on the client sockets of one run (ports × clients per port).
+const MAX_SOCKETS: usize = 16_384;
 
 /// Upper bound on the closed-loop window per port.
 const MAX_WINDOW: usize = 1 << 20;
@@ -131,15 +146,61 @@ pub enum Mode {
     },
 }
 
+/// The shape of the generator's client sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "clients", rename_all = "lowercase")]
+pub enum Clients {
+    /// Many independent clients: `per_port` sockets per target port, one datagram per
+    /// `send`, one reply per `recv`. In closed loop the port's window is split evenly over
+    /// its clients, so `per_port` may not exceed it.
+    Unbatched {
+        /// Client sockets per target port (>= 1).
+        per_port: usize,
+    },
+    /// One socket per target port, up to [`IO_BATCH`] datagrams per `sendmmsg`/`recvmmsg`.
+    Batched,
+}
+
+impl Clients {
+    /// The default shape for `mode`: independent clients with one outstanding datagram
+    /// each in closed loop (`per_port` = the window), one client per port in open loop.
+    pub fn default_for(mode: Mode) -> Clients {
+        match mode {
+            Mode::Closed { window } => Clients::Unbatched {
+                per_port: window.max(1),
+            },
+            Mode::Open { .. } => Clients::Unbatched { per_port: 1 },
+        }
+    }
+
+    /// Sockets per target port.
+    pub fn per_port(self) -> usize {
+        match self {
+            Clients::Unbatched { per_port } => per_port,
+            Clients::Batched => 1,
+        }
+    }
+
+    /// `"unbatched"` or `"batched"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Clients::Unbatched { .. } => "unbatched",
+            Clients::Batched => "batched",
+        }
+    }
+}
+
 /// Configuration of one load-generation run.
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
     /// Target host; must be a loopback address (127.0.0.0/8 or ::1).
     pub target: IpAddr,
-    /// Target UDP ports; one client socket is opened per entry.
+    /// Target UDP ports.
     pub ports: Vec<u16>,
     /// Scheduling mode.
     pub mode: Mode,
+    /// Client sockets per port and how they send and receive.
+    pub clients: Clients,
     /// Datagram size in bytes (`MIN_SIZE..=MAX_SIZE`).
     pub size: usize,
     /// How long to send for.
@@ -155,12 +216,14 @@ pub struct LoadConfig {
 }
 
 impl LoadConfig {
-    /// A configuration with default size, duration, drain and timeout.
+    /// A configuration with default size, duration, drain and timeout, and the default
+    /// client shape for `mode` ([`Clients::default_for`]).
     pub fn new(target: IpAddr, ports: Vec<u16>, mode: Mode) -> Self {
         LoadConfig {
             target,
             ports,
             mode,
+            clients: Clients::default_for(mode),
             size: DEFAULT_SIZE,
             duration: DEFAULT_DURATION,
             drain: DEFAULT_DRAIN,
@@ -186,6 +249,26 @@ impl LoadConfig {
             return Err(invalid(format!(
                 "datagram size {} out of range {MIN_SIZE}..={MAX_SIZE}",
                 self.size
+            )));
+        }
+        if let Clients::Unbatched { per_port } = self.clients {
+            if per_port == 0 {
+                return Err(invalid("clients per port must be at least 1"));
+            }
+            if let Mode::Closed { window } = self.mode {
+                if per_port > window {
+                    return Err(invalid(format!(
+                        "{per_port} clients per port exceed the window of {window}: \
+                         every client needs at least one outstanding datagram"
+                    )));
+                }
+            }
+        }
+        if self.ports.len().saturating_mul(self.clients.per_port()) > MAX_SOCKETS {
+            return Err(invalid(format!(
+                "{} ports x {} clients per port exceed {MAX_SOCKETS} sockets",
+                self.ports.len(),
+                self.clients.per_port()
             )));
         }
         match self.mode {
@@ -266,6 +349,21 @@ pub struct LoadReport {
     /// Per-port fairness: the least-served port's `received` over the mean per port (1.0 =
     /// every port served equally; 0.0 when nothing was received).
     pub port_fairness: f64,
+    /// System calls that sent datagrams (`send` or `sendmmsg`): equals `sent` with
+    /// unbatched clients.
+    pub send_calls: u64,
+    /// System calls that returned datagrams (`recv` or `recvmmsg`): equals `received +
+    /// duplicates + corrupt` with unbatched clients.
+    pub recv_calls: u64,
+    /// Distinct client sockets (source ports) the datagrams were sent from.
+    pub client_sockets: usize,
+    /// CPU share of the busiest generator thread over its send phase, in % of one CPU
+    /// (`CLOCK_THREAD_CPUTIME_ID` / wall time).
+    pub generator_cpu_pct: f64,
+    /// CPU time of all generator threads over the send phase, in % of one CPU.
+    pub generator_cpu_total_pct: f64,
+    /// `generator_cpu_pct` > [`GEN_SATURATED_PCT`]: the figures measure the generator.
+    pub generator_saturated: bool,
 }
 
 /// Parses a port list: a range `"7000-7003"`, a comma list `"7000,7002"`, or
@@ -331,16 +429,23 @@ pub fn run_threaded(cfg: &LoadConfig, threads: usize) -> io::Result<LoadReport> 
     let threads = threads.min(cfg.ports.len());
     let nports = cfg.ports.len() as u64;
 
+    // Thread k takes ports k, k + threads, …; its sockets are ordered client by client, port
+    // by port, so that round-robin over them alternates between ports.
+    let per_port = cfg.clients.per_port();
     let mut groups: Vec<Vec<Target>> = (0..threads).map(|_| Vec::new()).collect();
-    for (i, &port) in cfg.ports.iter().enumerate() {
-        groups[i % threads].push(open_target(cfg.target, port, i as u32)?);
+    for (ti, group) in groups.iter_mut().enumerate() {
+        for client in 0..per_port {
+            for (i, &port) in cfg.ports.iter().enumerate().skip(ti).step_by(threads) {
+                group.push(open_target(cfg.target, port, i as u32, client as u32)?);
+            }
+        }
     }
 
     let start_ns = now_ns();
     let mut workers = Vec::with_capacity(threads);
     let mut ports_before = 0u64;
     for (ti, targets) in groups.into_iter().enumerate() {
-        let mine = targets.len() as u64;
+        let mine = (targets.len() / per_port) as u64;
         let share = |total: u64| {
             split(total, ports_before + mine, nports) - split(total, ports_before, nports)
         };
@@ -390,6 +495,15 @@ pub fn port_fairness(per_port: &[u64]) -> f64 {
     }
 }
 
+/// `part` in % of `whole` (0 when `whole` is 0).
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64 * 100.0
+    }
+}
+
 /// `floor(total * num / den)` without overflow.
 fn split(total: u64, num: u64, den: u64) -> u64 {
     (u128::from(total) * u128::from(num) / u128::from(den)) as u64
@@ -410,14 +524,31 @@ fn merge(results: Vec<WorkerResult>, start_ns: u64) -> io::Result<LoadReport> {
         rtt_us: RttSummary::default(),
         received_per_port: Vec::new(),
         port_fairness: 0.0,
+        send_calls: 0,
+        recv_calls: 0,
+        client_sockets: 0,
+        generator_cpu_pct: 0.0,
+        generator_cpu_total_pct: 0.0,
+        generator_saturated: false,
     };
     let mut end_ns = start_ns;
-    let ports: usize = results.iter().map(|w| w.per_port.len()).sum();
+    let ports = results
+        .iter()
+        .flat_map(|w| w.per_port.iter().map(|&(index, _)| index as usize + 1))
+        .max()
+        .unwrap_or(0);
     r.received_per_port = vec![0; ports];
+    let (mut cpu_total, mut wall_max) = (0u64, 0u64);
     for w in results {
         for &(index, received) in &w.per_port {
-            r.received_per_port[index as usize] = received;
+            r.received_per_port[index as usize] += received;
         }
+        r.send_calls += w.c.send_calls;
+        r.recv_calls += w.c.recv_calls;
+        r.client_sockets += w.per_port.len();
+        cpu_total += w.cpu_ns;
+        wall_max = wall_max.max(w.wall_ns);
+        r.generator_cpu_pct = r.generator_cpu_pct.max(pct(w.cpu_ns, w.wall_ns));
         r.sent += w.c.sent;
         r.received += w.c.received;
         r.lost += w.lost;
@@ -435,6 +566,8 @@ fn merge(results: Vec<WorkerResult>, start_ns: u64) -> io::Result<LoadReport> {
         "accounting invariant sent == received + lost violated"
     );
     r.port_fairness = port_fairness(&r.received_per_port);
+    r.generator_cpu_total_pct = pct(cpu_total, wall_max);
+    r.generator_saturated = r.generator_cpu_pct > GEN_SATURATED_PCT;
     r.duration_s = end_ns.saturating_sub(start_ns) as f64 / NS_PER_S as f64;
     r.throughput_msgs_per_s = if r.duration_s > 0.0 {
         r.received as f64 / r.duration_s
@@ -498,13 +631,16 @@ fn new_histogram() -> io::Result<Histogram<u64>> {
         .map_err(|e| io::Error::other(format!("creating RTT histogram: {e:?}")))
 }
 
-/// One target port: a connected, nonblocking UDP socket.
+/// One client socket: connected to its target port, nonblocking.
 struct Target {
     sock: UdpSocket,
     port: u16,
     /// Index of the port in `LoadConfig::ports` (written into each datagram).
     index: u32,
-    /// Datagrams queued for the next `sendmmsg`: `IO_BATCH` slots of the datagram size.
+    /// Which of the port's clients this socket is (0 when batched).
+    client: u32,
+    /// Batched: datagrams queued for the next `sendmmsg`, `IO_BATCH` slots of the datagram
+    /// size (empty with unbatched clients, which send each datagram at once).
     outbox: Vec<u8>,
     /// Local sequence index of each queued datagram.
     queued: Vec<u64>,
@@ -528,7 +664,7 @@ impl Headers {
 // used by one thread at a time, the one that owns the worker.
 unsafe impl Send for Headers {}
 
-fn open_target(ip: IpAddr, port: u16, index: u32) -> io::Result<Target> {
+fn open_target(ip: IpAddr, port: u16, index: u32, client: u32) -> io::Result<Target> {
     let local: SocketAddr = match ip {
         IpAddr::V4(_) => (Ipv4Addr::LOCALHOST, 0).into(),
         IpAddr::V6(_) => (Ipv6Addr::LOCALHOST, 0).into(),
@@ -545,6 +681,7 @@ fn open_target(ip: IpAddr, port: u16, index: u32) -> io::Result<Target> {
         sock,
         port,
         index,
+        client,
         outbox: Vec::new(),
         queued: Vec::with_capacity(IO_BATCH),
         send_headers: Headers::new(),
@@ -556,7 +693,7 @@ fn open_target(ip: IpAddr, port: u16, index: u32) -> io::Result<Target> {
 /// `sendmmsg` calls as the kernel allows. Returns how many of them, from the
 /// front, the kernel took; the rest were refused (a pending ICMP error
 /// reported twice, a full buffer).
-fn send_batch(target: &mut Target, size: usize) -> io::Result<usize> {
+fn send_batch(target: &mut Target, size: usize, calls: &mut u64) -> io::Result<usize> {
     let n = target.queued.len();
     let fd = target.sock.as_raw_fd();
     let mut done = 0;
@@ -582,6 +719,7 @@ fn send_batch(target: &mut Target, size: usize) -> io::Result<usize> {
                 if sent == 0 {
                     break;
                 }
+                *calls += 1;
                 done += sent;
             }
             Err(Errno::EINTR) => {}
@@ -594,6 +732,25 @@ fn send_batch(target: &mut Target, size: usize) -> io::Result<usize> {
         }
     }
     Ok(done)
+}
+
+/// Sends one datagram on a connected socket with one `send`. Returns whether the kernel
+/// took it (refused: a pending ICMP error reported twice, a full buffer).
+fn send_single(sock: &UdpSocket, datagram: &[u8]) -> io::Result<bool> {
+    let mut refused = false;
+    loop {
+        match sock.send(datagram) {
+            Ok(_) => return Ok(true),
+            Err(e) => match Errno::from_raw(e.raw_os_error().unwrap_or(0)) {
+                Errno::EINTR => {}
+                // As in send_batch: an earlier ICMP "port unreachable" is reported on this
+                // send, which then is not transmitted; retry once.
+                Errno::ECONNREFUSED if !refused => refused = true,
+                Errno::ECONNREFUSED | Errno::EAGAIN | Errno::ENOBUFS => return Ok(false),
+                _ => return Err(e),
+            },
+        }
+    }
 }
 
 fn splitmix64(state: &mut u64) -> u64 {
@@ -651,6 +808,8 @@ struct Counters {
     corrupt: u64,
     late_sends: u64,
     send_errors: u64,
+    send_calls: u64,
+    recv_calls: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -665,13 +824,21 @@ struct WorkerResult {
     lost: u64,
     hist: Histogram<u64>,
     active_end_ns: u64,
-    /// `(index in LoadConfig::ports, received)` of each of the worker's targets.
+    /// `(index in LoadConfig::ports, received)` of each of the worker's client sockets.
     per_port: Vec<(u32, u64)>,
+    /// The thread's CPU time and wall time over its send phase (ns).
+    cpu_ns: u64,
+    wall_ns: u64,
 }
 
 struct Worker {
     targets: Vec<Target>,
     mode: Mode,
+    /// Batched sends and receives (`sendmmsg`/`recvmmsg`), else one datagram per call.
+    batched: bool,
+    /// Closed loop: the window of each target (its share of its port's window; the whole
+    /// window when batched, with one socket per port).
+    windows: Vec<usize>,
     size: usize,
     timeout_ns: u64,
     drain_ns: u64,
@@ -696,6 +863,8 @@ struct Worker {
     /// oversized echoes are detected.
     rbufs: Vec<Vec<u8>>,
     recv_headers: Headers,
+    /// Unbatched: the datagram being sent.
+    sbuf: Vec<u8>,
     hist: Histogram<u64>,
     c: Counters,
     last_recv_ns: u64,
@@ -730,14 +899,31 @@ impl Worker {
             ),
         };
         let prealloc = estimate.min(max_attempts).min(MAX_PREALLOC) as usize;
+        let batched = cfg.clients == Clients::Batched;
         let mut targets = targets;
-        for t in &mut targets {
-            t.outbox = vec![0; IO_BATCH * cfg.size];
+        if batched {
+            for t in &mut targets {
+                t.outbox = vec![0; IO_BATCH * cfg.size];
+            }
         }
+        // A port's window split over its clients: client k gets window / n, plus one while
+        // k < window % n, so the shares add up to the window.
+        let per_port = cfg.clients.per_port();
+        let windows = targets
+            .iter()
+            .map(|t| match mode {
+                Mode::Closed { window } => {
+                    window / per_port + usize::from((t.client as usize) < window % per_port)
+                }
+                Mode::Open { .. } => 0,
+            })
+            .collect();
         Ok(Worker {
             in_window: vec![0; targets.len()],
             targets,
             mode,
+            batched,
+            windows,
             size: cfg.size,
             timeout_ns: nanos(cfg.timeout),
             drain_ns: nanos(cfg.drain),
@@ -751,8 +937,13 @@ impl Worker {
             next_slot: 0,
             late_slack_ns,
             catchup_lag_ns,
-            rbufs: vec![vec![0; cfg.size + 1]; IO_BATCH],
+            rbufs: vec![vec![0; cfg.size + 1]; if batched { IO_BATCH } else { 1 }],
             recv_headers: Headers::new(),
+            sbuf: if batched {
+                Vec::new()
+            } else {
+                vec![0; cfg.size]
+            },
             hist: new_histogram()?,
             c: Counters::default(),
             last_recv_ns: start_ns,
@@ -808,6 +999,9 @@ impl Worker {
         let mut events = [EpollEvent::empty(); 64];
         let mut drain_end: Option<u64> = None;
         let mut send_stop_ns = self.start_ns;
+        // The thread's CPU share over its send phase (from here until sending stops).
+        let (cpu0, wall0) = (lfrt::os::thread_cpu_ns(), now_ns());
+        let mut cpu_ns = 0;
 
         if let Mode::Closed { .. } = self.mode {
             let now = now_ns();
@@ -821,6 +1015,7 @@ impl Worker {
             self.flush_all()?;
             let now = now_ns();
             if drain_end.is_none() && !self.can_send(now) {
+                cpu_ns = lfrt::os::thread_cpu_ns().saturating_sub(cpu0);
                 send_stop_ns = now;
                 drain_end = Some(now.saturating_add(self.drain_ns));
             }
@@ -908,6 +1103,8 @@ impl Worker {
             active_end_ns: send_stop_ns.max(self.last_recv_ns),
             per_port: self.targets.iter().map(|t| (t.index, t.received)).collect(),
             hist: self.hist,
+            cpu_ns,
+            wall_ns: send_stop_ns.saturating_sub(wall0),
         })
     }
 
@@ -919,16 +1116,32 @@ impl Worker {
         let now = now_ns();
         let size = self.size;
         let target = &mut self.targets[t];
-        let k = target.queued.len();
-        encode(
-            &mut target.outbox[k * size..(k + 1) * size],
-            seq,
-            now,
-            target.index,
-        );
-        target.queued.push(local);
-        // Counted as sent (or failed) when the outbox is flushed.
-        self.states.push(ST_OUTSTANDING);
+        if self.batched {
+            let k = target.queued.len();
+            encode(
+                &mut target.outbox[k * size..(k + 1) * size],
+                seq,
+                now,
+                target.index,
+            );
+            target.queued.push(local);
+            // Counted as sent (or failed) when the outbox is flushed.
+            self.states.push(ST_OUTSTANDING);
+        } else {
+            let datagram = &mut self.sbuf[..size];
+            encode(datagram, seq, now, target.index);
+            let ok = send_single(&target.sock, datagram)
+                .map_err(|e| with_context(e, format!("port {}: send", target.port)))?;
+            // A refused datagram holds its window slot until it times out, as in a batch.
+            if ok {
+                self.c.sent += 1;
+                self.c.send_calls += 1;
+                self.states.push(ST_OUTSTANDING);
+            } else {
+                self.c.send_errors += 1;
+                self.states.push(ST_FAILED);
+            }
+        }
         if let Mode::Closed { .. } = self.mode {
             self.in_window[t] += 1;
             self.pending.push_back(Pending {
@@ -950,7 +1163,7 @@ impl Worker {
         if target.queued.is_empty() {
             return Ok(());
         }
-        let ok = send_batch(target, self.size)
+        let ok = send_batch(target, self.size, &mut self.c.send_calls)
             .map_err(|e| with_context(e, format!("port {}: send", target.port)))?;
         self.c.sent += ok as u64;
         for &local in &target.queued[ok..] {
@@ -970,10 +1183,10 @@ impl Worker {
 
     /// Closed loop: fill target `t`'s window.
     fn refill(&mut self, t: usize, now: u64) -> io::Result<()> {
-        let Mode::Closed { window } = self.mode else {
+        let Mode::Closed { .. } = self.mode else {
             return Ok(());
         };
-        while self.in_window[t] < window && self.can_send(now) {
+        while self.in_window[t] < self.windows[t] && self.can_send(now) {
             self.send_one(t)?;
         }
         Ok(())
@@ -1033,8 +1246,11 @@ impl Worker {
     }
 
     /// Reads up to `RECV_BATCH` datagrams from target `t`, `IO_BATCH` per
-    /// `recvmmsg`.
+    /// `recvmmsg` when batched, else one per `recv`.
     fn receive(&mut self, t: usize) -> io::Result<()> {
+        if !self.batched {
+            return self.receive_single(t);
+        }
         let fd = self.targets[t].sock.as_raw_fd();
         let mut lens = [0usize; IO_BATCH];
         for _ in 0..RECV_BATCH.div_ceil(IO_BATCH) {
@@ -1070,12 +1286,38 @@ impl Worker {
                     }
                 }
             };
+            if got > 0 {
+                self.c.recv_calls += 1;
+            }
             let now = now_ns();
             for (k, &len) in lens[..got].iter().enumerate() {
                 self.on_datagram(t, k, len, now)?;
             }
             if got < IO_BATCH {
                 break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads up to `RECV_BATCH` datagrams from target `t`, one per `recv`.
+    fn receive_single(&mut self, t: usize) -> io::Result<()> {
+        for _ in 0..RECV_BATCH {
+            let r = self.targets[t].sock.recv(&mut self.rbufs[0]);
+            match r {
+                Ok(len) => {
+                    self.c.recv_calls += 1;
+                    self.on_datagram(t, 0, len, now_ns())?;
+                }
+                Err(e) => match Errno::from_raw(e.raw_os_error().unwrap_or(0)) {
+                    Errno::EAGAIN => break,
+                    // ICMP errors from earlier sends; not a datagram.
+                    Errno::ECONNREFUSED | Errno::EINTR => {}
+                    _ => {
+                        let port = self.targets[t].port;
+                        return Err(with_context(e, format!("port {port}: recv")));
+                    }
+                },
             }
         }
         Ok(())
@@ -1148,6 +1390,8 @@ pub fn report_json(report: &LoadReport, cfg: &LoadConfig, threads: usize) -> ser
         "timeout_ms": cfg.timeout.as_secs_f64() * 1e3,
         "max_messages": cfg.max_messages,
         "threads": threads,
+        "clients": cfg.clients.name(),
+        "clients_per_port": cfg.clients.per_port(),
     });
     let mode = serde_json::to_value(cfg.mode).expect("Mode serializes");
     if let (Some(c), serde_json::Value::Object(m)) = (config.as_object_mut(), mode) {
@@ -1166,11 +1410,22 @@ pub fn format_report(report: &LoadReport, cfg: &LoadConfig, threads: usize) -> S
         Mode::Open { rate_per_s } => format!("open loop, {rate_per_s} msgs/s"),
     };
     let r = report;
+    let clients = match cfg.clients {
+        Clients::Unbatched { per_port } => {
+            format!("{per_port} independent client(s) per port, one datagram per call")
+        }
+        Clients::Batched => format!("one batched socket per port, up to {IO_BATCH} per call"),
+    };
     let mut s = format!(
-        "lfrt-loadgen: {mode} -> {} ports {:?}, {} B, {} thread(s)\n",
+        "lfrt-loadgen: {mode} -> {} ports {:?}, {} B, {} thread(s), {clients}\n",
         cfg.target, cfg.ports, cfg.size, threads
     );
-    let rows: [(&str, String); 13] = [
+    let saturated = if r.generator_saturated {
+        " GEN-SATURATED: this run measures the generator"
+    } else {
+        ""
+    };
+    let rows: [(&str, String); 15] = [
         ("sent", r.sent.to_string()),
         ("received", r.received.to_string()),
         ("lost", r.lost.to_string()),
@@ -1198,6 +1453,20 @@ pub fn format_report(report: &LoadReport, cfg: &LoadConfig, threads: usize) -> S
                 "{:.3} (least-served port / mean of {} ports)",
                 r.port_fairness,
                 r.received_per_port.len()
+            ),
+        ),
+        (
+            "syscalls",
+            format!(
+                "{} send, {} recv ({} sockets)",
+                r.send_calls, r.recv_calls, r.client_sockets
+            ),
+        ),
+        (
+            "generator cpu",
+            format!(
+                "{:.0} % busiest thread, {:.0} % all{saturated}",
+                r.generator_cpu_pct, r.generator_cpu_total_pct
             ),
         ),
     ];
@@ -1260,6 +1529,15 @@ pub struct Cli {
     /// Threads to split the ports across.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Independent client sockets per port, each sending one datagram per `send` and
+    /// reading one reply per `recv` [default: the window in closed loop (one outstanding
+    /// datagram per client), 1 in open loop].
+    #[arg(long, conflicts_with = "batched")]
+    pub clients_per_port: Option<usize>,
+    /// One socket per port with up to 32 datagrams per `sendmmsg`/`recvmmsg`, instead of
+    /// independent clients.
+    #[arg(long)]
+    pub batched: bool,
     /// Also write the report as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -1291,10 +1569,19 @@ impl Cli {
         if self.threads == 0 {
             return Err("--threads must be at least 1".to_string());
         }
+        let clients = if self.batched {
+            Clients::Batched
+        } else {
+            match self.clients_per_port {
+                Some(per_port) => Clients::Unbatched { per_port },
+                None => Clients::default_for(mode),
+            }
+        };
         let cfg = LoadConfig {
             target: self.target,
             ports,
             mode,
+            clients,
             size: self.size,
             duration,
             drain: Duration::from_millis(self.drain_ms),
@@ -1612,6 +1899,48 @@ mod tests {
         assert_eq!(r.late_sends, 0);
     }
 
+    /// The batched shape against the same server: same accounting, one socket per port,
+    /// and no more system calls than datagrams.
+    #[test]
+    fn batched_closed_loop_against_echo_server() {
+        let (_s, ports) = servers(2, echo);
+        let mut cfg = config(ports, Mode::Closed { window: 8 });
+        cfg.clients = Clients::Batched;
+        cfg.max_messages = Some(2000);
+        cfg.duration = Duration::from_secs(10);
+        let r = run(&cfg).unwrap();
+        assert_clean(&r);
+        assert_eq!(r.sent, 2000);
+        assert_eq!(r.client_sockets, 2);
+        assert!(
+            r.send_calls <= r.sent && r.recv_calls <= r.received,
+            "{r:?}"
+        );
+    }
+
+    /// Unbatched clients (2 per port sharing a window of 5) make one system call per datagram
+    /// each way; more clients than the window holds are refused.
+    #[test]
+    fn unbatched_clients_make_one_call_per_datagram_and_fit_the_window() {
+        let (_s, ports) = servers(2, echo);
+        let mut cfg = config(ports, Mode::Closed { window: 5 });
+        cfg.clients = Clients::Unbatched { per_port: 2 };
+        cfg.max_messages = Some(1000);
+        cfg.duration = Duration::from_secs(10);
+        let r = run_threaded(&cfg, 2).unwrap();
+        assert_clean(&r);
+        assert_eq!(r.sent, 1000);
+        assert_eq!(r.client_sockets, 4);
+        assert_eq!(r.send_calls, r.sent);
+        assert_eq!(r.recv_calls, r.received);
+        let mut bad = cfg.clone();
+        bad.clients = Clients::Unbatched { per_port: 6 };
+        let e = run(&bad).unwrap_err();
+        assert!(e.to_string().contains("exceed the window"), "{e}");
+        bad.clients = Clients::Unbatched { per_port: 0 };
+        assert_eq!(run(&bad).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+    }
+
     #[test]
     fn open_loop_against_echo_server() {
         let (_s, ports) = servers(2, echo);
@@ -1739,13 +2068,48 @@ mod tests {
         assert_eq!(cfg.size, 128);
         assert_eq!(cfg.drain, DEFAULT_DRAIN);
 
+        assert_eq!(cfg.clients, Clients::Unbatched { per_port: 1 });
+
         let cli = Cli::try_parse_from(["x", "--ports", "7000"]).unwrap();
+        let cfg = cli.to_config().unwrap();
         assert_eq!(
-            cli.to_config().unwrap().mode,
+            cfg.mode,
             Mode::Closed {
                 window: DEFAULT_WINDOW
             }
         );
+        assert_eq!(
+            cfg.clients,
+            Clients::Unbatched {
+                per_port: DEFAULT_WINDOW
+            },
+            "default: independent clients, one outstanding datagram each"
+        );
+        let cli = Cli::try_parse_from(["x", "--ports", "7000", "--batched"]).unwrap();
+        assert_eq!(cli.to_config().unwrap().clients, Clients::Batched);
+        let cli = Cli::try_parse_from([
+            "x",
+            "--ports",
+            "7000",
+            "--window",
+            "16",
+            "--clients-per-port",
+            "4",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.to_config().unwrap().clients,
+            Clients::Unbatched { per_port: 4 }
+        );
+        assert!(Cli::try_parse_from([
+            "x",
+            "--ports",
+            "7000",
+            "--batched",
+            "--clients-per-port",
+            "2"
+        ])
+        .is_err());
 
         for args in [
             &["x", "--ports", "7000", "--mode", "open"][..],
@@ -1754,6 +2118,15 @@ mod tests {
             &["x", "--ports", "7000", "--threads", "0"][..],
             &["x", "--ports", "7000", "--size", "10"][..],
             &["x", "--ports", "7000-6000"][..],
+            &[
+                "x",
+                "--ports",
+                "7000",
+                "--window",
+                "2",
+                "--clients-per-port",
+                "3",
+            ][..],
         ] {
             let cli = Cli::try_parse_from(args).unwrap();
             assert!(cli.to_config().is_err(), "{args:?}");
@@ -1781,6 +2154,8 @@ mod tests {
                 hist: new_histogram().unwrap(),
                 active_end_ns: NS_PER_S,
                 per_port: vec![(0, 2)],
+                cpu_ns: 900_000_000,
+                wall_ns: NS_PER_S,
             }],
             0,
         )
@@ -1806,6 +2181,20 @@ mod tests {
         assert_eq!(v["throughput_msgs_per_s"], 2.0);
         assert_eq!(v["received_per_port"], serde_json::json!([2]));
         assert_eq!(v["port_fairness"], 1.0);
+        assert_eq!(v["config"]["clients"], "unbatched");
+        assert_eq!(v["generator_cpu_pct"], 90.0);
+        assert_eq!(
+            v["generator_saturated"], true,
+            "90 % > {GEN_SATURATED_PCT} %"
+        );
+        for k in [
+            "send_calls",
+            "recv_calls",
+            "client_sockets",
+            "generator_cpu_total_pct",
+        ] {
+            assert!(v.get(k).is_some(), "missing {k}");
+        }
     }
 
     #[test]

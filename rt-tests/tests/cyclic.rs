@@ -63,18 +63,27 @@ fn histogram(t: &Value) -> Vec<(u64, u64)> {
     v
 }
 
-/// Checks what every document must satisfy, whatever the latencies were.
+/// Checks what every document must satisfy, whatever the latencies were: `cycles` counts
+/// loops run, and every loop's sample is in its thread's histogram or (`unrecorded`, timers
+/// without histograms of their own) in its group's.
 fn check_consistency(doc: &Value) {
+    let mut unrecorded_total = 0;
     for t in threads(doc) {
         let h = histogram(t);
         let cycles = t["cycles"].as_u64().unwrap();
+        let unrecorded = t["unrecorded"].as_u64().expect("unrecorded");
+        assert!(
+            unrecorded == 0 || unrecorded == cycles,
+            "a timer's samples are all in its own histogram or all in its group's: {t}"
+        );
+        unrecorded_total += unrecorded;
         assert_eq!(
             h.iter().map(|&(_, c)| c).sum::<u64>(),
-            cycles,
-            "histogram counts sum to the cycles: {t}"
+            cycles - unrecorded,
+            "histogram counts sum to the recorded cycles: {t}"
         );
         assert!(h.iter().all(|&(_, c)| c > 0), "only non-zero buckets");
-        if cycles > 0 && doc["histogram_buckets"].is_null() {
+        if !h.is_empty() && doc["histogram_buckets"].is_null() {
             assert_eq!(
                 h[0].0,
                 t["min"].as_u64().unwrap(),
@@ -99,22 +108,67 @@ fn check_consistency(doc: &Value) {
         assert!(min <= avg.ceil() && avg <= max + 1.0, "{t}");
         assert!(p50 <= p99 && p99 <= p999, "{t}");
     }
+    assert_eq!(doc["unrecorded"], unrecorded_total);
+    assert_eq!(doc["samples_dropped"], 0, "every loop is in a histogram");
     let groups = doc["groups"].as_array().unwrap();
     let total: u64 = threads(doc)
         .iter()
         .map(|t| t["cycles"].as_u64().unwrap())
         .sum();
-    // Timers without histograms of their own count only in their group.
-    if groups.iter().all(|g| g["untracked_timers"] == 0) {
+    // Every loop of every timer is in its group's cycles and histogram.
+    assert_eq!(
+        groups
+            .iter()
+            .map(|g| g["cycles"].as_u64().unwrap())
+            .sum::<u64>(),
+        total
+    );
+    for g in groups {
         assert_eq!(
-            groups
-                .iter()
-                .map(|g| g["cycles"].as_u64().unwrap())
-                .sum::<u64>(),
-            total
+            histogram(g).iter().map(|&(_, c)| c).sum::<u64>(),
+            g["cycles"].as_u64().unwrap(),
+            "group histogram sums to its cycles: {g}"
         );
     }
-    assert_eq!(doc["samples_dropped"], 0);
+}
+
+/// Issue 22: every loop's sample is recorded by the thread that ran it (no telemetry ring to
+/// overflow): 8 timers × 1 ms × 1 s, and each timer's JSON `cycles` = loops run = samples in
+/// its histogram, the group's likewise.
+#[test]
+fn every_loop_is_recorded_and_counted_in_cycles() {
+    let _lock = util::rt_lock();
+    if !util::rt_allowed("every_loop_is_recorded_and_counted_in_cycles", 80) {
+        return;
+    }
+    let loops = 1000u64;
+    let (doc, stdout) = run_json(
+        "every-loop",
+        &[
+            "-m", "-p", "80", "-t", "8", "-i", "1000", "-d", "0", "-l", "1000", "-q",
+        ],
+    );
+    assert_eq!(doc["stopped_by"], "loops");
+    for (i, t) in threads(&doc).into_iter().enumerate() {
+        assert_eq!(t["cycles"], loops, "timer {i}: loops run");
+        assert_eq!(t["unrecorded"], 0, "timer {i}");
+        let recorded: u64 = histogram(t).iter().map(|&(_, c)| c).sum();
+        assert_eq!(recorded, loops, "timer {i}: samples recorded");
+    }
+    let g = &doc["groups"][0];
+    assert_eq!(g["cycles"], 8 * loops);
+    assert_eq!(g["dispatched"], 8 * loops);
+    assert_eq!(doc["unrecorded"], 0);
+    assert_eq!(doc["histogram_limit_timers"], 256);
+    // The final status lines count the same loops.
+    for i in 0..8 {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("T:{i:2} ")))
+            .unwrap_or_else(|| panic!("status line {i} missing:\n{stdout}"));
+        assert!(line.contains(&format!("C:{loops:7} ")), "{line}");
+    }
+    check_consistency(&doc);
 }
 
 #[test]
@@ -501,7 +555,9 @@ fn help_and_invalid_options() {
 
 /// Issue 13: the 256-timer cap is gone. 4096 timers run in one group (SCHED_OTHER: no privilege
 /// needed, 8192 events in well under a second); per-timer histograms stop at
-/// `MAX_TIMER_HISTOGRAMS`, the rest are counted in the group, so the group sees every cycle.
+/// `MAX_TIMER_HISTOGRAMS`, later timers record into their group's shared histogram, so the
+/// group sees every cycle. Issue 22: every timer's `cycles` still counts its loops run, and
+/// `unrecorded` says which timers' samples are not in their own histogram.
 #[test]
 fn four_thousand_timers_run_in_one_group() {
     let _lock = util::rt_lock();
@@ -529,19 +585,20 @@ fn four_thousand_timers_run_in_one_group() {
     let g = &doc["groups"][0];
     assert_eq!(g["cycles"], 2 * n, "every cycle of every timer: {g}");
     assert_eq!(g["dispatched"], 2 * n);
-    let kept = lfrt::telemetry::MAX_TIMER_HISTOGRAMS as u64;
+    let kept = rt_tests::cyclic::MAX_TIMER_HISTOGRAMS as u64;
+    for (i, t) in threads(&doc).into_iter().enumerate() {
+        assert_eq!(t["cycles"], 2, "T:{i}: cycles counts loops run");
+    }
+    for (i, t) in threads(&doc).into_iter().enumerate() {
+        let unrecorded = if (i as u64) < kept { 0 } else { 2 };
+        assert_eq!(
+            t["unrecorded"], unrecorded,
+            "timers T:0..{kept} have histograms of their own, the others none: T:{i}"
+        );
+    }
+    assert_eq!(doc["histogram_limit_timers"], kept);
     assert_eq!(g["untracked_timers"], n - kept);
-    let with_histograms: Vec<bool> = threads(&doc)
-        .into_iter()
-        .map(|t| t["cycles"] == 2)
-        .collect();
-    assert!(
-        with_histograms
-            .iter()
-            .enumerate()
-            .all(|(i, &has)| has == ((i as u64) < kept)),
-        "timers T:0..{kept} have histograms of their own, the others none"
-    );
+    assert_eq!(doc["unrecorded"], 2 * (n - kept));
     check_consistency(&doc);
 }
 

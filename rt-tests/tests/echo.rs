@@ -5,9 +5,10 @@
 
 mod util;
 
-use rt_tests::loadgen::{self, LoadConfig, Mode};
-use std::net::UdpSocket;
-use std::time::Duration;
+use rt_tests::loadgen::{self, Clients, LoadConfig, Mode};
+use std::collections::HashSet;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
 
 fn sockets(n: usize) -> (Vec<UdpSocket>, Vec<u16>) {
     let s: Vec<UdpSocket> = (0..n)
@@ -146,4 +147,99 @@ fn loadgen_binary_counts_losses_against_a_silent_port() {
     assert_eq!(v["sent"], 50);
     assert_eq!(v["received"], 0);
     assert_eq!(v["lost"], 50);
+}
+
+/// A plain blocking echo server on each socket (one thread each, bounded by `stop` and a
+/// 30 s backstop); returns, per socket, every datagram's source address.
+fn plain_echo(socks: Vec<UdpSocket>, stop: &std::sync::atomic::AtomicBool) -> Vec<Vec<SocketAddr>> {
+    use std::sync::atomic::Ordering::Relaxed;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = socks
+            .into_iter()
+            .map(|sock| {
+                s.spawn(move || {
+                    sock.set_read_timeout(Some(Duration::from_millis(20)))
+                        .unwrap();
+                    let (mut buf, mut from_all) = (vec![0u8; 2048], Vec::new());
+                    let t0 = Instant::now();
+                    while !stop.load(Relaxed) && t0.elapsed() < Duration::from_secs(30) {
+                        if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                            from_all.push(from);
+                            sock.send_to(&buf[..n], from).unwrap();
+                        }
+                    }
+                    from_all
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Runs the generator with `clients` against plain echo servers on 2 ports (window 8 each,
+/// exactly 4000 datagrams); returns the report and, per port, the source addresses its
+/// server saw.
+fn against_plain_echo(clients: Clients) -> (loadgen::LoadReport, Vec<Vec<SocketAddr>>) {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let (socks, ports) = sockets(2);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let server = s.spawn(|| plain_echo(socks, &stop));
+        let mut cfg = LoadConfig::new(
+            "127.0.0.1".parse().unwrap(),
+            ports,
+            Mode::Closed { window: 8 },
+        );
+        cfg.clients = clients;
+        cfg.duration = Duration::from_secs(20);
+        cfg.drain = Duration::from_secs(2);
+        cfg.timeout = Duration::from_secs(2);
+        cfg.max_messages = Some(4000);
+        let r = loadgen::run(&cfg);
+        stop.store(true, Relaxed);
+        (r.unwrap(), server.join().unwrap())
+    })
+}
+
+/// Issue 22: the default client shape is many independent clients. Against a trivial std
+/// echo server, 2 ports x window 8 come from 16 distinct source ports (8 per port), every
+/// datagram was one `send` and every reply one `recv`, and nothing is lost.
+#[test]
+fn unbatched_loadgen_is_one_socket_per_client_and_one_datagram_per_call() {
+    let (r, per_port) = against_plain_echo(Clients::default_for(Mode::Closed { window: 8 }));
+    assert_eq!(r.sent, 4000, "{r:?}");
+    assert_eq!(r.received, r.sent, "{r:?}");
+    assert_eq!((r.lost, r.duplicates, r.corrupt), (0, 0, 0), "{r:?}");
+    let seen: usize = per_port.iter().map(Vec::len).sum();
+    assert_eq!(seen as u64, r.sent, "the servers saw every datagram once");
+    for (p, sources) in per_port.iter().enumerate() {
+        let distinct: HashSet<SocketAddr> = sources.iter().copied().collect();
+        assert_eq!(
+            distinct.len(),
+            8,
+            "port {p}: one socket per client: {distinct:?}"
+        );
+    }
+    let all: HashSet<SocketAddr> = per_port.iter().flatten().copied().collect();
+    assert_eq!(all.len(), 16, "no socket is shared between ports");
+    assert_eq!(r.client_sockets, 16);
+    assert_eq!(r.send_calls, r.sent, "one datagram per send");
+    assert_eq!(r.recv_calls, r.received, "one reply per recv");
+}
+
+/// The batched shape, for contrast: one socket per port, the same accounting.
+#[test]
+fn batched_loadgen_is_one_socket_per_port() {
+    let (r, per_port) = against_plain_echo(Clients::Batched);
+    assert_eq!(r.sent, 4000, "{r:?}");
+    assert_eq!(r.received, r.sent, "{r:?}");
+    assert_eq!((r.lost, r.duplicates, r.corrupt), (0, 0, 0), "{r:?}");
+    for sources in &per_port {
+        let distinct: HashSet<SocketAddr> = sources.iter().copied().collect();
+        assert_eq!(distinct.len(), 1, "{distinct:?}");
+    }
+    assert!(
+        r.send_calls <= r.sent && r.recv_calls <= r.received,
+        "{r:?}"
+    );
 }

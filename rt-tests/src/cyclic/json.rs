@@ -109,6 +109,9 @@ struct Thread {
     tid: i32,
     wake: Split,
     dispatch: Split,
+    /// Cycles whose sample is not in this thread's `histogram` and percentiles (see
+    /// [`TimerResult::unrecorded`]).
+    unrecorded: u64,
 }
 
 impl Thread {
@@ -116,7 +119,7 @@ impl Thread {
         let s = Split::of(&t.latency, unit);
         Thread {
             histogram: histogram(&t.buckets),
-            cycles: t.latency.count,
+            cycles: t.cycles,
             min: unit.of(t.latency.min_ns),
             max: unit.of(t.latency.max_ns),
             avg: s.avg,
@@ -134,6 +137,7 @@ impl Thread {
             tid: t.last_tid,
             wake: Split::of(&t.wake, unit),
             dispatch: Split::of(&t.dispatch, unit),
+            unrecorded: t.unrecorded,
         }
     }
 }
@@ -163,11 +167,11 @@ struct Group {
     promotions_no_follower: u64,
     pool_allocations: Option<u64>,
     pool_minor_faults: Option<u64>,
-    samples_dropped: u64,
     untracked_timers: usize,
 }
 
 impl Group {
+    /// `cycles` counts its timers' loops; every one of them is in its histogram.
     fn of(g: &GroupResult, unit: Unit) -> Group {
         let s = Split::of(&g.latency, unit);
         let m = &g.metrics;
@@ -195,7 +199,6 @@ impl Group {
             promotions_no_follower: m.promotions_no_follower,
             pool_allocations: m.pool_allocations,
             pool_minor_faults: m.pool_minor_faults,
-            samples_dropped: m.samples_dropped,
             untracked_timers: g.untracked_timers,
         }
     }
@@ -226,7 +229,15 @@ struct Document {
     /// Over the groups that measured; `null` if none did (see `GroupMetrics`).
     pool_allocations: Option<u64>,
     pool_minor_faults: Option<u64>,
+    /// Loops run whose sample is in no histogram at all: the timers' `cycles` minus the
+    /// samples in their groups' histograms. Every loop is recorded, so this is 0; it is
+    /// computed, not assumed (before issue 22 it counted the telemetry ring's drops).
     samples_dropped: u64,
+    /// Most timers with histograms of their own ([`super::MAX_TIMER_HISTOGRAMS`]).
+    histogram_limit_timers: usize,
+    /// Sum of the threads' `unrecorded`: samples not in their own thread's histogram (they
+    /// are in their group's).
+    unrecorded: u64,
     groups: Vec<Group>,
 }
 
@@ -250,6 +261,8 @@ pub(crate) fn render(
     groups: &[GroupResult],
 ) -> serde_json::Result<String> {
     let unit = info.unit;
+    let loops: u64 = timers.iter().map(|t| t.cycles).sum();
+    let recorded: u64 = groups.iter().map(|g| g.latency.count).sum();
     let doc = Document {
         file_version: FILE_VERSION,
         cmdline: info.cmdline.clone(),
@@ -276,7 +289,9 @@ pub(crate) fn render(
         missed_periods: timers.iter().map(|t| t.missed_periods).sum(),
         pool_allocations: sum_measured(groups.iter().map(|g| g.metrics.pool_allocations)),
         pool_minor_faults: sum_measured(groups.iter().map(|g| g.metrics.pool_minor_faults)),
-        samples_dropped: groups.iter().map(|g| g.metrics.samples_dropped).sum(),
+        samples_dropped: loops.saturating_sub(recorded),
+        histogram_limit_timers: super::MAX_TIMER_HISTOGRAMS,
+        unrecorded: timers.iter().map(|t| t.unrecorded).sum(),
         groups: groups.iter().map(|g| Group::of(g, unit)).collect(),
     };
     let mut s = serde_json::to_string_pretty(&doc)?;

@@ -4,9 +4,9 @@
 //! # What is measured
 //! Each timer is an absolute, periodic `CLOCK_MONOTONIC` timerfd registered in a group's handle
 //! set. When it expires, the group's leader wakes in `epoll_wait`, promotes a follower, and runs
-//! the timer's handler in its own thread. The runtime stamps every dispatch (see
-//! [`lfrt::telemetry`]); the handler tells it the expiry the event was due at. From those
-//! stamps, per timer:
+//! the timer's handler in its own thread. The handler reads the clock on entry, and from the
+//! expiry the event was due at and the instant the leader woke ([`lfrt::Event::woke_ns`]),
+//! per timer:
 //!
 //! * **latency** = handler entry − expected expiry: what a user's handler sees, including the
 //!   leader's wake-up and the promotion (the analogue of cyclictest's `now − next`);
@@ -15,12 +15,23 @@
 //!   cost on top of what cyclictest measures).
 //!
 //! Overruns are expirations beyond the first consumed by one handler run (missed periods).
-//! A cycle is one handler run; `-l N` closes each timer's handle after its N-th cycle, so every
-//! timer contributes exactly N samples.
+//! A cycle is one handler run that consumed an expiry (a loop, in cyclictest's words); `-l N`
+//! closes each timer's handle after its N-th cycle, so every timer contributes exactly N
+//! samples.
 //!
-//! All latency figures come from the runtime's telemetry histograms (hdrhistogram with 3
-//! significant digits): values are exact below 2.048 µs and within ±0.05% above (each is
-//! represented by its bucket's midpoint). µs figures then truncate, as cyclictest's do.
+//! # Every sample is kept
+//! As in cyclictest, each timer's histograms are updated by the thread that handles its
+//! expiry, with nothing in between: fixed buckets allocated and touched before the run, one
+//! relaxed atomic add per value (`hist.rs`). The runtime's telemetry ring, which drops samples
+//! when its collector falls behind, is not used for these figures. One bound remains: only
+//! the first [`MAX_TIMER_HISTOGRAMS`] timers (`T:` order) get histograms of their own (three of
+//! 200 KiB each); the samples of later timers go into histograms their group shares, so the
+//! group's figures hold every sample, and those timers' own min, avg and max still cover
+//! every cycle. The JSON says so per thread (`unrecorded`) and per group (`untracked_timers`).
+//!
+//! The histograms have hdrhistogram's layout with 3 significant digits: values are exact
+//! below 2.048 µs and within ±0.05% above (each is represented by its bucket's midpoint). µs
+//! figures then truncate, as cyclictest's do.
 //!
 //! # How cyclictest's options map onto lfrt
 //! | cyclictest | `lfrt cyclic` |
@@ -49,16 +60,20 @@
 //! * `--json FILE`: cyclictest's document (`file_version`, `cmdline`, `start_time`, `sysinfo`,
 //!   `num_threads`, `resolution_in_ns`, `thread: {"0": {histogram, cycles, min, max, avg, cpu,
 //!   node}}`) plus, per thread, `p50`, `p99`, `p999`, `missed_periods`, `hist_overflow`, `group`,
-//!   `priority`, `interval`, `wake`, `dispatch`, and a `groups` array with the same per group
-//!   and the runtime's counters (`pool_allocations`, `pool_minor_faults`: `null` when not
-//!   measured, i.e. no pool thread reached its warm-up; promotions; `untracked_timers`: timers
-//!   from `T:` [`lfrt::telemetry::MAX_TIMER_HISTOGRAMS`] on, which have no histograms of their
-//!   own, so their `thread` entries show 0 cycles while the group's figures include them).
-//!   Histogram
-//!   keys are the latency in µs (ns with `-N`), only non-zero buckets; the counts sum to
-//!   `cycles` (with `-h US`, larger values are counted in bucket US−1 and in `hist_overflow`).
+//!   `priority`, `interval`, `wake`, `dispatch`, `unrecorded`, and a `groups` array with the
+//!   same per group and the runtime's counters (`pool_allocations`, `pool_minor_faults`: `null`
+//!   when not measured, i.e. no pool thread reached its warm-up; promotions;
+//!   `untracked_timers`: timers from `T:` [`MAX_TIMER_HISTOGRAMS`] on, which have no histograms
+//!   of their own). `cycles` counts loops run, as cyclictest's does. Histogram keys are the
+//!   latency in µs (ns with `-N`), only non-zero buckets; a thread's counts sum to `cycles` −
+//!   `unrecorded` (`unrecorded` is 0 for a timer with histograms of its own, else `cycles`:
+//!   those samples are in its group's histogram, whose counts sum to the group's `cycles`);
+//!   with `-h US`, larger values are counted in bucket US−1 and in `hist_overflow`.
+//!   `histogram_limit_timers` gives the bound; `samples_dropped` counts loops whose sample is
+//!   in no histogram at all (0: computed from the counts, as a check).
 
 mod args;
+mod hist;
 mod json;
 mod report;
 mod timer;
@@ -77,7 +92,12 @@ use std::io::{IsTerminal, Write};
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use timer::{CyclicTimer, Progress};
+use timer::{CyclicTimer, Histograms, TimerStats};
+
+/// Most timers with histograms of their own (three of 200 KiB each: this bounds them near
+/// 150 MiB whatever the number of timers). Later timers record into histograms their group
+/// shares, so no sample is lost from the group's figures.
+pub const MAX_TIMER_HISTOGRAMS: usize = 256;
 
 /// Live status refresh on a terminal.
 const REFRESH_TTY: Duration = Duration::from_millis(100);
@@ -145,19 +165,10 @@ pub fn run(args: &CyclicArgs) -> Result<(), Box<dyn std::error::Error>> {
     let untracked: usize = report.groups.iter().map(|g| g.untracked_timers).sum();
     if untracked > 0 {
         eprintln!(
-            "lfrt cyclic: note: {untracked} timers (from T: {} on) have no histograms of their \
-             own, to bound memory; their samples count in their group's figures",
-            lfrt::telemetry::MAX_TIMER_HISTOGRAMS
+            "lfrt cyclic: note: {untracked} timers (from T: {MAX_TIMER_HISTOGRAMS} on) have no \
+             histograms of their own, to bound memory; their samples are in their group's \
+             histogram and figures"
         );
-    }
-    for t in &report.timers {
-        // A timer without histograms of its own (see the note above) is not a dropped sample.
-        if t.handled != t.latency.count && !(untracked > 0 && t.latency.count == 0) {
-            eprintln!(
-                "lfrt cyclic: warning: timer {} ran {} cycles but telemetry recorded {} (samples dropped: see samples_dropped)",
-                t.index, t.handled, t.latency.count
-            );
-        }
     }
     if let Some(path) = &plan.json {
         let info = json::RunInfo {
@@ -219,35 +230,37 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
     let cfg = plan.config.clone();
     let mut rt = Runtime::new(cfg.clone())?;
     let started = rt.start()?;
-    let mut tids: Vec<Vec<i32>> = cfg.groups.iter().map(|g| vec![0; g.threads]).collect();
-    for (gi, ti, tid) in rt.thread_ids() {
-        tids[gi][ti] = tid;
-    }
 
-    // The run's clock starts before the timers are armed: the histogram preallocation below
-    // can take longer than a short `-l` run, which would otherwise end before `began`.
+    // Histograms first (hundreds of KiB each, written once so their pages are resident):
+    // the first MAX_TIMER_HISTOGRAMS timers get their own, later ones share their group's.
+    let mut shared: Vec<Option<Arc<Histograms>>> = vec![None; cfg.groups.len()];
+    let stats: Vec<Arc<TimerStats>> = plan
+        .timers
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            if i < MAX_TIMER_HISTOGRAMS {
+                Arc::new(TimerStats::new(Arc::new(Histograms::new()), true))
+            } else {
+                let h = shared[spec.group].get_or_insert_with(|| Arc::new(Histograms::new()));
+                Arc::new(TimerStats::new(h.clone(), false))
+            }
+        })
+        .collect();
+
     let began = Instant::now();
     let first_ns =
         lfrt::os::now_ns() + START_DELAY_NS + plan.timers.len() as u64 * START_DELAY_PER_TIMER_NS;
     let mut timers = Vec::with_capacity(plan.timers.len());
-    for spec in &plan.timers {
+    for (spec, stats) in plan.timers.iter().zip(stats) {
         let mut t = Timer::new().map_err(|e| format!("timerfd_create: {e}"))?;
         let interval_ns = spec.interval_us * 1000;
         t.arm(first_ns + spec.phase_us * 1000 + interval_ns, interval_ns)
             .map_err(|e| format!("timerfd_settime: {e}"))?;
-        let progress = Arc::new(Progress::default());
         let registry = rt.lane(&cfg.groups[spec.group].name)?.registry();
-        let token =
-            registry.register(Box::new(CyclicTimer::new(t, plan.loops, progress.clone())))?;
-        timers.push((spec.clone(), token.raw(), progress));
+        registry.register(Box::new(CyclicTimer::new(t, plan.loops, stats.clone())))?;
+        timers.push((spec.clone(), stats));
     }
-    // Histograms for the timers in `T:` order (the first MAX_TIMER_HISTOGRAMS get their own),
-    // allocated now rather than by the collector during the run.
-    let keys: Vec<(u16, u64)> = timers
-        .iter()
-        .map(|(spec, token, _)| (spec.group as u16, *token))
-        .collect();
-    rt.telemetry().preallocate_timers(&keys);
 
     let deadline = plan.duration.map(|d| began + d);
     let tty = std::io::stdout().is_terminal();
@@ -259,36 +272,27 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
         .map_or("other", |g| policy_name(g.policy));
     let mut last_print: Option<Instant> = None;
     let mut drawn = false;
-    let status = |rt: &Runtime| -> Vec<String> {
-        rt.telemetry().with(|rec| {
-            timers
-                .iter()
-                .enumerate()
-                .map(|(i, (spec, token, _))| {
-                    let g = &cfg.groups[spec.group];
-                    Status::of(
-                        i,
-                        rec.timers.get(&(spec.group as u16, *token)),
-                        &tids[spec.group],
-                        g.priority,
-                        spec.interval_us,
-                    )
-                    .line(plan.unit)
-                })
-                .collect()
-        })
+    let status = || -> Vec<String> {
+        timers
+            .iter()
+            .enumerate()
+            .map(|(i, (spec, stats))| {
+                let g = &cfg.groups[spec.group];
+                Status::of(i, stats.snapshot(), g.priority, spec.interval_us).line(plan.unit)
+            })
+            .collect()
     };
     let stopped_by = loop {
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             break "duration";
         }
-        if plan.loops > 0 && timers.iter().all(|(_, _, p)| p.done.load(Acquire)) {
+        if plan.loops > 0 && timers.iter().all(|(_, s)| s.done.load(Acquire)) {
             break "loops";
         }
         if !plan.quiet && last_print.is_none_or(|t| now.duration_since(t) >= refresh) {
             // A failed write to stdout must not stop the measurement.
-            let _ = draw_status(&status(&rt), policy, tty && drawn, true);
+            let _ = draw_status(&status(), policy, tty && drawn, true);
             drawn = true;
             last_print = Some(now);
         }
@@ -298,34 +302,38 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
         }
     };
     let elapsed = began.elapsed();
+    // Joins every pool thread: from here on the timers' statistics are final.
     let metrics = rt.shutdown()?;
-
-    // Final status: in place of the live lines on a terminal, else a last block.
-    draw_status(&status(&rt), policy, tty && drawn, tty && drawn)?;
 
     let groups: Vec<GroupInfo> = cfg
         .groups
         .iter()
         .zip(metrics)
-        .zip(&tids)
-        .map(|((g, m), tids)| GroupInfo {
+        .zip(shared)
+        .map(|((g, m), shared)| GroupInfo {
             metrics: m,
             policy: policy_name(g.policy),
             cpus: g.cpus.clone(),
-            tids: tids.clone(),
+            shared,
         })
         .collect();
     let keys: Vec<TimerKey> = timers
         .iter()
-        .map(|(spec, token, p)| TimerKey {
+        .map(|(spec, stats)| TimerKey {
             spec: spec.clone(),
-            token: *token,
-            handled: p.cycles.load(Acquire),
+            stats: stats.clone(),
         })
         .collect();
-    let (timers, groups) = rt
-        .telemetry()
-        .with(|rec| report::collect(rec, &keys, &groups, plan.unit, plan.histogram));
+    let (timers, groups) = report::collect(&keys, &groups, plan.unit, plan.histogram);
+
+    // Final status, with the figures the summary and JSON give: in place of the live lines on
+    // a terminal, else a last block.
+    let lines: Vec<String> = timers
+        .iter()
+        .zip(&keys)
+        .map(|(t, k)| Status::of_result(t, k.stats.last_ns.load(Relaxed)).line(plan.unit))
+        .collect();
+    draw_status(&lines, policy, tty && drawn, tty && drawn)?;
     Ok(CyclicReport {
         timers,
         groups,

@@ -1,16 +1,19 @@
-//! Results of a run, taken from the runtime's telemetry, and their text forms: cyclictest's
-//! status lines and histogram, and lfrt's summary.
+//! Results of a run, taken from the timers' own statistics and histograms, and their text
+//! forms: cyclictest's status lines and histogram, and lfrt's summary.
 
 use super::args::{TimerSpec, Unit};
+use super::timer::{Histograms, Snapshot, TimerStats};
 use crate::measured;
 use hdrhistogram::Histogram;
-use lfrt::telemetry::{new_histogram, Histograms, LatencySummary, Recorded};
+use lfrt::telemetry::{new_histogram, LatencySummary};
 use lfrt::GroupMetrics;
 use std::fmt::Write as _;
 use std::io::{self, Write};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 /// A cyclictest-style histogram: `(bucket, count)` for non-zero buckets in increasing order,
-/// bucket = latency in the output unit, truncated (latency as in [`LatencySummary`]: a telemetry
+/// bucket = latency in the output unit, truncated (latency as in [`LatencySummary`]: a histogram
 /// bucket's midpoint, so a value within 0.05% of a µs boundary may land one bucket off).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Buckets {
@@ -59,7 +62,8 @@ pub struct TimerResult {
     pub group: String,
     /// Group priority.
     pub priority: u8,
-    /// Handler-entry latency (expected expiry → handler entry).
+    /// Handler-entry latency (expected expiry → handler entry), from the timer's own
+    /// histogram: `latency.count` = `cycles` − `unrecorded`.
     pub latency: LatencySummary,
     /// Expected expiry → leader awake.
     pub wake: LatencySummary,
@@ -69,8 +73,13 @@ pub struct TimerResult {
     pub buckets: Buckets,
     /// Missed periods (expirations beyond the first per cycle).
     pub missed_periods: u64,
-    /// Cycles the handler counted itself (equals `latency.count` unless samples were dropped).
-    pub handled: u64,
+    /// Cycles run (handler runs that consumed an expiry), whether or not the timer has
+    /// histograms of its own.
+    pub cycles: u64,
+    /// Cycles whose sample is not in this timer's own histogram and percentiles: all of them
+    /// for a timer from `T:` [`super::MAX_TIMER_HISTOGRAMS`] on (no histograms of its own;
+    /// its samples are in its group's), 0 otherwise. Its min, avg and max cover every cycle.
+    pub unrecorded: u64,
     /// Kernel tid of the pool thread that ran the last cycle (0 if none).
     pub last_tid: i32,
     /// CPU the timer's group is pinned to, or -1.
@@ -99,7 +108,7 @@ pub struct GroupResult {
     /// Overruns of its timers.
     pub missed_periods: u64,
     /// Timers that ran but have no histograms of their own (beyond
-    /// [`lfrt::telemetry::MAX_TIMER_HISTOGRAMS`]): their samples count only in the group's figures.
+    /// [`super::MAX_TIMER_HISTOGRAMS`]): their samples count in the group's figures.
     pub untracked_timers: usize,
 }
 
@@ -107,37 +116,60 @@ pub struct GroupResult {
 #[derive(Debug, Clone)]
 pub(crate) struct TimerKey {
     pub(crate) spec: TimerSpec,
-    pub(crate) token: u64,
-    pub(crate) handled: u64,
+    pub(crate) stats: Arc<TimerStats>,
 }
 
-/// Per-group facts that are not in the telemetry.
+/// Per-group facts that are not in the timers' statistics.
 #[derive(Debug, Clone)]
 pub(crate) struct GroupInfo {
     pub(crate) metrics: GroupMetrics,
     pub(crate) policy: &'static str,
     pub(crate) cpus: Option<Vec<usize>>,
-    /// Kernel tids of the pool threads, by thread index.
-    pub(crate) tids: Vec<i32>,
+    /// The histograms shared by its timers beyond [`super::MAX_TIMER_HISTOGRAMS`], if any.
+    pub(crate) shared: Option<Arc<Histograms>>,
 }
 
-fn timer_hist(rec: &Recorded, group: usize, token: u64) -> Option<&Histograms> {
-    rec.timers.get(&(group as u16, token))
+/// The three histograms of `h` as hdrhistograms.
+struct Converted {
+    latency: Histogram<u64>,
+    wake: Histogram<u64>,
+    dispatch: Histogram<u64>,
 }
 
-/// Builds the per-timer and per-group results from the telemetry.
+impl Converted {
+    fn of(h: &Histograms) -> Converted {
+        Converted {
+            latency: h.latency.to_histogram(),
+            wake: h.wake.to_histogram(),
+            dispatch: h.dispatch.to_histogram(),
+        }
+    }
+}
+
+/// Builds the per-timer and per-group results from the timers' statistics (read after the
+/// runtime's shutdown, so they are final).
 pub(crate) fn collect(
-    rec: &Recorded,
     keys: &[TimerKey],
     groups: &[GroupInfo],
     unit: Unit,
     limit: Option<u64>,
 ) -> (Vec<TimerResult>, Vec<GroupResult>) {
+    let own: Vec<Option<Converted>> = keys
+        .iter()
+        .map(|k| {
+            k.stats
+                .own_histograms
+                .then(|| Converted::of(&k.stats.histograms))
+        })
+        .collect();
     let timers: Vec<TimerResult> = keys
         .iter()
+        .zip(&own)
         .enumerate()
-        .map(|(index, k)| {
+        .map(|(index, (k, own))| {
             let g = &groups[k.spec.group];
+            let s = &k.stats;
+            let cycles = s.cycles.load(Relaxed);
             let mut t = TimerResult {
                 index,
                 spec: k.spec.clone(),
@@ -147,21 +179,32 @@ pub(crate) fn collect(
                 wake: LatencySummary::default(),
                 dispatch: LatencySummary::default(),
                 buckets: Buckets::default(),
-                missed_periods: 0,
-                handled: k.handled,
-                last_tid: 0,
+                missed_periods: s.missed_periods.load(Relaxed),
+                cycles,
+                unrecorded: cycles,
+                last_tid: s.last_tid.load(Relaxed),
                 cpu: match g.cpus.as_deref() {
                     Some([c]) => *c as i32,
                     _ => -1,
                 },
             };
-            if let Some(h) = timer_hist(rec, k.spec.group, k.token) {
+            if let Some(h) = own {
                 t.latency = LatencySummary::of(&h.latency);
                 t.wake = LatencySummary::of(&h.wake);
                 t.dispatch = LatencySummary::of(&h.dispatch);
                 t.buckets = Buckets::of(&h.latency, unit, limit);
-                t.missed_periods = h.missed_periods;
-                t.last_tid = g.tids.get(h.last_thread as usize).copied().unwrap_or(0);
+                t.unrecorded = cycles - t.latency.count;
+            } else if cycles > 0 {
+                // No histogram of its own: the exact figures it kept itself, min and max
+                // reported as the histograms would report them.
+                let snap = s.snapshot();
+                t.latency = LatencySummary {
+                    count: 0,
+                    min_ns: snap.min_ns,
+                    avg_ns: snap.avg_ns,
+                    max_ns: snap.max_ns,
+                    ..LatencySummary::default()
+                };
             }
             t
         })
@@ -175,22 +218,20 @@ pub(crate) fn collect(
             let mut missed_periods = 0;
             let mut members = Vec::new();
             let mut untracked_timers = 0;
-            let untracked = rec.untracked_timers.get(&(gi as u16));
+            let shared = g.shared.as_deref().map(Converted::of);
             for (i, k) in keys.iter().enumerate().filter(|(_, k)| k.spec.group == gi) {
                 members.push(i);
-                if k.handled > 0 && timer_hist(rec, gi, k.token).is_none() {
+                missed_periods += timers[i].missed_periods;
+                if !k.stats.own_histograms && timers[i].cycles > 0 {
                     untracked_timers += 1;
                 }
             }
-            let own = members
-                .iter()
-                .filter_map(|&i| timer_hist(rec, gi, keys[i].token));
-            for h in own.chain(untracked) {
+            let own = members.iter().filter_map(|&i| own[i].as_ref());
+            for h in own.chain(shared.as_ref()) {
                 // Same bounds on both sides: adding cannot fail.
                 let _ = latency.add(&h.latency);
                 let _ = wake.add(&h.wake);
                 let _ = dispatch.add(&h.dispatch);
-                missed_periods += h.missed_periods;
             }
             GroupResult {
                 metrics: g.metrics.clone(),
@@ -223,34 +264,34 @@ pub(crate) struct Status {
 }
 
 impl Status {
-    /// The status of one timer from its telemetry (all zero before its first cycle).
-    pub(crate) fn of(
-        index: usize,
-        h: Option<&Histograms>,
-        tids: &[i32],
-        priority: u8,
-        interval_us: u64,
-    ) -> Status {
-        let mut s = Status {
+    /// The status of one timer (all zero before its first cycle).
+    pub(crate) fn of(index: usize, snap: Snapshot, priority: u8, interval_us: u64) -> Status {
+        Status {
             index,
-            tid: 0,
+            tid: snap.tid,
             priority,
             interval_us,
-            cycles: 0,
-            min_ns: 0,
-            act_ns: 0,
-            avg_ns: 0.0,
-            max_ns: 0,
-        };
-        if let Some(h) = h.filter(|h| !h.latency.is_empty()) {
-            s.tid = tids.get(h.last_thread as usize).copied().unwrap_or(0);
-            s.cycles = h.latency.len();
-            s.min_ns = h.latency.median_equivalent(h.latency.min());
-            s.act_ns = h.last_ns;
-            s.avg_ns = h.latency.mean();
-            s.max_ns = h.latency.median_equivalent(h.latency.max());
+            cycles: snap.cycles,
+            min_ns: snap.min_ns,
+            act_ns: snap.act_ns,
+            avg_ns: snap.avg_ns,
+            max_ns: snap.max_ns,
         }
-        s
+    }
+
+    /// The final status of a timer: its figures as the summary and JSON give them.
+    pub(crate) fn of_result(t: &TimerResult, last_ns: u64) -> Status {
+        Status {
+            index: t.index,
+            tid: t.last_tid,
+            priority: t.priority,
+            interval_us: t.spec.interval_us,
+            cycles: t.cycles,
+            min_ns: t.latency.min_ns,
+            act_ns: last_ns,
+            avg_ns: t.latency.avg_ns,
+            max_ns: t.latency.max_ns,
+        }
     }
 
     /// `T: 0 ( 1234) P:80 I:1000 C:   1000 Min:      3 Act:    5 Avg:    4 Max:      10`,
@@ -400,7 +441,7 @@ pub(crate) fn summary(timers: &[TimerResult], groups: &[GroupResult], unit: Unit
         let _ = write!(
             s,
             "# {:>3} {:<12} {:>4} {:>8} {:>9} {:>8}",
-            t.index, t.group, t.priority, t.spec.interval_us, t.latency.count, t.missed_periods
+            t.index, t.group, t.priority, t.spec.interval_us, t.cycles, t.missed_periods
         );
         figure_cells(&mut s, unit, &t.latency, &t.wake, &t.dispatch);
         s.push('\n');
@@ -424,8 +465,8 @@ pub(crate) fn summary(timers: &[TimerResult], groups: &[GroupResult], unit: Unit
         let m = &g.metrics;
         let _ = writeln!(
             s,
-            "# group {}: dispatched={} promotions={} no_follower={} pool_allocations={} pool_minor_faults={} samples_dropped={}",
-            m.name, m.dispatched, m.promotions, m.promotions_no_follower, measured(m.pool_allocations), measured(m.pool_minor_faults), m.samples_dropped
+            "# group {}: dispatched={} promotions={} no_follower={} pool_allocations={} pool_minor_faults={} untracked_timers={}",
+            m.name, m.dispatched, m.promotions, m.promotions_no_follower, measured(m.pool_allocations), measured(m.pool_minor_faults), g.untracked_timers
         );
     }
     s
@@ -511,7 +552,8 @@ mod tests {
             dispatch: LatencySummary::default(),
             buckets: Buckets::of(&h, Unit::Us, limit),
             missed_periods: 0,
-            handled: values.len() as u64,
+            cycles: values.len() as u64,
+            unrecorded: 0,
             last_tid: 100 + index as i32,
             cpu: -1,
         }
