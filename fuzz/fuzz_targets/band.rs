@@ -32,7 +32,15 @@ fn input(u: &mut Unstructured<'_>) -> Result<(Bands, Vec<(u8, Vec<u8>)>)> {
             Ok((tos, u.bytes(len.min(u.len()))?.to_vec()))
         })
         .collect::<Result<_>>()?;
-    Ok((Bands { classify, map, default, count }, grams))
+    Ok((
+        Bands {
+            classify,
+            map,
+            default,
+            count,
+        },
+        grams,
+    ))
 }
 
 fuzz_target!(|data: &[u8]| {

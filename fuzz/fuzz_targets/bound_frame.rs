@@ -18,17 +18,29 @@ fn model(max_body: usize, stream: &[u8]) -> Outcome {
     let mut rest = stream;
     loop {
         if rest.len() < HEADER_LEN {
-            return Outcome { frames, oversized: None, buffered: rest.len() };
+            return Outcome {
+                frames,
+                oversized: None,
+                buffered: rest.len(),
+            };
         }
         let id = u64::from_le_bytes(rest[..8].try_into().unwrap());
         let len = u32::from_le_bytes(rest[8..12].try_into().unwrap());
         if len as usize > max_body {
             // What is buffered when the header is seen depends on the reads: not compared.
-            return Outcome { frames, oversized: Some(len), buffered: usize::MAX };
+            return Outcome {
+                frames,
+                oversized: Some(len),
+                buffered: usize::MAX,
+            };
         }
         let end = HEADER_LEN + len as usize;
         if rest.len() < end {
-            return Outcome { frames, oversized: None, buffered: rest.len() };
+            return Outcome {
+                frames,
+                oversized: None,
+                buffered: rest.len(),
+            };
         }
         frames.push((id, rest[HEADER_LEN..end].to_vec()));
         rest = &rest[end..];
@@ -63,7 +75,10 @@ fuzz_target!(|data: &[u8]| {
 
     let got = read(max_body, &chunks);
     let want = model(max_body, stream);
-    assert_eq!(got.frames, want.frames, "frames (max_body {max_body}, cuts {at:?})");
+    assert_eq!(
+        got.frames, want.frames,
+        "frames (max_body {max_body}, cuts {at:?})"
+    );
     assert_eq!(got.oversized, want.oversized, "oversized header");
     if want.oversized.is_none() {
         assert_eq!(got.buffered, want.buffered, "bytes left buffered");

@@ -29,9 +29,15 @@ fn op(u: &mut Unstructured<'_>) -> Result<StreamOp> {
         }
         6 | 7 => {
             let len = usize::from(u.int_in_range(0..=11u8)?);
-            StreamOp::Raw { conn, bytes: u.bytes(len.min(u.len()))?.to_vec() }
+            StreamOp::Raw {
+                conn,
+                bytes: u.bytes(len.min(u.len()))?.to_vec(),
+            }
         }
-        8 => StreamOp::Oversize { conn, extra: u.arbitrary()? },
+        8 => StreamOp::Oversize {
+            conn,
+            extra: u.arbitrary()?,
+        },
         9 => StreamOp::HalfClose { conn },
         _ => StreamOp::Reset { conn },
     })

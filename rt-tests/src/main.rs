@@ -1,6 +1,7 @@
 //! The `lfrt` command: check and run configurations, and the measurement harnesses.
 
 use clap::{Parser, Subcommand};
+use rt_tests::overrides::{Override, OverrideSource, Provenance};
 use rt_tests::{measured, sum_measured};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -107,24 +108,19 @@ struct SetArgs {
 fn load(
     config: Option<PathBuf>,
     set: &SetArgs,
-    shorthands: impl IntoIterator<Item = rt_tests::overrides::Override>,
-) -> Result<(lfrt::RuntimeConfig, Vec<rt_tests::overrides::Provenance>), Box<dyn std::error::Error>>
-{
+    shorthands: impl IntoIterator<Item = Override>,
+) -> Result<(lfrt::RuntimeConfig, Vec<Provenance>), Box<dyn std::error::Error>> {
     let path = config
         .or_else(|| std::env::var_os("LFRT_CONFIG").map(PathBuf::from))
         .ok_or("no configuration: give CONFIG or set LFRT_CONFIG")?;
     let env = std::env::var("LFRT_SET").unwrap_or_default();
-    let overrides: Vec<rt_tests::overrides::Override> = env
+    let overrides: Vec<Override> = env
         .split([';', '\n'])
         .map(str::trim)
         .filter(|t| !t.is_empty())
-        .map(|t| (rt_tests::overrides::OverrideSource::Env, t))
-        .chain(
-            set.set
-                .iter()
-                .map(|t| (rt_tests::overrides::OverrideSource::Flag, t.trim())),
-        )
-        .map(|(source, text)| rt_tests::overrides::Override {
+        .map(|t| (OverrideSource::Env, t))
+        .chain(set.set.iter().map(|t| (OverrideSource::Flag, t.trim())))
+        .map(|(source, text)| Override {
             source,
             text: text.to_string(),
         })
@@ -135,7 +131,7 @@ fn load(
 
 /// The plan's lines for the values that do not come from the file: each with its override and
 /// the file's line it replaces.
-fn provenance(p: &[rt_tests::overrides::Provenance]) -> String {
+fn provenance(p: &[Provenance]) -> String {
     p.iter()
         .map(|p| {
             format!(
@@ -396,8 +392,8 @@ fn run(
 ) -> Result<(), Box<dyn std::error::Error>> {
     // `--metrics ADDR` is `runtime.metrics=ADDR` given last: validated, blamed and shown in
     // the plan like every override.
-    let metrics = metrics.map(|addr| rt_tests::overrides::Override {
-        source: rt_tests::overrides::OverrideSource::Shorthand("--metrics"),
+    let metrics = metrics.map(|addr| Override {
+        source: OverrideSource::Shorthand("--metrics"),
         text: format!("runtime.metrics={addr}"),
     });
     let (cfg, from) = load(config, set, metrics)?;
