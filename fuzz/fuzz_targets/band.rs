@@ -12,7 +12,10 @@ use lfrt::band::{Bands, Classify};
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 
-fn input(u: &mut Unstructured<'_>) -> Result<(Bands, Vec<(u8, Vec<u8>)>)> {
+/// A plan and the datagrams sent to it: `(tos, payload)`.
+type Input = (Bands, Vec<(u8, Vec<u8>)>);
+
+fn input(u: &mut Unstructured<'_>) -> Result<Input> {
     let classify = match u.int_in_range(0..=2u8)? {
         0 => Classify::Dscp,
         1 => Classify::PayloadByte(u16::from(u.int_in_range(0..=15u8)?)),
