@@ -6,6 +6,8 @@
 # they take minutes (218 s measured for a similar model), while 2 covers the interleavings that
 # matter for a hand-off between a leader, a follower and a rejoining thread in seconds. The
 # timeout-race model sets 3 itself (about 2 s): the stale-token interleaving needs a third.
+# The no_starvation_* models (a ready handle is taken by an idle thread, every promotion mode,
+# concurrent mode and borrowing) take about a second together.
 set -euxo pipefail
 cd "$(dirname "$0")"/..
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \

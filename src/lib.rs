@@ -54,7 +54,7 @@
 //! | purpose | items |
 //! |---|---|
 //! | run groups | [`Runtime`] (`new`, `add_group`, `lane`, `start`, `metrics`, `metrics_handle`, `stopper`, `wait`, `shutdown`, `shutdown_within`), [`Lane`] (a group's typed handle: `registry`, `bound_pool`), [`Stopper`], [`MetricsHandle`], [`StartReport`], [`SHUTDOWN_TIMEOUT`] |
-//! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`BandConfig`] (`[[band]]`), [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`; errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
+//! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`BandConfig`] (`[[band]]`), [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`, `config_line` (where a field is written); errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
 //! | write handlers | [`EventHandler`], [`Event`], [`Interest`], [`Disposition`], [`Context`] (thread-specific storage), [`Registry`], [`Token`], [`Incident`] |
 //! | event sources | [`timer`] (callback timers: periodic or one-shot, cancel and re-arm from any thread), [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots; only the datagrams a handler marks with [`Datagram::answer`] are answered) |
 //! | streams | [`stream`]: length-prefixed frames over TCP ([`stream::Framed`]): per-connection read and write state, bounded preallocated buffers ([`stream::Limits`]), back-pressure, half-close and reset handling |
@@ -91,10 +91,7 @@ pub use observe::telemetry;
 pub use sources::{band, handlers, inbox, stream, timer};
 
 #[cfg(feature = "toml")]
-pub use config::{
-    load as load_config, load_with_overrides, parse as parse_config, Override, OverrideSource,
-    Provenance,
-};
+pub use config::{line as config_line, load as load_config, parse as parse_config};
 pub use config::{BandClassify, BandConfig, BandHandler, BandPlan};
 pub use config::{
     BoundGroup, Bytes, Deadline, GroupConfig, GroupMemory, HandlerConfig, Invalid, OnOverrun,

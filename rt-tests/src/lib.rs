@@ -14,6 +14,8 @@
 //! * [`hsha`]: the Half-Sync/Half-Reactive pool, the queue-based rival the harnesses compare with;
 //! * [`service`]: application work written once and run by every architecture;
 //! * [`loadgen`]: the UDP load generator behind `lfrt-loadgen`;
+//! * [`overrides`]: `--set PATH=VALUE` and `LFRT_SET`, a configuration file's values overridden
+//!   without editing it;
 //! * [`plot`]: `lfrt plot`, latency histograms and inversion curves rendered with plotters;
 //! * [`progress`]: the harnesses' `experiment k/n` bar with the time left, on a terminal only.
 //!
@@ -29,6 +31,7 @@ pub mod hsha;
 pub mod inversion;
 pub mod live;
 pub mod loadgen;
+pub mod overrides;
 pub mod plot;
 pub mod progress;
 pub mod service;

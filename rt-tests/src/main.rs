@@ -1,6 +1,7 @@
 //! The `lfrt` command: check and run configurations, and the measurement harnesses.
 
 use clap::{CommandFactory, Parser, Subcommand};
+use rt_tests::overrides::{Override, OverrideSource, Provenance};
 use rt_tests::{measured, sum_measured};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -109,8 +110,9 @@ enum Cmd {
 #[derive(clap::Args)]
 struct SetArgs {
     /// Override a value of the file: `--set group.control.priority=90`, `--set group.bulk.cpus=[1]`,
-    /// `--set runtime.rt=required` (PATH is runtime.KEY, group.NAME.KEY or
-    /// group.NAME.handler[I].KEY, I from 0; VALUE a TOML value, or a string). Repeatable. Precedence: --set over LFRT_SET over the file; LFRT_SET holds
+    /// `--set runtime.rt=required`, `--set band[0].bind=127.0.0.1:7100` (PATH is runtime.KEY,
+    /// group.NAME.KEY, group.NAME.handler[I].KEY, group.NAME.bound.KEY or band[I].KEY, I from 0;
+    /// VALUE a TOML value, or a string). Repeatable. Precedence: --set over LFRT_SET over the file; LFRT_SET holds
     /// overrides separated by `;` or newlines.
     #[arg(long = "set", value_name = "PATH=VALUE")]
     set: Vec<String>,
@@ -122,34 +124,30 @@ struct SetArgs {
 fn load(
     config: Option<PathBuf>,
     set: &SetArgs,
-    shorthands: impl IntoIterator<Item = lfrt::Override>,
-) -> Result<(lfrt::RuntimeConfig, Vec<lfrt::Provenance>), Box<dyn std::error::Error>> {
+    shorthands: impl IntoIterator<Item = Override>,
+) -> Result<(lfrt::RuntimeConfig, Vec<Provenance>), Box<dyn std::error::Error>> {
     let path = config
         .or_else(|| std::env::var_os("LFRT_CONFIG").map(PathBuf::from))
         .ok_or("no configuration: give CONFIG or set LFRT_CONFIG")?;
     let env = std::env::var("LFRT_SET").unwrap_or_default();
-    let overrides: Vec<lfrt::Override> = env
+    let overrides: Vec<Override> = env
         .split([';', '\n'])
         .map(str::trim)
         .filter(|t| !t.is_empty())
-        .map(|t| (lfrt::OverrideSource::Env, t))
-        .chain(
-            set.set
-                .iter()
-                .map(|t| (lfrt::OverrideSource::Flag, t.trim())),
-        )
-        .map(|(source, text)| lfrt::Override {
+        .map(|t| (OverrideSource::Env, t))
+        .chain(set.set.iter().map(|t| (OverrideSource::Flag, t.trim())))
+        .map(|(source, text)| Override {
             source,
             text: text.to_string(),
         })
         .chain(shorthands)
         .collect();
-    Ok(lfrt::load_with_overrides(&path, &overrides)?)
+    Ok(rt_tests::overrides::load(&path, &overrides)?)
 }
 
 /// The plan's lines for the values that do not come from the file: each with its override and
 /// the file's line it replaces.
-fn provenance(p: &[lfrt::Provenance]) -> String {
+fn provenance(p: &[Provenance]) -> String {
     p.iter()
         .map(|p| {
             format!(
@@ -426,8 +424,8 @@ fn run(
 ) -> Result<(), Box<dyn std::error::Error>> {
     // `--metrics ADDR` is `runtime.metrics=ADDR` given last: validated, blamed and shown in
     // the plan like every override.
-    let metrics = metrics.map(|addr| lfrt::Override {
-        source: lfrt::OverrideSource::Shorthand("--metrics"),
+    let metrics = metrics.map(|addr| Override {
+        source: OverrideSource::Shorthand("--metrics"),
         text: format!("runtime.metrics={addr}"),
     });
     let (cfg, from) = load(config, set, metrics)?;

@@ -20,7 +20,11 @@
 //! loopback and wildcard addresses (port 0, two free ports shared between handlers so that
 //! duplicates and wildcard collisions occur, IPv6 and v4-mapped forms, a port this test holds
 //! so it is in use, an address that is not local, unparseable ones) and `timer`s with interval,
-//! count and distance. Then mutations: a key set to a value of another type, out of range, a
+//! count and distance; sometimes a `[group.bound]` table (`connect` to a back-end this test
+//! runs, or to a wildcard, port-0 or unparseable address; `max_waiters`, `max_body`,
+//! `max_nesting`, inline or as its own table); 0 to 2 `[[band]]`s (the same addresses,
+//! `classify` by `dscp` or `payload_byte` with values in and out of range, lanes that are the
+//! document's groups or not, with or without `default`; `handler`, `work_us`). Then mutations: a key set to a value of another type, out of range, a
 //! boundary value or a huge one (`Set`, on known and unknown keys of every section), a key
 //! removed, a group given another group's name, a table turned into another shape; and for
 //! (a) text mutations as well (truncation, a line duplicated or dropped, a junk line).
@@ -87,7 +91,22 @@ struct Env {
     ephemeral: Vec<String>,
     /// Every address, valid or not.
     all: Vec<String>,
+    /// A back-end a bound group's `connect` reaches: a thread accepts (and drops) every
+    /// connection, so `Runtime::new` connects whatever the case count.
+    backend: String,
     _held: (UdpSocket, TcpListener),
+}
+
+/// Listens on 127.0.0.1 and accepts every connection for the rest of the process.
+fn backend() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            drop(c);
+        }
+    });
+    addr
 }
 
 /// A port in 20000..32000 (below Linux's default ephemeral range, so nothing else is handed it
@@ -151,6 +170,7 @@ impl Env {
             cpus: lfrt::os::online_cpus(),
             ephemeral,
             all,
+            backend: backend(),
             _held: held,
         }
     }
@@ -173,6 +193,30 @@ enum HandlerModel {
     },
 }
 
+/// A `[group.bound]` table.
+#[derive(Debug, Clone)]
+struct BoundModel {
+    /// Index into the back-end and bad addresses (see `render`).
+    connect: u8,
+    max_waiters: Option<i64>,
+    max_body: Option<i64>,
+    max_nesting: Option<i64>,
+}
+
+/// A `[[band]]` table. Lanes are indices into the document's groups (`None`: a name that is
+/// not a group's).
+#[derive(Debug, Clone)]
+struct BandModel {
+    bind: String,
+    /// `Some(offset)`: `payload_byte`, else `dscp`.
+    payload_byte: Option<i64>,
+    /// `(value, lane)`.
+    map: Vec<(i64, Option<Index>)>,
+    default: Option<Option<Index>>,
+    handler: Option<&'static str>,
+    work_us: Option<i64>,
+}
+
 #[derive(Debug, Clone)]
 struct GroupModel {
     policy: Option<&'static str>,
@@ -189,6 +233,7 @@ struct GroupModel {
     budget_us: Option<i64>,
     on_overrun: Option<&'static str>,
     handlers: Vec<HandlerModel>,
+    bound: Option<BoundModel>,
 }
 
 #[derive(Debug, Clone)]
@@ -202,6 +247,7 @@ struct DocModel {
     /// Distinct RT priorities, one per group (used by FIFO/RR groups).
     priorities: Vec<u8>,
     groups: Vec<GroupModel>,
+    bands: Vec<BandModel>,
 }
 
 const NAMES: [&str; 5] = ["control", "bulk", "io", "lane-2", "x_y"];
@@ -234,6 +280,59 @@ fn handler_model(env: &Env) -> impl Strategy<Value = HandlerModel> {
     ]
 }
 
+fn bound_model() -> impl Strategy<Value = BoundModel> {
+    (
+        prop_oneof![12 => Just(0u8), 1 => 1u8..=4],
+        prop::option::of(prop_oneof![12 => 4..=16i64, 1 => Just(0i64), 1 => Just(4097i64)]),
+        prop::option::of(prop_oneof![
+            12 => prop::sample::select(vec![1i64, 64, 512, 4096]),
+            1 => prop::sample::select(vec![0i64, 1 << 30]),
+        ]),
+        prop::option::weighted(0.3, prop_oneof![6 => 1..=4i64, 1 => Just(0i64)]),
+    )
+        .prop_map(|(connect, max_waiters, max_body, max_nesting)| BoundModel {
+            connect,
+            max_waiters,
+            max_body,
+            max_nesting,
+        })
+}
+
+fn band_model(env: &Env) -> impl Strategy<Value = BandModel> {
+    let bind = prop_oneof![
+        7 => prop::sample::select(env.ephemeral.clone()),
+        3 => prop::sample::select(env.all.clone()),
+    ];
+    let lane = prop::option::weighted(0.97, any::<Index>());
+    (
+        bind,
+        prop::option::weighted(0.4, prop_oneof![0..=8i64, Just(65_535i64), Just(65_536i64)]),
+        prop::collection::vec(
+            (
+                prop_oneof![30 => 0..=63i64, 1 => 64..=300i64, 1 => Just(-1i64)],
+                lane.clone(),
+            ),
+            0..=3,
+        ),
+        prop::option::weighted(0.95, lane),
+        prop::option::weighted(
+            0.3,
+            prop_oneof![9 => Just("udp-echo"), 1 => Just("tcp-echo")],
+        ),
+        prop::option::weighted(0.3, prop_oneof![19 => 0..=100i64, 1 => Just(100_001i64)]),
+    )
+        .prop_map(
+            |(bind, payload_byte, map, default, handler, work_us)| BandModel {
+                bind,
+                payload_byte,
+                map,
+                default,
+                handler,
+                work_us,
+            },
+        )
+}
+
 fn group_model(env: &Env) -> impl Strategy<Value = GroupModel> {
     let policy = prop::option::weighted(
         0.8,
@@ -258,6 +357,7 @@ fn group_model(env: &Env) -> impl Strategy<Value = GroupModel> {
         enums,
         sizes,
         prop::collection::vec(handler_model(env), 0..=3),
+        prop::option::weighted(0.15, bound_model()),
     )
         .prop_map(
             |(
@@ -266,6 +366,7 @@ fn group_model(env: &Env) -> impl Strategy<Value = GroupModel> {
                 (promotion, budget_us, on_overrun),
                 (threads, thread_priorities, cpus, buffer_bytes, max_handles, stack_bytes),
                 handlers,
+                bound,
             )| GroupModel {
                 policy,
                 omit_priority,
@@ -279,6 +380,7 @@ fn group_model(env: &Env) -> impl Strategy<Value = GroupModel> {
                 budget_us,
                 on_overrun,
                 handlers,
+                bound,
             },
         )
 }
@@ -292,15 +394,20 @@ fn doc_model(env: &Env) -> impl Strategy<Value = DocModel> {
         prop::sample::subsequence(vec![1u8, 10, 20, 30, 40, 50, 60, 70, 80, 90, 99], 3)
             .prop_shuffle(),
         prop::collection::vec(group_model(env), 1..=3),
+        prop_oneof![
+            3 => Just(Vec::new()),
+            1 => prop::collection::vec(band_model(env), 1..=2),
+        ],
     )
         .prop_map(
-            |(runtime, rt, lock_memory, name_base, priorities, groups)| DocModel {
+            |(runtime, rt, lock_memory, name_base, priorities, groups, bands)| DocModel {
                 runtime,
                 rt,
                 lock_memory,
                 name_base,
                 priorities,
                 groups,
+                bands,
             },
         )
 }
@@ -394,21 +501,115 @@ impl DocModel {
                     .collect();
                 t.insert("handler".into(), Value::Array(hs));
             }
+            if let Some(b) = &g.bound {
+                t.insert("bound".into(), Value::Table(b.render(env)));
+            }
             groups.push(Value::Table(t));
         }
         doc.insert("group".into(), Value::Array(groups));
+        if !self.bands.is_empty() {
+            let names: Vec<&str> = (0..self.groups.len())
+                .map(|i| NAMES[(self.name_base + i) % NAMES.len()])
+                .collect();
+            let bands = self
+                .bands
+                .iter()
+                .map(|b| Value::Table(b.render(&names)))
+                .collect();
+            doc.insert("band".into(), Value::Array(bands));
+        }
         doc
     }
 
-    /// Whether every value the model writes is one serde reads (the binds all parse).
+    /// Whether the document has a bound group (its `connect` then reaches this test's
+    /// back-end, not a service: such documents are built, not started).
+    fn has_bound(&self) -> bool {
+        self.groups.iter().any(|g| g.bound.is_some())
+    }
+
+    /// Whether every value the model writes is one serde reads (the binds all parse; bound
+    /// and band tables are left out of the pinned cases: their refusals are checked for a path
+    /// only).
     fn serde_clean(&self) -> bool {
-        self.groups
-            .iter()
-            .flat_map(|g| &g.handlers)
-            .all(|h| match h {
-                HandlerModel::Echo { bind, .. } => bind.parse::<SocketAddr>().is_ok(),
-                HandlerModel::Timer { .. } => true,
-            })
+        self.bands.is_empty()
+            && self.groups.iter().all(|g| g.bound.is_none())
+            && self
+                .groups
+                .iter()
+                .flat_map(|g| &g.handlers)
+                .all(|h| match h {
+                    HandlerModel::Echo { bind, .. } => bind.parse::<SocketAddr>().is_ok(),
+                    HandlerModel::Timer { .. } => true,
+                })
+    }
+}
+
+impl BoundModel {
+    fn render(&self, env: &Env) -> Table {
+        let mut t = Table::new();
+        let connect = match self.connect {
+            0 => env.backend.clone(),
+            1 => "0.0.0.0:7100".into(),
+            2 => "127.0.0.1:0".into(),
+            3 => "localhost:7100".into(),
+            _ => "[::]:7100".into(),
+        };
+        t.insert("connect".into(), connect.into());
+        for (k, v) in [
+            ("max_waiters", self.max_waiters),
+            ("max_body", self.max_body),
+            ("max_nesting", self.max_nesting),
+        ] {
+            if let Some(v) = v {
+                t.insert(k.into(), Value::Integer(v));
+            }
+        }
+        t
+    }
+}
+
+impl BandModel {
+    /// `names`: the document's group names.
+    fn render(&self, names: &[&str]) -> Table {
+        let lane = |l: &Option<Index>| -> Value {
+            match l {
+                Some(i) => (*i.get(names)).into(),
+                None => "nope".into(),
+            }
+        };
+        let mut map = Table::new();
+        for (v, l) in &self.map {
+            map.insert(v.to_string(), lane(l));
+        }
+        let default = self.default.as_ref().map(lane);
+        let mut classify = Table::new();
+        match self.payload_byte {
+            Some(offset) => {
+                let mut p = Table::new();
+                p.insert("offset".into(), Value::Integer(offset));
+                p.insert("map".into(), Value::Table(map));
+                if let Some(d) = default {
+                    p.insert("default".into(), d);
+                }
+                classify.insert("payload_byte".into(), Value::Table(p));
+            }
+            None => {
+                if let Some(d) = default {
+                    map.insert("default".into(), d);
+                }
+                classify.insert("dscp".into(), Value::Table(map));
+            }
+        }
+        let mut t = Table::new();
+        t.insert("bind".into(), self.bind.as_str().into());
+        t.insert("classify".into(), Value::Table(classify));
+        if let Some(h) = self.handler {
+            t.insert("handler".into(), h.into());
+        }
+        if let Some(w) = self.work_us {
+            t.insert("work_us".into(), Value::Integer(w));
+        }
+        t
     }
 }
 
@@ -458,6 +659,9 @@ enum Where {
     Runtime,
     Group(Index),
     Handler(Index, Index),
+    /// A group's `[group.bound]`.
+    Bound(Index),
+    Band(Index),
 }
 
 #[derive(Debug, Clone)]
@@ -475,7 +679,7 @@ enum Mutation {
 }
 
 /// Every key of the grammar, and a few that are not.
-const KEYS: [&str; 30] = [
+const KEYS: [&str; 42] = [
     "runtime",
     "group",
     "rt",
@@ -499,6 +703,18 @@ const KEYS: [&str; 30] = [
     "interval_us",
     "count",
     "distance_us",
+    "bound",
+    "connect",
+    "max_waiters",
+    "max_body",
+    "max_nesting",
+    "band",
+    "classify",
+    "dscp",
+    "payload_byte",
+    "offset",
+    "map",
+    "default",
     // Not keys of any table.
     "wokers",
     "lock_memroy",
@@ -588,6 +804,8 @@ fn place() -> impl Strategy<Value = Where> {
         1 => Just(Where::Runtime),
         4 => any::<Index>().prop_map(Where::Group),
         3 => (any::<Index>(), any::<Index>()).prop_map(|(g, h)| Where::Handler(g, h)),
+        1 => any::<Index>().prop_map(Where::Bound),
+        2 => any::<Index>().prop_map(Where::Band),
     ]
 }
 
@@ -639,6 +857,23 @@ fn table_at<'a>(doc: &'a mut Table, w: &Where) -> Option<(&'a mut Table, lfrt::S
                     },
                 )
             })
+        }
+        Where::Bound(g) => {
+            let gs = groups(doc).filter(|v| !v.is_empty())?;
+            let gi = g.index(gs.len());
+            gs[gi]
+                .as_table_mut()?
+                .get_mut("bound")?
+                .as_table_mut()
+                .map(|t| (t, Section::Bound(gi)))
+        }
+        Where::Band(b) => {
+            let bs = doc
+                .get_mut("band")?
+                .as_array_mut()
+                .filter(|v| !v.is_empty())?;
+            let bi = b.index(bs.len());
+            bs[bi].as_table_mut().map(|t| (t, Section::Band(bi)))
         }
     }
 }
@@ -706,9 +941,12 @@ fn serde_accepts(section: lfrt::Section, key: &str, v: &Value, kind: Option<&str
         // every default): whether an array is read depends on its items.
         (Section::Root, "runtime") if v.is_array() => return None,
         (Section::Root, "runtime") => v.is_table(),
-        (Section::Root, "group") => {
+        (Section::Root, "group" | "band") => {
             matches!(v, Value::Array(a) if a.is_empty())
         }
+        // A table or array is read field by field (`connect` missing, or in order).
+        (Section::Group(_), "bound") if v.is_table() || v.is_array() => return None,
+        (Section::Group(_), "bound") => false,
         (Section::Runtime, "rt") => one_of(&["best-effort", "required"]),
         (Section::Runtime, "lock_memory") => v.is_bool(),
         (Section::Group(_), "name") => v.is_str(),
@@ -803,9 +1041,9 @@ struct Case {
 /// What a case renders to: the text, and what is known about it.
 struct Rendered {
     text: String,
-    /// Handlers per group, if the document still has that shape (no text mutation, `group`
-    /// an array of tables).
-    shape: Option<Vec<usize>>,
+    /// The document's shape, if it still has one (no text mutation, `group` an array of
+    /// tables).
+    shape: Option<Shape>,
     /// The one error path that must be reported, if the case is a single `Set` that serde
     /// refuses on a model serde reads.
     expect_field: Option<String>,
@@ -847,9 +1085,17 @@ impl Case {
     }
 }
 
-fn shape_of(doc: &Table) -> Option<Vec<usize>> {
+/// What indices exist: handlers per group, and bands.
+#[derive(Debug, Clone, PartialEq)]
+struct Shape {
+    handlers: Vec<usize>,
+    bands: usize,
+}
+
+fn shape_of(doc: &Table) -> Option<Shape> {
     let gs = doc.get("group")?.as_array()?;
-    gs.iter()
+    let handlers = gs
+        .iter()
         .map(|g| {
             let t = g.as_table()?;
             Some(match t.get("handler") {
@@ -857,7 +1103,12 @@ fn shape_of(doc: &Table) -> Option<Vec<usize>> {
                 _ => 0,
             })
         })
-        .collect()
+        .collect::<Option<Vec<usize>>>()?;
+    let bands = match doc.get("band") {
+        Some(Value::Array(b)) => b.len(),
+        _ => 0,
+    };
+    Some(Shape { handlers, bands })
 }
 
 fn case(
@@ -883,8 +1134,8 @@ fn case(
 
 /// Whether `field` is a path as errors name them, with indices that exist (if the shape is
 /// known): `toml`, `KEY`, `runtime[.KEY]`, `group`, `group[N][.KEY]`, `group[N].handler`,
-/// `group[N].handler[M][.KEY]`.
-fn path_ok(field: &str, shape: Option<&[usize]>) -> bool {
+/// `group[N].handler[M][.KEY]`, `group[N].bound[.KEY]`, `band`, `band[N][.KEY]`.
+fn path_ok(field: &str, shape: Option<&Shape>) -> bool {
     fn key(s: &str) -> bool {
         !s.is_empty()
             && s.bytes()
@@ -897,8 +1148,10 @@ fn path_ok(field: &str, shape: Option<&[usize]>) -> bool {
             .parse()
             .ok()
     }
-    let group_ok = |g: usize| shape.is_none_or(|s| g < s.len());
-    let handler_ok = |g: usize, h: usize| shape.is_none_or(|s| g < s.len() && h < s[g]);
+    let group_ok = |g: usize| shape.is_none_or(|s| g < s.handlers.len());
+    let handler_ok =
+        |g: usize, h: usize| shape.is_none_or(|s| g < s.handlers.len() && h < s.handlers[g]);
+    let band_ok = |b: usize| shape.is_none_or(|s| b < s.bands);
     let mut parts = field.split('.');
     let first = parts.next().unwrap_or_default();
     let rest: Vec<&str> = parts.collect();
@@ -907,8 +1160,17 @@ fn path_ok(field: &str, shape: Option<&[usize]>) -> bool {
             && match rest.as_slice() {
                 [] => true,
                 [k] if key(k) => true,
+                ["bound", k] => key(k),
                 [h] | [h, _] => indexed(h, "handler")
                     .is_some_and(|hi| handler_ok(gi, hi) && rest.get(1).is_none_or(|k| key(k))),
+                _ => false,
+            };
+    }
+    if let Some(bi) = indexed(first, "band") {
+        return band_ok(bi)
+            && match rest.as_slice() {
+                [] => true,
+                [k] => key(k),
                 _ => false,
             };
     }
@@ -955,7 +1217,7 @@ fn parse_checked(r: &Rendered) -> Result<Result<RuntimeConfig, Error>, TestCaseE
     if file.is_some() {
         return fail("a file name for text");
     }
-    if !path_ok(field, r.shape.as_deref()) {
+    if !path_ok(field, r.shape.as_ref()) {
         return fail("the error's field is not a path of this document");
     }
     if message.trim().is_empty() {
@@ -1042,6 +1304,7 @@ fn what_check_accepts_run_builds() {
     let _ports = ports();
     let env = Env::new();
     let started = Instant::now();
+    let (banded, bound) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let (accepted, refused, built, capped, starts, fixed_ports) = (
         AtomicUsize::new(0),
         AtomicUsize::new(0),
@@ -1071,7 +1334,9 @@ fn what_check_accepts_run_builds() {
             capped.fetch_add(1, Relaxed);
             return Ok(());
         }
-        let startable = !cfg.lock_memory
+        // A bound group's back-end here accepts and drops: built, not started.
+        let startable = !c.model.has_bound()
+            && !cfg.lock_memory
             && cfg.groups.iter().all(|g| g.policy == Policy::Other)
             && cfg.preallocated_bytes() <= START_CAP_BYTES
             && cfg.groups.iter().map(|g| g.timer_events_per_sec()).sum::<f64>()
@@ -1083,6 +1348,8 @@ fn what_check_accepts_run_builds() {
             ))
         })?;
         built.fetch_add(1, Relaxed);
+        banded.fetch_add(usize::from(!c.model.bands.is_empty()), Relaxed);
+        bound.fetch_add(usize::from(c.model.has_bound()), Relaxed);
         if startable && starts.load(Relaxed) < MAX_STARTS {
             rt.start().map_err(|e| {
                 TestCaseError::fail(format!(
@@ -1100,11 +1367,14 @@ fn what_check_accepts_run_builds() {
     });
     eprintln!(
         "config_fuzz (b): {cases} cases in {:.2} s: {} accepted ({} binding a fixed port; {} built \
-         by Runtime::new, {} over the build cap, {} also started and shut down), {} refused",
+         by Runtime::new ({} with [[band]]s, {} with a bound group), {} over the build cap, {} \
+         also started and shut down), {} refused",
         started.elapsed().as_secs_f64(),
         accepted.load(Relaxed),
         fixed_ports.load(Relaxed),
         built.load(Relaxed),
+        banded.load(Relaxed),
+        bound.load(Relaxed),
         capped.load(Relaxed),
         starts.load(Relaxed),
         refused.load(Relaxed),
@@ -1123,7 +1393,10 @@ fn what_check_accepts_run_builds() {
 /// The path grammar itself.
 #[test]
 fn path_grammar() {
-    let shape = [1usize, 0];
+    let shape = Shape {
+        handlers: vec![1, 0],
+        bands: 1,
+    };
     for ok in [
         "toml",
         "threads",
@@ -1135,6 +1408,11 @@ fn path_grammar() {
         "group[0].handler",
         "group[0].handler[0]",
         "group[0].handler[0].bind",
+        "group[1].bound",
+        "group[1].bound.connect",
+        "band",
+        "band[0]",
+        "band[0].classify",
     ] {
         assert!(path_ok(ok, Some(&shape)), "{ok}");
     }
@@ -1147,6 +1425,10 @@ fn path_grammar() {
         "runtime.",
         "group[0].a.b",
         "a b",
+        "band[1]",
+        "band[0].classify.dscp",
+        "group[0].bound.a.b",
+        "group[0].bound[0]",
     ] {
         assert!(!path_ok(bad, Some(&shape)), "{bad}");
     }

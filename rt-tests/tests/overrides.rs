@@ -305,3 +305,154 @@ fn metrics_flag_is_an_override() {
         "{out}"
     );
 }
+
+/// A file with a `[[band]]` and a bound group, written for one test.
+fn band_file(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("lfrt-overrides-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(
+        &p,
+        "[[group]]\nname = \"control\"\npriority = 80\n\n\
+         [[group]]\nname = \"bulk\"\npriority = 20\n\n\
+         [[group]]\nname = \"db\"\npriority = 30\nthreads = 2\n\
+         [group.bound]\nconnect = \"127.0.0.1:7100\"\nmax_waiters = 8\n\n\
+         [[band]]\nbind = \"127.0.0.1:0\"\n\
+         classify = { dscp = { 46 = \"control\", default = \"bulk\" } }\n\
+         work_us = 5\n",
+    )
+    .unwrap();
+    p
+}
+
+/// `band[I].KEY` reaches a `[[band]]` (bands have no names: by index, from 0) and
+/// `group.NAME.bound.KEY` a `[group.bound]`, through the same validation, errors and
+/// provenance as every other override.
+#[test]
+fn bands_and_bound_tables_are_overridden_too() {
+    let file = band_file("bands.toml");
+    let f = file.to_str().unwrap();
+    let plan = stdout(&lfrt(
+        &[
+            "check",
+            f,
+            "--set",
+            "band[0].work_us=9",
+            "--set",
+            "band[0].classify={ dscp = { 10 = \"control\", default = \"bulk\" } }",
+            "--set",
+            "group.db.bound.max_waiters=16",
+        ],
+        &[],
+    ));
+    let band = plan
+        .lines()
+        .find(|l| l.starts_with("band 127.0.0.1:0 "))
+        .unwrap_or_else(|| panic!("no band line: {plan}"));
+    assert!(band.contains("dscp 10->control default->bulk"), "{band}");
+    assert!(band.ends_with("work_us=9"), "{band}");
+    let line = |path: &str| {
+        plan.lines()
+            .find(|l| l.starts_with(&format!("override {path} ")))
+            .unwrap_or_else(|| panic!("no override line for {path}: {plan}"))
+            .to_string()
+    };
+    assert_eq!(
+        line("band[0].work_us"),
+        format!("override band[0].work_us from --set band[0].work_us=9 (replaces {f}:20)")
+    );
+    assert!(
+        line("band[0].classify").ends_with(&format!("(replaces {f}:19)")),
+        "{plan}"
+    );
+    assert_eq!(
+        line("group[2].bound.max_waiters"),
+        format!(
+            "override group[2].bound.max_waiters from --set group.db.bound.max_waiters=16 \
+             (replaces {f}:15)"
+        )
+    );
+
+    // Refused values name the override: validation (a DSCP above 63), serde (not an address).
+    let e = stderr(&lfrt(
+        &[
+            "check",
+            f,
+            "--set",
+            "band[0].classify={ dscp = { 64 = \"control\", default = \"bulk\" } }",
+        ],
+        &[],
+    ));
+    assert!(
+        e.starts_with("lfrt: invalid `--set band[0].classify=") && e.contains("`64`"),
+        "{e}"
+    );
+    let e = stderr(&lfrt(
+        &["check", f],
+        &[("LFRT_SET", "band[0].bind=nowhere")],
+    ));
+    assert!(
+        e.starts_with("lfrt: invalid `LFRT_SET band[0].bind=nowhere`: "),
+        "{e}"
+    );
+    let e = stderr(&lfrt(
+        &["check", f, "--set", "group.db.bound.max_waiters=0"],
+        &[],
+    ));
+    assert!(
+        e.starts_with("lfrt: invalid `--set group.db.bound.max_waiters=0`: "),
+        "{e}"
+    );
+    // Only bands and bound tables the file has, by a well-formed index.
+    let e = stderr(&lfrt(&["check", f, "--set", "band[1].work_us=1"], &[]));
+    assert!(
+        e.contains("the file has 1 [[band]] table(s); band[1] is not one of them"),
+        "{e}"
+    );
+    let e = stderr(&lfrt(&["check", f, "--set", "band[x].work_us=1"], &[]));
+    assert!(e.contains("expected band[INDEX]"), "{e}");
+    let e = stderr(&lfrt(
+        &["check", f, "--set", "group.bulk.bound.max_waiters=4"],
+        &[],
+    ));
+    assert!(e.contains("group `bulk` has no [group.bound] table"), "{e}");
+    // An error the override did not cause names the file and its line there, not the line of
+    // the edited document (the band's `work_us` is line 20 of the file).
+    let e = stderr(&lfrt(
+        &[
+            "check",
+            f,
+            "--set",
+            "group.control.priority=81",
+            "--set",
+            "band[0].work_us=9",
+        ],
+        &[("LFRT_SET", "band[0].hanlder=\"udp-echo\"")],
+    ));
+    assert!(
+        e.starts_with("lfrt: invalid `LFRT_SET band[0].hanlder=\"udp-echo\"`: unknown field"),
+        "{e}"
+    );
+    let bad = band_file("bad.toml");
+    let src = std::fs::read_to_string(&bad)
+        .unwrap()
+        .replace("work_us = 5", "work_us = 500000");
+    std::fs::write(&bad, src).unwrap();
+    let e = stderr(&lfrt(
+        &[
+            "check",
+            bad.to_str().unwrap(),
+            "--set",
+            "group.control.priority=81",
+        ],
+        &[],
+    ));
+    assert!(
+        e.starts_with(&format!(
+            "lfrt: {}:20: invalid `band[0].work_us`: ",
+            bad.display()
+        )),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(file.parent().unwrap());
+}

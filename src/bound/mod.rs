@@ -143,6 +143,63 @@ use crate::error::Error;
 use crate::sync::pi_mutex::{PiMutex, PiMutexGuard};
 use crate::sys::{self, epoll, errno, net};
 use frame::{Next, Reader};
+
+/// The leader's receive buffer, for the fuzz targets in `fuzz/` only: it exists when built with
+/// `--cfg fuzzing` (as `cargo fuzz` builds) and is never part of the public API.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::frame::{Next, Reader};
+
+    /// What [`read`] delivered.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Outcome {
+        /// Complete frames, in order: request id and body.
+        pub frames: Vec<(u64, Vec<u8>)>,
+        /// The body length of the oversized header that stopped the reading, if one did.
+        pub oversized: Option<u32>,
+        /// Bytes buffered at the end (a partial frame).
+        pub buffered: usize,
+    }
+
+    /// Feeds `chunks` to a receive buffer of `max_body` as the leader's reads do: each read
+    /// takes what fits the free space (the rest of the chunk is read next), then every complete
+    /// frame is delivered and consumed, as `drain` does.
+    pub fn read(max_body: usize, chunks: &[&[u8]]) -> Outcome {
+        let mut rd = Reader::new(max_body);
+        let mut out = Outcome {
+            frames: Vec::new(),
+            oversized: None,
+            buffered: 0,
+        };
+        for chunk in chunks {
+            let mut chunk = *chunk;
+            while !chunk.is_empty() {
+                let space = rd.space();
+                let n = space.len().min(chunk.len());
+                space[..n].copy_from_slice(&chunk[..n]);
+                rd.commit(n);
+                chunk = &chunk[n..];
+                loop {
+                    match rd.next() {
+                        Next::Frame { id, body } => {
+                            out.frames.push((id, rd.slice(body.clone()).to_vec()));
+                            rd.consume(body.end);
+                        }
+                        Next::Incomplete => break,
+                        Next::Oversized(len) => {
+                            out.oversized = Some(len);
+                            out.buffered = rd.buffered();
+                            return out;
+                        }
+                    }
+                }
+            }
+        }
+        out.buffered = rd.buffered();
+        out
+    }
+}
 use std::cell::Cell;
 use std::fmt;
 use std::io::{self, IoSlice};

@@ -40,241 +40,37 @@ pub fn parse(src: &str) -> Result<RuntimeConfig, Error> {
     parse_inner(src, None)
 }
 
-/// Where an override comes from, in the precedence REP-2017 gives them: the file is overridden
-/// by the environment ([`OverrideSource::Env`]), which is overridden by the command line
-/// ([`OverrideSource::Flag`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum OverrideSource {
-    /// `LFRT_SET` in the environment.
-    Env,
-    /// A `--set` flag.
-    Flag,
-    /// A command-line flag that stands for one `--set` (`--metrics ADDR` is
-    /// `runtime.metrics=ADDR`): the flag's name, which errors and the plan show instead.
-    Shorthand(&'static str),
-}
-
-/// One `PATH=VALUE` override of a configuration file's value.
+/// The 1-based line where `path` is written in the TOML text `src`: a key as errors name it
+/// (`runtime.rt`, `group[1].priority`, `group[0].handler[2].bind`, `band[0].bind`), or a
+/// table (`group[1]`, `group[0].bound`, `band[0]`: the line of its header).
 ///
-/// `PATH` is `runtime.KEY`, `group.NAME.KEY` or `group.NAME.handler[I].KEY`, where `NAME` is
-/// the `name` of a `[[group]]` and `I` the index of one of its `[[group.handler]]`s (from 0);
-/// `VALUE` is a TOML value (`90`, `[1]`, `"rr"`), or, if it does not parse as one, a string
-/// (`policy=rr`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Override {
-    /// Where it was given.
-    pub source: OverrideSource,
-    /// `PATH=VALUE` as given.
-    pub text: String,
-}
-
-impl Override {
-    /// How errors and the plan name it: `--set group.a.priority=90`,
-    /// `LFRT_SET group.a.priority=90`, or `--metrics 127.0.0.1:9464` for a shorthand flag.
-    pub fn label(&self) -> String {
-        match self.source {
-            OverrideSource::Env => format!("LFRT_SET {}", self.text),
-            OverrideSource::Flag => format!("--set {}", self.text),
-            OverrideSource::Shorthand(flag) => {
-                let value = self.text.split_once('=').map_or("", |(_, v)| v);
-                format!("{flag} {}", value.trim())
-            }
-        }
-    }
-}
-
-/// Where one overridden value came from, for the plan.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Provenance {
-    /// The value's path as errors name it: `group[0].priority`.
-    pub path: String,
-    /// The override that set it last.
-    pub set_by: Override,
-    /// Where the file had the value (`file:line`), if it had one.
-    pub replaced: Option<String>,
-}
-
-/// Reads a configuration file, applies `overrides` in order (give the environment's before the
-/// flags': the last one of a path wins) and validates the result as [`load`] does.
+/// `None` if the text does not parse, or does not write that key or table. Tools that edit a
+/// configuration before loading it (the `lfrt` command's `--set`) use it to point an error, or
+/// the value an override replaces, at the line of the original file.
 ///
-/// The overrides edit the parsed document, which is then read by the same deserializer and
-/// validation as a file; errors in an overridden value name the override
-/// (``invalid `--set group.a.priority=900`: 900: must be 1..=99``), errors elsewhere the file
-/// and line as [`load`]'s do.
-///
-/// # Errors
-/// As [`load`], plus an override that is not `PATH=VALUE`, names no existing group, or sets
-/// a value the configuration refuses.
-pub fn load_with_overrides(
-    file: &Path,
-    overrides: &[Override],
-) -> Result<(RuntimeConfig, Vec<Provenance>), Error> {
-    let src = std::fs::read_to_string(file).map_err(|e| Error::Config {
-        file: Some(file.to_path_buf()),
-        line: None,
-        field: "file".into(),
-        message: format!("cannot read: {e}"),
-    })?;
-    if overrides.is_empty() {
-        return parse_inner(&src, Some(file)).map(|c| (c, Vec::new()));
-    }
-    // Syntax and field errors of the file itself first, at their lines.
-    let (_, places) = deserialize(&src).map_err(|(span, field, message)| Error::Config {
-        file: Some(file.to_path_buf()),
-        line: span.map(|s| line_of(&src, s.start)),
-        field,
-        message,
-    })?;
-    let at_line = |section: Section, key: &str| {
+/// # Examples
+/// ```
+/// let src = "[[group]]\nname = \"a\"\npriority = 50\n";
+/// assert_eq!(lfrt::config_line(src, "group[0].priority"), Some(3));
+/// assert_eq!(lfrt::config_line(src, "group[0]"), Some(1));
+/// assert_eq!(lfrt::config_line(src, "group[0].threads"), None);
+/// ```
+pub fn line(src: &str, path: &str) -> Option<usize> {
+    let doc = DeTable::parse(src).ok()?;
+    let places = Places::of(doc.get_ref());
+    let key = places
+        .keys
+        .iter()
+        .find(|(s, k, _, _)| s.path(k) == path)
+        .map(|(_, _, span, _)| span.start);
+    let table = || {
         places
-            .keys
+            .tables
             .iter()
-            .find(|(s, k, _, _)| *s == section && k == key)
-            .map(|(_, _, span, _)| format!("{}:{}", file.display(), line_of(&src, span.start)))
+            .find(|(s, _)| *s != Section::Root && s.path("") == path)
+            .map(|(_, span)| span.start)
     };
-    let mut doc: toml::Table = toml::from_str(&src).map_err(|e| Error::Config {
-        file: Some(file.to_path_buf()),
-        line: None,
-        field: "toml".into(),
-        message: e.message().to_string(),
-    })?;
-    let mut applied: Vec<(Section, String, Override)> = Vec::new();
-    for o in overrides {
-        let (section, key) = apply(&mut doc, &o.text).map_err(|message| Error::Config {
-            file: None,
-            line: None,
-            field: o.label(),
-            message,
-        })?;
-        applied.retain(|(s, k, _)| !(*s == section && *k == key));
-        applied.push((section, key, o.clone()));
-    }
-    let blame = |section: Section, key: &str, message: String| -> Error {
-        match applied.iter().find(|(s, k, _)| *s == section && k == key) {
-            Some((_, _, o)) => Error::Config {
-                file: None,
-                line: None,
-                field: o.label(),
-                message,
-            },
-            None => Error::Config {
-                file: Some(file.to_path_buf()),
-                line: places
-                    .find(section, key)
-                    .map(|span| line_of(&src, span.start)),
-                field: section.path(key),
-                message,
-            },
-        }
-    };
-    let edited = toml::to_string(&doc).map_err(|e| Error::config("toml", e.to_string()))?;
-    let cfg = match deserialize(&edited) {
-        Ok((cfg, _)) => cfg,
-        Err((_, field, message)) => {
-            // Only an override can make the edited document fail where the file did not.
-            let (section, key) = applied
-                .iter()
-                .find(|(s, k, _)| s.path(k) == field)
-                .map(|(s, k, _)| (*s, k.clone()))
-                .unwrap_or((Section::Root, field));
-            return Err(blame(section, &key, message));
-        }
-    };
-    cfg.validate()
-        .map_err(|inv: Invalid| blame(inv.section, inv.field, inv.message))?;
-    let provenance = applied
-        .into_iter()
-        .map(|(section, key, set_by)| Provenance {
-            path: section.path(&key),
-            replaced: at_line(section, &key),
-            set_by,
-        })
-        .collect();
-    Ok((cfg, provenance))
-}
-
-/// Applies `PATH=VALUE` to the document; returns the section and key it set.
-fn apply(doc: &mut toml::Table, text: &str) -> Result<(Section, String), String> {
-    let (path, value) = text
-        .split_once('=')
-        .ok_or("expected PATH=VALUE, like group.control.priority=90")?;
-    let value = value.trim();
-    // A TOML value, else the text as a string (`policy=rr`).
-    let value = toml::from_str::<toml::Table>(&format!("v = {value}"))
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(value.to_string()));
-    let parts: Vec<&str> = path.trim().split('.').collect();
-    match parts.as_slice() {
-        ["runtime", key] => {
-            let runtime = doc
-                .entry("runtime")
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            let t = runtime
-                .as_table_mut()
-                .ok_or("`runtime` in the file is not a table")?;
-            t.insert(key.to_string(), value);
-            Ok((Section::Runtime, key.to_string()))
-        }
-        ["group", name, key] => {
-            let (gi, g) = named_group(doc, name)?;
-            g.insert(key.to_string(), value);
-            Ok((Section::Group(gi), key.to_string()))
-        }
-        ["group", name, handler, key] if handler.starts_with("handler[") => {
-            let (gi, g) = named_group(doc, name)?;
-            let hi: usize = handler
-                .strip_prefix("handler[")
-                .and_then(|h| h.strip_suffix(']'))
-                .and_then(|h| h.parse().ok())
-                .ok_or_else(|| format!("`{handler}`: expected handler[INDEX], like handler[0]"))?;
-            let handlers = g
-                .get_mut("handler")
-                .and_then(toml::Value::as_array_mut)
-                .map_or(&mut [][..], Vec::as_mut_slice);
-            let count = handlers.len();
-            // Only an existing handler: a new one would need its `kind` and every field.
-            let h = handlers
-                .get_mut(hi)
-                .and_then(toml::Value::as_table_mut)
-                .ok_or_else(|| {
-                    format!(
-                        "group `{name}` has {count} [[group.handler]] table(s); handler[{hi}] \
-                         is not one of them"
-                    )
-                })?;
-            h.insert(key.to_string(), value);
-            Ok((
-                Section::Handler {
-                    group: gi,
-                    handler: hi,
-                },
-                key.to_string(),
-            ))
-        }
-        _ => Err(format!(
-            "`{path}`: give runtime.KEY, group.NAME.KEY or group.NAME.handler[I].KEY (NAME a \
-             [[group]]'s name, I a handler's index in it from 0)"
-        )),
-    }
-}
-
-/// The `[[group]]` table named `name`, with its index.
-fn named_group<'a>(
-    doc: &'a mut toml::Table,
-    name: &str,
-) -> Result<(usize, &'a mut toml::Table), String> {
-    let groups = doc
-        .get_mut("group")
-        .and_then(toml::Value::as_array_mut)
-        .ok_or("the file has no [[group]]")?;
-    let (gi, g) = groups
-        .iter_mut()
-        .enumerate()
-        .find(|(_, g)| g.get("name").and_then(toml::Value::as_str) == Some(name))
-        .ok_or_else(|| format!("no [[group]] named `{name}` in the file"))?;
-    let t = g.as_table_mut().ok_or("a [[group]] that is not a table")?;
-    Ok((gi, t))
+    key.or_else(table).map(|at| line_of(src, at))
 }
 
 fn parse_inner(src: &str, file: Option<&Path>) -> Result<RuntimeConfig, Error> {

@@ -16,7 +16,7 @@ mod file;
 pub use band::{BandClassify, BandConfig, BandHandler, BandPlan};
 
 #[cfg(feature = "toml")]
-pub use file::{load, load_with_overrides, parse, Override, OverrideSource, Provenance};
+pub use file::{line, load, parse};
 
 use crate::engine::follower_queue::{Promotion, MAX_GROUP_THREADS};
 use crate::engine::handler::Context;

@@ -59,6 +59,21 @@
 //!   join loop re-checks under the lock after every park, so such a wake-up only costs a loop.
 //!   Unbound threads never park with a deadline, so every token they receive is the one meant
 //!   for the park it ends;
+//! * **no starvation while a thread is idle**: a ready handle is taken within one dispatch of
+//!   some idle thread of its lane, in every promotion mode and with borrowing. An idle thread
+//!   is the leader, a follower or about to join; by the invariant above, while one is idle the
+//!   leader slot is held (or is taken by the joining thread), and the leader waits for *one*
+//!   event of the whole handle set and promotes before it processes, so the ready handle is
+//!   the next event the leader (or the follower it promotes) takes, however long the lane's
+//!   other threads stay busy; no thread ever holds the role while it processes. Promotion
+//!   order only chooses *which* idle thread that is. In concurrent mode every idle thread
+//!   waits in `epoll_wait` itself (`group.rs`). A thread lent to a higher lane first promotes
+//!   a follower of its own lane (`borrow.rs`), so lending never takes the leader role away
+//!   from the lender's idle threads. This is the property ROS 2's multi-threaded executor
+//!   lacks (Casini et al., *Thread Carefully*, EMSOFT 2024: a ready callback starved on an
+//!   under-loaded system). The `no_starvation_*` models check it with a handler that blocks
+//!   until a second event, which it makes ready, has been processed: if no idle thread took
+//!   that event, loom reports the deadlock;
 //! * after `shutdown`, every thread returns from `join` with [`Joined::Shutdown`] (a bound
 //!   thread: with the outcome its check gives after shutdown): parked ones are woken, processing
 //!   ones see the flag when they rejoin, and the leader is woken by the handle set's shutdown
@@ -486,6 +501,228 @@ mod loom_tests {
             }
             t.join().unwrap();
         });
+    }
+
+    // ----- no starvation while a thread is idle ----------------------------------------------
+
+    /// A fake ONESHOT handle set of one lane: the events ready now (each taken by exactly one
+    /// wait), the lane's shutdown event, and which events were processed.
+    #[derive(Default)]
+    struct Lane {
+        ready: VecDeque<u8>,
+        shutdown: bool,
+        processed: Vec<u8>,
+    }
+
+    struct Set {
+        lane: LMutex<Lane>,
+        cv: Condvar,
+    }
+
+    impl Set {
+        fn new(ready: &[u8]) -> Arc<Set> {
+            Arc::new(Set {
+                lane: LMutex::new(Lane {
+                    ready: ready.iter().copied().collect(),
+                    ..Lane::default()
+                }),
+                cv: Condvar::new(),
+            })
+        }
+
+        /// `epoll_wait` for one event; `None` at shutdown.
+        fn wait(&self) -> Option<u8> {
+            let mut g = self.lane.lock().unwrap();
+            loop {
+                if let Some(e) = g.ready.pop_front() {
+                    return Some(e);
+                }
+                if g.shutdown {
+                    return None;
+                }
+                g = self.cv.wait(g).unwrap();
+            }
+        }
+
+        /// `epoll_wait` with a zero timeout (a lent thread's look at the borrower's set).
+        fn poll(&self) -> Option<u8> {
+            self.lane.lock().unwrap().ready.pop_front()
+        }
+
+        fn post(&self, e: u8) {
+            self.lane.lock().unwrap().ready.push_back(e);
+            self.cv.notify_all();
+        }
+
+        fn done(&self, e: u8) {
+            self.lane.lock().unwrap().processed.push(e);
+            self.cv.notify_all();
+        }
+
+        /// Blocks until `e` was processed (the handler that starves without an idle taker).
+        fn await_done(&self, e: u8) {
+            let mut g = self.lane.lock().unwrap();
+            while !g.processed.contains(&e) {
+                g = self.cv.wait(g).unwrap();
+            }
+        }
+
+        fn shut(&self) {
+            self.lane.lock().unwrap().shutdown = true;
+            self.cv.notify_all();
+        }
+    }
+
+    /// Event 1's handler makes event 2 ready and blocks until it was processed, then shuts
+    /// the lane down; event 2's handler only records itself. With 2 threads one stays idle
+    /// while event 1 is processed, so event 2 is its next dispatch; if it were not taken, loom
+    /// would report the deadlock. `p` is `None` for the concurrent mode (no leader).
+    fn starve_worker(p: Option<&Protocol>, set: &Set, me: u16, taken: &AtomicUsize) {
+        let process = |e: u8| {
+            if e == 1 {
+                set.post(2);
+                set.await_done(2);
+                set.done(1);
+                if let Some(p) = p {
+                    p.shutdown();
+                }
+                set.shut();
+            } else {
+                // Taken by the thread that was idle: not the one blocked in event 1.
+                assert_eq!(taken.swap(usize::from(me) + 1, SeqCst), 0, "event 2 twice");
+                set.done(2);
+            }
+        };
+        match p {
+            Some(p) => {
+                while p.join(me, me as u8) == Joined::Leader {
+                    match set.wait() {
+                        Some(e) => {
+                            let _ = p.promote(me);
+                            process(e);
+                        }
+                        None => p.resign(me),
+                    }
+                }
+            }
+            None => {
+                while let Some(e) = set.wait() {
+                    process(e);
+                }
+            }
+        }
+    }
+
+    fn no_starvation(promotion: Option<Promotion>) {
+        let p = promotion.map(|m| Arc::new(Protocol::new(2, m)));
+        let set = Set::new(&[1]);
+        let taken = Arc::new(AtomicUsize::new(0));
+        let (p1, s1, t1) = (p.clone(), set.clone(), taken.clone());
+        let h = loom::thread::spawn(move || starve_worker(p1.as_deref(), &s1, 1, &t1));
+        starve_worker(p.as_deref(), &set, 0, &taken);
+        h.join().unwrap();
+        assert_eq!(set.lane.lock().unwrap().processed, [2, 1]);
+        assert_ne!(taken.load(SeqCst), 0);
+    }
+
+    #[test]
+    fn no_starvation_priority() {
+        loom::model(|| no_starvation(Some(Promotion::Priority)));
+    }
+
+    #[test]
+    fn no_starvation_lifo() {
+        loom::model(|| no_starvation(Some(Promotion::Lifo)));
+    }
+
+    #[test]
+    fn no_starvation_fifo() {
+        loom::model(|| no_starvation(Some(Promotion::Fifo)));
+    }
+
+    /// Concurrent mode: no protocol, every idle thread waits on the set itself.
+    #[test]
+    fn no_starvation_concurrent() {
+        loom::model(|| no_starvation(None));
+    }
+
+    /// With borrowing: lane B (1 thread) processes `b1`, which makes `b2` ready and blocks
+    /// until it is done; B has no idle thread, so its link fires in lender lane L (2 threads).
+    /// L's leader takes the link, promotes its own follower (the L/F rule), and, lent,
+    /// dispatches `b2` from B's set; `b2`'s handler makes L's own event `l1` ready and blocks
+    /// until it is done. `l1` must be taken by L's other, idle thread: if the lent thread had
+    /// kept L's leader role, nobody would, and loom would report the deadlock.
+    fn no_starvation_borrowing(promotion: Promotion) {
+        const LINK: u8 = 0;
+        let (pb, pl) = (
+            Arc::new(Protocol::new(1, Promotion::Fifo)),
+            Arc::new(Protocol::new(2, promotion)),
+        );
+        let (b, l) = (Set::new(&[1]), Set::new(&[]));
+        let lender = |me: u16| {
+            let (pl, b, l) = (pl.clone(), b.clone(), l.clone());
+            loom::thread::spawn(move || {
+                while pl.join(me, me as u8) == Joined::Leader {
+                    match l.wait() {
+                        Some(LINK) => {
+                            let _ = pl.promote(me);
+                            // Lent: one event of the borrower's set, if it is still there.
+                            if let Some(e) = b.poll() {
+                                assert_eq!(e, 2);
+                                l.post(1);
+                                l.await_done(1);
+                                b.done(2);
+                            }
+                        }
+                        Some(e) => {
+                            let _ = pl.promote(me);
+                            l.done(e);
+                        }
+                        None => pl.resign(me),
+                    }
+                }
+            })
+        };
+        let hs = [lender(0), lender(1)];
+        // The borrower's only thread.
+        while pb.join(0, 50) == Joined::Leader {
+            match b.wait() {
+                Some(e) => {
+                    assert_eq!(e, 1);
+                    assert_eq!(pb.promote(0), Promoted::Vacant, "B has one thread");
+                    // B busy with b2 ready: the armed link turns readable in L's set.
+                    b.post(2);
+                    l.post(LINK);
+                    b.await_done(2);
+                    b.done(1);
+                    pb.shutdown();
+                    b.shut();
+                    pl.shutdown();
+                    l.shut();
+                }
+                None => pb.resign(0),
+            }
+        }
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(b.lane.lock().unwrap().processed, [2, 1]);
+        assert_eq!(l.lane.lock().unwrap().processed, [1]);
+    }
+
+    #[test]
+    fn no_starvation_borrowing_priority() {
+        bounded(2, || no_starvation_borrowing(Promotion::Priority));
+    }
+
+    #[test]
+    fn no_starvation_borrowing_fifo() {
+        bounded(2, || no_starvation_borrowing(Promotion::Fifo));
+    }
+
+    #[test]
+    fn no_starvation_borrowing_lifo() {
+        bounded(2, || no_starvation_borrowing(Promotion::Lifo));
     }
 
     // ----- bound: hand-off of replies to named followers -----------------------------------

@@ -45,7 +45,7 @@
 //!   writability, which is ready at once when the socket has room, so they are served on the
 //!   next dispatch without waiting for new input (and other handles run in between).
 //! * **Nothing is dropped silently**: an oversized frame closes the connection and counts
-//!   (`frames_oversize`); a reset, broken pipe or truncated last frame counts
+//!   (`frames_oversize`) once the replies to the frames before it are flushed; a reset, broken pipe or truncated last frame counts
 //!   (`connections_reset`); a connection beyond the table closes unserved and counts
 //!   (`connections_refused`). No path panics on a peer's behaviour.
 //!
@@ -374,6 +374,7 @@ impl<H: FrameHandler> EventHandler for Framed<H> {
                 tx_sent: 0,
                 state: State::Reading,
                 again: false,
+                counted: false,
             };
             conn.stream.set_nonblocking(true).map_err(Refused::Setup)?;
             conn.stream.set_nodelay(true).map_err(Refused::Setup)?;
@@ -426,6 +427,9 @@ struct Connection<H> {
     state: State,
     /// Complete frames remain after the frame budget: be dispatched again at once.
     again: bool,
+    /// Its abnormal end is counted already (an oversized frame): a failure while flushing the
+    /// replies before it is not counted again.
+    counted: bool,
 }
 
 impl<H: FrameHandler> Connection<H> {
@@ -509,9 +513,11 @@ impl<H: FrameHandler> Connection<H> {
         net::poll_one(self.stream.as_fd(), net::POLL_OUT, 0).map_or(true, |r| r != 0)
     }
 
-    /// Closed abnormally: count it.
+    /// Closed abnormally: count it (unless its oversized frame was counted already).
     fn reset(&self, ctx: &Context) -> Disposition {
-        ctx.count(Incident::ConnectionReset, 1);
+        if !self.counted {
+            ctx.count(Incident::ConnectionReset, 1);
+        }
         Disposition::Close
     }
 }
@@ -576,8 +582,13 @@ impl<H: FrameHandler> EventHandler for Connection<H> {
                     continue;
                 }
                 Stop::Oversize => {
+                    // The frames before it were delivered: their replies go out first (as
+                    // after `Flow::Close`), then the connection closes.
                     ctx.count(Incident::FrameOversize, 1);
-                    return Disposition::Close;
+                    self.state = State::Closing;
+                    self.rx_len = 0;
+                    self.counted = true;
+                    continue;
                 }
             }
             // 3. End of the connection: once every reply is out.

@@ -1,0 +1,265 @@
+//! `--set PATH=VALUE` and `LFRT_SET`: overrides of a configuration file's values, without
+//! editing the file.
+//!
+//! The overrides edit the file's TOML document, which is then read by lfrt's own loader
+//! ([`lfrt::parse_config`]: the same deserializer and validation as a file). Errors are pointed
+//! back at their cause: an error in an overridden value names the override
+//! (``invalid `--set group.a.priority=900`: 900: must be 1..=99``), any other error the file and
+//! its line there ([`lfrt::config_line`]), as [`lfrt::load_config`]'s do.
+//!
+//! `PATH` is one of
+//! * `runtime.KEY`;
+//! * `group.NAME.KEY`, `NAME` the `name` of a `[[group]]`;
+//! * `group.NAME.handler[I].KEY`, `I` the index of one of its `[[group.handler]]`s (from 0);
+//! * `group.NAME.bound.KEY`, a key of its `[group.bound]` table;
+//! * `band[I].KEY`, `I` the index of a `[[band]]` (from 0; bands have no names).
+//!
+//! Only tables the file has can be edited: a new handler, bound table or band would need all of
+//! its fields (and a bound table changes what the group is). `VALUE` is a TOML value (`90`,
+//! `[1]`, `"rr"`), or, if it does not parse as one, a string (`policy=rr`).
+
+use lfrt::{Error, RuntimeConfig};
+use std::path::Path;
+
+/// Where an override comes from, in the precedence REP-2017 gives them: the file is overridden
+/// by the environment ([`OverrideSource::Env`]), which is overridden by the command line
+/// ([`OverrideSource::Flag`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum OverrideSource {
+    /// `LFRT_SET` in the environment.
+    Env,
+    /// A `--set` flag.
+    Flag,
+    /// A command-line flag that stands for one `--set` (`--metrics ADDR` is
+    /// `runtime.metrics=ADDR`): the flag's name, which errors and the plan show instead.
+    Shorthand(&'static str),
+}
+
+/// One `PATH=VALUE` override of a configuration file's value (the module doc gives `PATH`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Override {
+    /// Where it was given.
+    pub source: OverrideSource,
+    /// `PATH=VALUE` as given.
+    pub text: String,
+}
+
+impl Override {
+    /// How errors and the plan name it: `--set group.a.priority=90`,
+    /// `LFRT_SET group.a.priority=90`, or `--metrics 127.0.0.1:9464` for a shorthand flag.
+    pub fn label(&self) -> String {
+        match self.source {
+            OverrideSource::Env => format!("LFRT_SET {}", self.text),
+            OverrideSource::Flag => format!("--set {}", self.text),
+            OverrideSource::Shorthand(flag) => {
+                let value = self.text.split_once('=').map_or("", |(_, v)| v);
+                format!("{flag} {}", value.trim())
+            }
+        }
+    }
+}
+
+/// Where one overridden value came from, for the plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provenance {
+    /// The value's path as errors name it: `group[0].priority`.
+    pub path: String,
+    /// The override that set it last.
+    pub set_by: Override,
+    /// Where the file had the value (`file:line`), if it had one.
+    pub replaced: Option<String>,
+}
+
+/// Reads a configuration file, applies `overrides` in order (give the environment's before the
+/// flags': the last one of a path wins) and validates the result as [`lfrt::load_config`] does.
+///
+/// # Errors
+/// As [`lfrt::load_config`], plus an override that is not `PATH=VALUE`, names no existing
+/// group, handler, bound table or band, or sets a value the configuration refuses.
+pub fn load(
+    file: &Path,
+    overrides: &[Override],
+) -> Result<(RuntimeConfig, Vec<Provenance>), Error> {
+    if overrides.is_empty() {
+        return lfrt::load_config(file).map(|c| (c, Vec::new()));
+    }
+    let src = std::fs::read_to_string(file).map_err(|e| Error::Config {
+        file: Some(file.to_path_buf()),
+        line: None,
+        field: "file".into(),
+        message: format!("cannot read: {e}"),
+    })?;
+    let in_file = |line: Option<usize>, field: String, message: String| Error::Config {
+        file: Some(file.to_path_buf()),
+        line,
+        field,
+        message,
+    };
+    // Syntax errors of the file itself first, at their lines.
+    let mut doc: toml::Table = toml::from_str(&src).map_err(|e| {
+        let line = e.span().map(|s| line_of(&src, s.start));
+        in_file(line, "toml".into(), e.message().trim().to_string())
+    })?;
+    // Path as errors name it, and the override that set it last.
+    let mut applied: Vec<(String, Override)> = Vec::new();
+    for o in overrides {
+        let path = apply(&mut doc, &o.text).map_err(|message| Error::Config {
+            file: None,
+            line: None,
+            field: o.label(),
+            message,
+        })?;
+        applied.retain(|(p, _)| *p != path);
+        applied.push((path, o.clone()));
+    }
+    let edited = toml::to_string(&doc).map_err(|e| in_file(None, "toml".into(), e.to_string()))?;
+    let cfg = lfrt::parse_config(&edited).map_err(|e| match e {
+        Error::Config { field, message, .. } => {
+            match applied.iter().find(|(p, _)| *p == field) {
+                Some((_, o)) => Error::Config {
+                    file: None,
+                    line: None,
+                    field: o.label(),
+                    message,
+                },
+                // Not an overridden value: where the file has it, else its table.
+                None => {
+                    let line = lfrt::config_line(&src, &field).or_else(|| {
+                        let table = field.rsplit_once('.').map_or("", |(t, _)| t);
+                        lfrt::config_line(&src, table)
+                    });
+                    in_file(line, field, message)
+                }
+            }
+        }
+        other => other,
+    })?;
+    let provenance = applied
+        .into_iter()
+        .map(|(path, set_by)| Provenance {
+            replaced: lfrt::config_line(&src, &path)
+                .map(|line| format!("{}:{line}", file.display())),
+            path,
+            set_by,
+        })
+        .collect();
+    Ok((cfg, provenance))
+}
+
+/// 1-based line of a byte offset.
+fn line_of(src: &str, offset: usize) -> usize {
+    src.as_bytes()[..offset.min(src.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// The index in `item[INDEX]`, or an error naming the expected form.
+fn index(part: &str, item: &str) -> Result<usize, String> {
+    part.strip_prefix(item)
+        .and_then(|p| p.strip_prefix('['))
+        .and_then(|p| p.strip_suffix(']'))
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| format!("`{part}`: expected {item}[INDEX], like {item}[0]"))
+}
+
+/// Applies `PATH=VALUE` to the document; returns the path as errors name it
+/// (`group[0].handler[1].bind`).
+fn apply(doc: &mut toml::Table, text: &str) -> Result<String, String> {
+    let (path, value) = text
+        .split_once('=')
+        .ok_or("expected PATH=VALUE, like group.control.priority=90")?;
+    let value = value.trim();
+    // A TOML value, else the text as a string (`policy=rr`).
+    let value = toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_string()));
+    let parts: Vec<&str> = path.trim().split('.').collect();
+    match parts.as_slice() {
+        ["runtime", key] => {
+            let runtime = doc
+                .entry("runtime")
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let t = runtime
+                .as_table_mut()
+                .ok_or("`runtime` in the file is not a table")?;
+            t.insert(key.to_string(), value);
+            Ok(format!("runtime.{key}"))
+        }
+        ["group", name, key] => {
+            let (gi, g) = named_group(doc, name)?;
+            g.insert(key.to_string(), value);
+            Ok(format!("group[{gi}].{key}"))
+        }
+        ["group", name, "bound", key] => {
+            let (gi, g) = named_group(doc, name)?;
+            let bound = g
+                .get_mut("bound")
+                .and_then(toml::Value::as_table_mut)
+                .ok_or_else(|| format!("group `{name}` has no [group.bound] table"))?;
+            bound.insert(key.to_string(), value);
+            Ok(format!("group[{gi}].bound.{key}"))
+        }
+        ["group", name, handler, key] if handler.starts_with("handler") => {
+            let hi = index(handler, "handler")?;
+            let (gi, g) = named_group(doc, name)?;
+            let h = nth_table(g, "handler", hi).map_err(|count| {
+                format!(
+                    "group `{name}` has {count} [[group.handler]] table(s); handler[{hi}] \
+                     is not one of them"
+                )
+            })?;
+            h.insert(key.to_string(), value);
+            Ok(format!("group[{gi}].handler[{hi}].{key}"))
+        }
+        [band, key] if band.starts_with("band") => {
+            let bi = index(band, "band")?;
+            let b = nth_table(doc, "band", bi).map_err(|count| {
+                format!("the file has {count} [[band]] table(s); band[{bi}] is not one of them")
+            })?;
+            b.insert(key.to_string(), value);
+            Ok(format!("band[{bi}].{key}"))
+        }
+        _ => Err(format!(
+            "`{path}`: give runtime.KEY, group.NAME.KEY, group.NAME.handler[I].KEY, \
+             group.NAME.bound.KEY or band[I].KEY (NAME a [[group]]'s name, I an index from 0)"
+        )),
+    }
+}
+
+/// The `i`th table of the array of tables `key` in `t`; else how many it has.
+fn nth_table<'a>(
+    t: &'a mut toml::Table,
+    key: &str,
+    i: usize,
+) -> Result<&'a mut toml::Table, usize> {
+    let items = t
+        .get_mut(key)
+        .and_then(toml::Value::as_array_mut)
+        .map_or(&mut [][..], Vec::as_mut_slice);
+    let count = items.len();
+    items
+        .get_mut(i)
+        .and_then(toml::Value::as_table_mut)
+        .ok_or(count)
+}
+
+/// The `[[group]]` table named `name`, with its index.
+fn named_group<'a>(
+    doc: &'a mut toml::Table,
+    name: &str,
+) -> Result<(usize, &'a mut toml::Table), String> {
+    let groups = doc
+        .get_mut("group")
+        .and_then(toml::Value::as_array_mut)
+        .ok_or("the file has no [[group]]")?;
+    let (gi, g) = groups
+        .iter_mut()
+        .enumerate()
+        .find(|(_, g)| g.get("name").and_then(toml::Value::as_str) == Some(name))
+        .ok_or_else(|| format!("no [[group]] named `{name}` in the file"))?;
+    let t = g.as_table_mut().ok_or("a [[group]] that is not a table")?;
+    Ok((gi, t))
+}
