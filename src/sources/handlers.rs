@@ -467,8 +467,19 @@ pub struct TcpEchoStream {
 }
 
 impl TcpEchoStream {
-    /// Wraps an accepted stream (made nonblocking, Nagle off).
+    /// Wraps an accepted stream (made nonblocking, Nagle off). `buffer_bytes` bounds both the
+    /// bytes kept when the peer does not take the echo and each read (whatever the thread's
+    /// buffer), so nothing read is ever dropped.
+    ///
+    /// # Errors
+    /// `InvalidInput` if `buffer_bytes` is 0; the socket's errors.
     pub fn new(stream: TcpStream, work_us: u64, buffer_bytes: usize) -> io::Result<TcpEchoStream> {
+        if buffer_bytes == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "TcpEchoStream needs a buffer_bytes of at least 1",
+            ));
+        }
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
         Ok(TcpEchoStream {
@@ -515,7 +526,14 @@ impl EventHandler for TcpEchoStream {
             Ok(false) => return Disposition::Rearm,
             Err(_) => return Disposition::Close,
         }
+        // Each read is bounded by what the connection can keep if the peer stops taking the
+        // echo: `pending` is empty here (flushed above), so whatever a write leaves unsent
+        // fits in it. The thread's buffer may be larger (a thread lent by a lane with bigger
+        // buffers, or a connection built with a smaller `buffer_bytes`).
+        let keepable = self.pending.capacity();
         let buf = ctx.buffer();
+        let take = buf.len().min(keepable);
+        let buf = &mut buf[..take];
         for _ in 0..DATAGRAM_BATCH {
             let n = match self.stream.read(buf) {
                 Ok(0) => return Disposition::Close,
@@ -531,11 +549,10 @@ impl EventHandler for TcpEchoStream {
                     Ok(0) => return Disposition::Close,
                     Ok(w) => off += w,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        // Keep the rest (bounded by the buffer reserved at accept) and wait
-                        // for writability before reading more.
-                        let room = self.pending.capacity() - self.pending.len();
-                        let keep = (n - off).min(room);
-                        self.pending.extend_from_slice(&buf[off..off + keep]);
+                        // Keep the rest (it fits: the read was bounded by the buffer
+                        // reserved at accept) and wait for writability before reading more.
+                        debug_assert!(n - off <= self.pending.capacity() - self.pending.len());
+                        self.pending.extend_from_slice(&buf[off..n]);
                         return Disposition::Rearm;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
