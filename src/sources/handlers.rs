@@ -756,10 +756,11 @@ mod tests {
         );
         let _client = TcpStream::connect(addr).unwrap();
         assert!(gate_ready(&acceptor, 1000), "the listener is watched again");
-        acceptor.accept(&mut ctx, |s, _| {
+        let d = acceptor.accept(&mut ctx, |s, _| {
             accepted.push(s);
             Ok(())
         });
+        assert_eq!(d, Disposition::Rearm);
         assert_eq!(accepted.len(), 1);
     }
 }
