@@ -517,6 +517,24 @@ impl Acceptor {
     }
 }
 
+/// Writes `buf[*sent..]` to a nonblocking stream, advancing `*sent`: `Ok(true)` when all of
+/// `buf` is out, `Ok(false)` when the socket is full (`EAGAIN`; wait for writability). The one
+/// flush loop of the stream handlers ([`TcpEchoStream`] and
+/// [`stream::Framed`](crate::sources::stream::Framed)). `std` writes a `TcpStream` with
+/// `MSG_NOSIGNAL`, so a reset peer gives `EPIPE`, never `SIGPIPE`.
+pub(crate) fn write_out(stream: &TcpStream, buf: &[u8], sent: &mut usize) -> io::Result<bool> {
+    while *sent < buf.len() {
+        match (&*stream).write(&buf[*sent..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => *sent += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
 /// Echoes the bytes of one TCP connection; closes the handle when the peer closes.
 ///
 /// One event reads at most [`DATAGRAM_BATCH`] times (each up to the thread's buffer), then
@@ -570,14 +588,8 @@ impl TcpEchoStream {
 
     /// Writes pending bytes; true when all are out.
     fn flush(&mut self) -> io::Result<bool> {
-        while self.sent < self.pending.len() {
-            match self.stream.write(&self.pending[self.sent..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.sent += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+        if !write_out(&self.stream, &self.pending, &mut self.sent)? {
+            return Ok(false);
         }
         self.pending.clear();
         self.sent = 0;
@@ -622,20 +634,16 @@ impl EventHandler for TcpEchoStream {
             };
             busy_work(self.work_us);
             let mut off = 0;
-            while off < n {
-                match self.stream.write(&buf[off..n]) {
-                    Ok(0) => return Disposition::Close,
-                    Ok(w) => off += w,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        // Keep the rest (it fits: the read was bounded by the buffer
-                        // reserved at accept) and wait for writability before reading more.
-                        debug_assert!(n - off <= self.pending.capacity() - self.pending.len());
-                        self.pending.extend_from_slice(&buf[off..n]);
-                        return Disposition::Rearm;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => return Disposition::Close,
+            match write_out(&self.stream, &buf[..n], &mut off) {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Keep the rest (it fits: the read was bounded by the buffer reserved at
+                    // accept) and wait for writability before reading more.
+                    debug_assert!(n - off <= self.pending.capacity() - self.pending.len());
+                    self.pending.extend_from_slice(&buf[off..n]);
+                    return Disposition::Rearm;
                 }
+                Err(_) => return Disposition::Close,
             }
         }
         // Bytes may still be queued: the re-armed handle is ready again at once and queues

@@ -113,12 +113,12 @@
 
 use crate::engine::handler::{Context, Disposition, Event, EventHandler, DATAGRAM_BATCH};
 use crate::observe::metrics::Incident;
-use crate::sources::handlers::{Acceptor, Refused};
+use crate::sources::handlers::{write_out, Acceptor, Refused};
 use crate::sources::source::Timer;
 use crate::sys::{self, epoll::Epoll, mem, net};
 use crossbeam_queue::ArrayQueue;
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::Arc;
@@ -518,23 +518,16 @@ struct Connection<H> {
 }
 
 impl<H: FrameHandler> Connection<H> {
-    /// Writes pending replies; true when all are out. `std`'s `write` on a `TcpStream` sends
-    /// with `MSG_NOSIGNAL`, so a reset peer gives `EPIPE`, never `SIGPIPE`.
+    /// Writes pending replies ([`write_out`]); true when all are out.
     fn flush(&mut self) -> io::Result<bool> {
         let Some(slot) = self.slot.as_deref() else {
             return Err(io::ErrorKind::NotConnected.into());
         };
-        while self.tx_sent < self.tx_len {
-            match (&self.stream).write(&slot.tx[self.tx_sent..self.tx_len]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => {
-                    self.tx_sent += n;
-                    self.moved = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+        let before = self.tx_sent;
+        let out = write_out(&self.stream, &slot.tx[..self.tx_len], &mut self.tx_sent);
+        self.moved |= self.tx_sent != before;
+        if !out? {
+            return Ok(false);
         }
         self.tx_len = 0;
         self.tx_sent = 0;
