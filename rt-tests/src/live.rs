@@ -133,6 +133,8 @@ pub fn drops(m: &GroupMetrics) -> u64 {
         + m.connections_refused
         + m.frames_oversize
         + m.connections_reset
+        + m.stream_idle_timeouts
+        + m.stream_write_timeouts
         + m.datagrams_truncated
         + m.inbox_refused
         + m.samples_dropped
@@ -146,7 +148,7 @@ struct SnapshotCollector(Shared);
 /// A counter of [`GroupMetrics`]: name (without `lfrt_group_` and `_total`), help, field.
 type CounterOf = (&'static str, &'static str, fn(&GroupMetrics) -> u64);
 
-const COUNTERS: [CounterOf; 18] = [
+const COUNTERS: [CounterOf; 20] = [
     ("dispatched", "Events dispatched to handlers", |m| {
         m.dispatched
     }),
@@ -207,6 +209,16 @@ const COUNTERS: [CounterOf; 18] = [
         "stream_backpressure",
         "Times a stream connection stopped reading until its replies drained",
         |m| m.stream_backpressure,
+    ),
+    (
+        "stream_idle_timeouts",
+        "Stream connections closed after idle_timeout with nothing received",
+        |m| m.stream_idle_timeouts,
+    ),
+    (
+        "stream_write_timeouts",
+        "Stream connections closed after write_timeout with their output stalled",
+        |m| m.stream_write_timeouts,
     ),
     (
         "datagrams_truncated",

@@ -556,18 +556,25 @@ fn run(
     }
     // Work the handlers dropped or deferred: printed only for a group where something was.
     for m in &metrics {
-        let stream = m.frames_oversize + m.connections_reset + m.stream_backpressure;
+        let stream = m.frames_oversize
+            + m.connections_reset
+            + m.stream_backpressure
+            + m.stream_idle_timeouts
+            + m.stream_write_timeouts;
         if m.accept_exhausted + m.connections_refused + m.datagrams_truncated + stream > 0 {
             println!(
                 "{:<12} accept_exhausted={} connections_refused={} datagrams_truncated={} \
-                 frames_oversize={} connections_reset={} stream_backpressure={}",
+                 frames_oversize={} connections_reset={} stream_backpressure={} \
+                 stream_idle_timeouts={} stream_write_timeouts={}",
                 m.name,
                 m.accept_exhausted,
                 m.connections_refused,
                 m.datagrams_truncated,
                 m.frames_oversize,
                 m.connections_reset,
-                m.stream_backpressure
+                m.stream_backpressure,
+                m.stream_idle_timeouts,
+                m.stream_write_timeouts
             );
         }
     }

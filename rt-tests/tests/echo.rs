@@ -243,3 +243,67 @@ fn batched_loadgen_is_one_socket_per_port() {
         "{r:?}"
     );
 }
+
+/// A `TcpEchoStream` whose pending buffer (4 KiB) is smaller than the group's read buffer
+/// (64 KiB), as when a `tcp-echo` lane borrows a thread from a lane with bigger buffers: a
+/// client that sends 16 MiB while not reading for a moment still gets every byte back, in
+/// order (each read is bounded by what the connection can keep when the peer stops taking
+/// the echo).
+#[test]
+fn tcp_echo_with_a_pending_buffer_smaller_than_the_read_buffer_loses_nothing() {
+    use lfrt::handlers::TcpEchoStream;
+    use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+
+    let _l = util::rt_lock();
+    let mut g = GroupConfig::new("echo", Policy::Other, 0);
+    g.threads = 1;
+    g.buffer_bytes = 64 * 1024;
+    let mut rt = Runtime::new(RuntimeConfig {
+        groups: vec![g],
+        ..Default::default()
+    })
+    .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    // A small receive buffer (no autotuning): the server's writes soon find the socket full.
+    nix::sys::socket::setsockopt(&client, nix::sys::socket::sockopt::RcvBuf, &(256 * 1024))
+        .unwrap();
+    let (server, _) = listener.accept().unwrap();
+    rt.lane("echo")
+        .unwrap()
+        .registry()
+        .register(Box::new(TcpEchoStream::new(server, 0, 4096).unwrap()))
+        .unwrap();
+    rt.start().unwrap();
+
+    const TOTAL: usize = 16 << 20;
+    let wire: Vec<u8> = (0..TOTAL).map(|i| (i % 251) as u8).collect();
+    client
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut writer = client.try_clone().unwrap();
+    let got = std::thread::scope(|s| {
+        s.spawn(|| {
+            writer.write_all(&wire).unwrap();
+            writer.shutdown(Shutdown::Write).unwrap();
+        });
+        // Not reading for a moment fills the socket buffers, so the server's writes return
+        // EAGAIN with a full read buffer in hand (the case under test).
+        std::thread::sleep(Duration::from_millis(300));
+        let mut got = Vec::with_capacity(TOTAL);
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match client.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => panic!("after {} bytes: {e}", got.len()),
+            }
+        }
+        got
+    });
+    rt.shutdown().unwrap();
+    assert_eq!(got.len(), TOTAL, "echoed bytes");
+    assert!(got == wire, "the echo is not verbatim");
+}

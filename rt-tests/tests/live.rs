@@ -170,6 +170,8 @@ fn metrics_scraped_during_a_run_parse_with_prometheus_client() {
             "frames_oversize",
             "connections_reset",
             "stream_backpressure",
+            "stream_idle_timeouts",
+            "stream_write_timeouts",
             "datagrams_truncated",
             "inbox_refused",
             "samples_dropped",

@@ -211,6 +211,7 @@ fn backpressure_stops_reading_until_the_client_reads() {
         max_connections: 4,
         max_frame: BIG,
         max_output: 2 * (4 + BIG),
+        ..Limits::default()
     };
     // Small, fixed socket buffers make the bound tight (accepted sockets inherit the
     // listener's; setting them turns off the kernel's autotuning).
@@ -427,4 +428,163 @@ fn full_table_refuses_and_counts_then_reuses_freed_slots() {
     let m = rt.shutdown().unwrap().remove(0);
     assert_eq!(m.connections_refused, 1, "{m:?}");
     assert_eq!(delivered.load(SeqCst), 4);
+}
+
+/// `frame(a) frame(b) header(len > max_frame)` in one write: a and b are answered before the
+/// connection closes, and the oversized frame is counted.
+#[test]
+fn replies_to_frames_before_an_oversize_header_are_sent() {
+    let _l = util::rt_lock();
+    let delivered = Arc::new(AtomicU64::new(0));
+    let limits = Limits {
+        max_frame: 1024,
+        ..Limits::default()
+    };
+    let (mut rt, addr) = serve(limits, listener(), echo(delivered.clone()));
+    let mut c = connect(addr);
+    let mut wire = frame(b"a");
+    wire.extend_from_slice(&frame(b"b"));
+    wire.extend_from_slice(&1025u32.to_be_bytes());
+    c.write_all(&wire).unwrap();
+    assert_eq!(read_frame(&mut c).as_deref(), Some(&b"a"[..]));
+    assert_eq!(read_frame(&mut c).as_deref(), Some(&b"b"[..]));
+    assert_closed(&mut c);
+    assert!(util::wait_until(10, || metrics(&rt).frames_oversize == 1));
+    assert_eq!(delivered.load(SeqCst), 2);
+    let m = rt.shutdown().unwrap().remove(0);
+    assert_eq!((m.frames_oversize, m.connections_reset), (1, 0), "{m:?}");
+}
+
+/// A handler that asks for a reply body and does not fill it sends zeros, never bytes left in
+/// the slot by an earlier connection (one slot, so the second connection reuses it).
+#[test]
+fn an_unfilled_reply_sends_zeros_not_a_previous_connections_bytes() {
+    let _l = util::rt_lock();
+    let limits = Limits {
+        max_connections: 1,
+        ..Limits::default()
+    };
+    let handler = |frame: &[u8], out: &mut Output<'_>| {
+        let body = out.frame(64).unwrap();
+        if frame == b"fill" {
+            body.fill(0xAA);
+        }
+        Flow::Continue
+    };
+    let (mut rt, addr) = serve(limits, listener(), handler);
+    let mut a = connect(addr);
+    a.write_all(&frame(b"fill")).unwrap();
+    assert_eq!(read_frame(&mut a).unwrap(), vec![0xAA; 64]);
+    a.shutdown(Shutdown::Write).unwrap();
+    assert!(read_frame(&mut a).is_none());
+    assert!(util::wait_until(10, || metrics(&rt).handles == 1));
+    let mut b = connect(addr);
+    b.write_all(&frame(b"hole")).unwrap();
+    assert_eq!(read_frame(&mut b).unwrap(), vec![0; 64]);
+    rt.shutdown().unwrap();
+}
+
+/// After `Flow::Close`, input that arrives after the server's last read must not make it
+/// answer with a reset that discards the replies still queued: the client, which reads slowly
+/// (a small receive buffer), gets the whole reply and then a clean end of stream.
+#[test]
+fn input_after_a_handler_close_does_not_reset_away_the_reply() {
+    let _l = util::rt_lock();
+    const REPLY: usize = 60 * 1024;
+    let handler = |_: &[u8], out: &mut Output<'_>| {
+        let body = out.frame(REPLY).unwrap();
+        for (i, b) in body.iter_mut().enumerate() {
+            *b = (i % 251) as u8;
+        }
+        Flow::Close
+    };
+    let limits = Limits {
+        max_frame: REPLY,
+        max_output: 2 * REPLY,
+        ..Limits::default()
+    };
+    let (mut rt, addr) = serve(limits, listener(), handler);
+    let mut c = connect(addr);
+    setsockopt(&c, sockopt::RcvBuf, &4096).unwrap();
+    c.write_all(&frame(b"bye")).unwrap();
+    let mut header = [0u8; 4];
+    c.read_exact(&mut header).unwrap();
+    assert_eq!(u32::from_be_bytes(header) as usize, REPLY);
+    // Input after the last read: unread when the server closes.
+    c.write_all(&[7u8; 1024]).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut body = vec![0u8; REPLY];
+    c.read_exact(&mut body)
+        .expect("the whole reply, not a reset");
+    assert!(body.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+    let mut rest = [0u8; 16];
+    assert_eq!(c.read(&mut rest).unwrap(), 0, "a clean end of stream");
+    drop(c);
+    let m = rt.shutdown().unwrap().remove(0);
+    assert_eq!(m.connections_reset, 0, "{m:?}");
+}
+
+/// A peer that connects and sends nothing is closed after `idle_timeout` and counted; so is
+/// one that stops in the middle of a frame.
+#[test]
+fn an_idle_connection_is_closed_and_counted() {
+    let _l = util::rt_lock();
+    let delivered = Arc::new(AtomicU64::new(0));
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let (mut rt, addr) = serve(limits, listener(), echo(delivered.clone()));
+    let mut silent = connect(addr);
+    let mut partial = connect(addr);
+    partial.write_all(&frame(b"hello")[..6]).unwrap();
+    assert_closed(&mut silent);
+    assert_closed(&mut partial);
+    assert!(util::wait_until(10, || metrics(&rt).stream_idle_timeouts == 2));
+    let m = rt.shutdown().unwrap().remove(0);
+    assert_eq!(
+        (
+            m.stream_idle_timeouts,
+            m.stream_write_timeouts,
+            m.connections_reset
+        ),
+        (2, 0, 0),
+        "{m:?}"
+    );
+    assert_eq!(delivered.load(SeqCst), 0);
+}
+
+/// A peer that sends requests but never reads the replies is closed after `write_timeout`
+/// once its output stops moving, and counted; the listener keeps serving others.
+#[test]
+fn a_peer_that_stops_reading_is_closed_after_the_write_timeout() {
+    let _l = util::rt_lock();
+    let delivered = Arc::new(AtomicU64::new(0));
+    let limits = Limits {
+        write_timeout: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let (mut rt, addr) = serve(limits, listener(), big_replies(delivered.clone()));
+    let c = connect(addr);
+    setsockopt(&c, sockopt::RcvBuf, &4096).unwrap();
+    let mut w = c.try_clone().unwrap();
+    w.set_write_timeout(Some(READ_TIMEOUT)).unwrap();
+    // Far more replies than the socket buffers hold; the write fails once the server closes.
+    let _ = w.write_all(&requests(2000));
+    let ok = util::wait_until(10, || metrics(&rt).stream_write_timeouts == 1);
+    assert!(
+        ok,
+        "{:?} delivered {}",
+        metrics(&rt),
+        delivered.load(SeqCst)
+    );
+    let mut other = connect(addr);
+    other.write_all(&frame(&7u32.to_be_bytes())).unwrap();
+    check_big(7, &read_frame(&mut other).unwrap());
+    let m = rt.shutdown().unwrap().remove(0);
+    assert_eq!(
+        (m.stream_write_timeouts, m.stream_idle_timeouts),
+        (1, 0),
+        "{m:?}"
+    );
 }

@@ -141,6 +141,12 @@ pub struct GroupMetrics {
     /// Back-pressure episodes: times a stream connection stopped reading because the socket
     /// would not take its pending replies; it reads again once they drained.
     pub stream_backpressure: u64,
+    /// Stream connections closed because the peer sent nothing for `Limits::idle_timeout`
+    /// while no reply was pending.
+    pub stream_idle_timeouts: u64,
+    /// Stream connections closed because their pending replies made no progress for
+    /// `Limits::write_timeout` (the peer stopped reading).
+    pub stream_write_timeouts: u64,
     /// A bound group's pool counters (replies, hand-offs, late and unknown frames, …); `None`
     /// for a Leader/Followers group. For a bound group `dispatched`, `promotions`,
     /// `promotions_no_follower`, `leader_present`, `followers` and `handler_panics` are the
@@ -178,6 +184,12 @@ pub enum Incident {
     /// A stream connection stopped reading until its pending output drained
     /// (`stream_backpressure`).
     StreamBackpressure,
+    /// A stream connection was idle for its idle timeout and was closed
+    /// (`stream_idle_timeouts`).
+    StreamIdleTimeout,
+    /// A stream connection's pending output made no progress for its write timeout and it was
+    /// closed (`stream_write_timeouts`).
+    StreamWriteTimeout,
 }
 
 /// The counters behind [`Incident`]: kept in each handle set (a group's, or a bound pool's),
@@ -191,6 +203,8 @@ pub(crate) struct IncidentCounters {
     pub(crate) frames_oversize: AtomicU64,
     pub(crate) connections_reset: AtomicU64,
     pub(crate) stream_backpressure: AtomicU64,
+    pub(crate) stream_idle_timeouts: AtomicU64,
+    pub(crate) stream_write_timeouts: AtomicU64,
 }
 
 impl IncidentCounters {
@@ -205,6 +219,8 @@ impl IncidentCounters {
             Incident::FrameOversize => &self.frames_oversize,
             Incident::ConnectionReset => &self.connections_reset,
             Incident::StreamBackpressure => &self.stream_backpressure,
+            Incident::StreamIdleTimeout => &self.stream_idle_timeouts,
+            Incident::StreamWriteTimeout => &self.stream_write_timeouts,
         };
         c.fetch_add(n, Relaxed).wrapping_add(n)
     }

@@ -145,6 +145,8 @@ fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
                 frames_oversize: g.handles.incidents.frames_oversize.load(Relaxed),
                 connections_reset: g.handles.incidents.connections_reset.load(Relaxed),
                 stream_backpressure: g.handles.incidents.stream_backpressure.load(Relaxed),
+                stream_idle_timeouts: g.handles.incidents.stream_idle_timeouts.load(Relaxed),
+                stream_write_timeouts: g.handles.incidents.stream_write_timeouts.load(Relaxed),
                 bound,
             }
         })

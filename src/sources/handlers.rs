@@ -274,7 +274,12 @@ pub(crate) struct Acceptor {
     gate: Epoll,
     /// One-shot timer that ends a pause.
     retry: Timer,
-    /// The listener is masked in the gate until `retry` fires.
+    /// `retry` was armed and its expiry not read yet: read it on the next event, whatever
+    /// else happens (an expired, unread timer keeps the gate readable).
+    retry_armed: bool,
+    /// The listener's place in the gate: `Open` (watched), or out of it until `retry` fires.
+    listener_in_gate: InGate,
+    /// A pause is in progress (the listener is out of the gate until `retry` fires).
     paused: bool,
     /// Start (`CLOCK_MONOTONIC` ns) of the current exhaustion episode, and whether its start
     /// was logged.
@@ -283,6 +288,17 @@ pub(crate) struct Acceptor {
     addr: Option<SocketAddr>,
     exhausted_log: LogLimit,
     refused_log: LogLimit,
+}
+
+/// How an [`Acceptor`]'s listener is in its gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InGate {
+    /// Watched for readability.
+    Open,
+    /// A member with no events (paused by `EPOLL_CTL_MOD`).
+    Masked,
+    /// Not a member (paused by `EPOLL_CTL_DEL`, the fallback when masking failed).
+    Removed,
 }
 
 /// Epoll data words in an [`Acceptor`] gate (informative only: nothing waits on the gate itself).
@@ -302,6 +318,8 @@ impl Acceptor {
             listener,
             gate,
             retry,
+            retry_armed: false,
+            listener_in_gate: InGate::Open,
             paused: false,
             exhausted: None,
             exhausted_log: LogLimit::default(),
@@ -319,36 +337,70 @@ impl Acceptor {
         self.addr
     }
 
-    /// Takes the listener out of the gate and arms the retry timer. Neither call can fail on
-    /// these descriptors (`EPOLL_CTL_MOD` of a member allocates nothing); if one did, the
-    /// listener stays in the gate and the next event tries again.
-    fn pause(&mut self) {
+    /// Arms the retry timer and takes the listener out of the gate: masked (`EPOLL_CTL_MOD`,
+    /// which allocates nothing and cannot fail on a member), or, should that fail, removed
+    /// (`EPOLL_CTL_DEL`). Either way the gate is then ready only when the timer fires, so a
+    /// pause can never turn into a re-dispatch loop.
+    ///
+    /// # Errors
+    /// The timer could not be armed, or the listener could be neither masked nor removed: it
+    /// cannot be paused (the caller closes it rather than spin).
+    fn pause(&mut self) -> io::Result<()> {
+        self.retry.arm(sys::now_ns() + ACCEPT_RETRY_NS, 0)?;
+        self.retry_armed = true;
+        self.paused = true;
         let listener = self.listener.as_raw_fd();
-        if self.retry.arm(sys::now_ns() + ACCEPT_RETRY_NS, 0).is_ok() {
-            self.paused = self.gate.modify(listener, 0, GATE_LISTENER).is_ok();
+        if self.listener_in_gate != InGate::Open {
+            return Ok(());
+        }
+        if self.gate.modify(listener, 0, GATE_LISTENER).is_ok() {
+            self.listener_in_gate = InGate::Masked;
+            return Ok(());
+        }
+        match self.gate.delete(listener) {
+            // ENOENT: not a member, so not watched either.
+            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(e),
+            _ => {
+                self.listener_in_gate = InGate::Removed;
+                Ok(())
+            }
         }
     }
 
-    /// Ends a pause if the retry timer fired; false if it has not (a spurious wake-up).
-    fn resume(&mut self) -> bool {
-        if !matches!(self.retry.read(), Ok(Some(_))) {
-            return false;
-        }
+    /// Ends a pause (its timer fired): puts the listener back in the gate. False if that
+    /// failed; the pause then starts again (retried when the timer next fires).
+    fn resume(&mut self) -> io::Result<bool> {
         let listener = self.listener.as_raw_fd();
-        if self
-            .gate
-            .modify(listener, sys::epoll::IN, GATE_LISTENER)
-            .is_err()
-        {
-            self.pause();
-            return false;
+        let back = match self.listener_in_gate {
+            InGate::Open => Ok(()),
+            InGate::Masked => self.gate.modify(listener, sys::epoll::IN, GATE_LISTENER),
+            InGate::Removed => self.gate.add(listener, sys::epoll::IN, GATE_LISTENER),
+        };
+        if back.is_err() {
+            self.pause()?;
+            return Ok(false);
         }
+        self.listener_in_gate = InGate::Open;
         self.paused = false;
-        true
+        Ok(true)
+    }
+
+    /// The listener could not be paused: close it (a listener that stays readable while it
+    /// cannot accept would be dispatched in a loop). Logged at error level; rare enough
+    /// (the timer or `epoll_ctl` failing on descriptors this handler owns) to log every time.
+    fn give_up(&self, e: &io::Error, ctx: &Context) -> Disposition {
+        tracing::error!(
+            group = ctx.group(),
+            listener = ?self.addr,
+            error = %e,
+            "TCP listener cannot be paused (its retry timer or epoll set failed): closing it \
+             rather than dispatching it in a loop"
+        );
+        Disposition::Close
     }
 
     /// `accept` failed for lack of resources: count and log a new episode, then pause.
-    fn exhausted(&mut self, e: &io::Error, ctx: &Context) {
+    fn exhausted(&mut self, e: &io::Error, ctx: &Context) -> Disposition {
         if self.exhausted.is_none() {
             let total = ctx.count(Incident::AcceptExhausted, 1);
             let logged = self.exhausted_log.allow();
@@ -365,7 +417,10 @@ impl Acceptor {
             }
             self.exhausted = Some((sys::now_ns(), logged));
         }
-        self.pause();
+        match self.pause() {
+            Ok(()) => Disposition::Rearm,
+            Err(e) => self.give_up(&e, ctx),
+        }
     }
 
     /// The backlog is drained without running out of resources: the episode, if any, is
@@ -407,8 +462,22 @@ impl Acceptor {
         ctx: &mut Context,
         mut admit: impl FnMut(TcpStream, &mut Context) -> Result<(), Refused>,
     ) -> Disposition {
-        if self.paused && !self.resume() {
-            return Disposition::Rearm;
+        // An expired retry timer is always read, paused or not: left unread, it would keep the
+        // gate (and so the handle) ready for ever.
+        let fired = self.retry_armed && matches!(self.retry.read(), Ok(Some(_)));
+        if fired {
+            self.retry_armed = false;
+        }
+        if self.paused {
+            if !fired {
+                // Spurious: the listener is out of the gate, so nothing else can wake it.
+                return Disposition::Rearm;
+            }
+            match self.resume() {
+                Ok(true) => {}
+                Ok(false) => return Disposition::Rearm,
+                Err(e) => return self.give_up(&e, ctx),
+            }
         }
         // At most DATAGRAM_BATCH connections per event, so a connection flood cannot keep a
         // pool thread here: the gate stays readable, so the re-armed handle reports again at
@@ -421,10 +490,7 @@ impl Acceptor {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if sys::net::is_out_of_resources(&e) => {
-                    self.exhausted(&e, ctx);
-                    return Disposition::Rearm;
-                }
+                Err(e) if sys::net::is_out_of_resources(&e) => return self.exhausted(&e, ctx),
                 // Caught up with the backlog.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.caught_up(ctx);
@@ -435,8 +501,38 @@ impl Acceptor {
                 Err(_) => return Disposition::Rearm,
             }
         }
+        // The batch is spent. If that emptied the backlog (exactly a batch was waiting), no
+        // `WouldBlock` was seen and no further event will come to show it: look now, or an
+        // exhaustion episode would never end (and the next one never be counted).
+        if !self.backlog_waiting() {
+            self.caught_up(ctx);
+        }
         Disposition::Rearm
     }
+
+    /// Whether a connection waits in the listener's backlog (`poll`, zero timeout; an error
+    /// counts as waiting: the next `accept` reports it).
+    fn backlog_waiting(&self) -> bool {
+        sys::net::poll_one(self.listener.as_fd(), sys::net::POLL_IN, 0).map_or(true, |r| r != 0)
+    }
+}
+
+/// Writes `buf[*sent..]` to a nonblocking stream, advancing `*sent`: `Ok(true)` when all of
+/// `buf` is out, `Ok(false)` when the socket is full (`EAGAIN`; wait for writability). The one
+/// flush loop of the stream handlers ([`TcpEchoStream`] and
+/// [`stream::Framed`](crate::sources::stream::Framed)). `std` writes a `TcpStream` with
+/// `MSG_NOSIGNAL`, so a reset peer gives `EPIPE`, never `SIGPIPE`.
+pub(crate) fn write_out(stream: &TcpStream, buf: &[u8], sent: &mut usize) -> io::Result<bool> {
+    while *sent < buf.len() {
+        match (&*stream).write(&buf[*sent..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => *sent += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
 }
 
 /// Echoes the bytes of one TCP connection; closes the handle when the peer closes.
@@ -467,8 +563,19 @@ pub struct TcpEchoStream {
 }
 
 impl TcpEchoStream {
-    /// Wraps an accepted stream (made nonblocking, Nagle off).
+    /// Wraps an accepted stream (made nonblocking, Nagle off). `buffer_bytes` bounds both the
+    /// bytes kept when the peer does not take the echo and each read (whatever the thread's
+    /// buffer), so nothing read is ever dropped.
+    ///
+    /// # Errors
+    /// `InvalidInput` if `buffer_bytes` is 0; the socket's errors.
     pub fn new(stream: TcpStream, work_us: u64, buffer_bytes: usize) -> io::Result<TcpEchoStream> {
+        if buffer_bytes == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "TcpEchoStream needs a buffer_bytes of at least 1",
+            ));
+        }
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
         Ok(TcpEchoStream {
@@ -481,14 +588,8 @@ impl TcpEchoStream {
 
     /// Writes pending bytes; true when all are out.
     fn flush(&mut self) -> io::Result<bool> {
-        while self.sent < self.pending.len() {
-            match self.stream.write(&self.pending[self.sent..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.sent += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+        if !write_out(&self.stream, &self.pending, &mut self.sent)? {
+            return Ok(false);
         }
         self.pending.clear();
         self.sent = 0;
@@ -515,7 +616,14 @@ impl EventHandler for TcpEchoStream {
             Ok(false) => return Disposition::Rearm,
             Err(_) => return Disposition::Close,
         }
+        // Each read is bounded by what the connection can keep if the peer stops taking the
+        // echo: `pending` is empty here (flushed above), so whatever a write leaves unsent
+        // fits in it. The thread's buffer may be larger (a thread lent by a lane with bigger
+        // buffers, or a connection built with a smaller `buffer_bytes`).
+        let keepable = self.pending.capacity();
         let buf = ctx.buffer();
+        let take = buf.len().min(keepable);
+        let buf = &mut buf[..take];
         for _ in 0..DATAGRAM_BATCH {
             let n = match self.stream.read(buf) {
                 Ok(0) => return Disposition::Close,
@@ -526,21 +634,16 @@ impl EventHandler for TcpEchoStream {
             };
             busy_work(self.work_us);
             let mut off = 0;
-            while off < n {
-                match self.stream.write(&buf[off..n]) {
-                    Ok(0) => return Disposition::Close,
-                    Ok(w) => off += w,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        // Keep the rest (bounded by the buffer reserved at accept) and wait
-                        // for writability before reading more.
-                        let room = self.pending.capacity() - self.pending.len();
-                        let keep = (n - off).min(room);
-                        self.pending.extend_from_slice(&buf[off..off + keep]);
-                        return Disposition::Rearm;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => return Disposition::Close,
+            match write_out(&self.stream, &buf[..n], &mut off) {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Keep the rest (it fits: the read was bounded by the buffer reserved at
+                    // accept) and wait for writability before reading more.
+                    debug_assert!(n - off <= self.pending.capacity() - self.pending.len());
+                    self.pending.extend_from_slice(&buf[off..n]);
+                    return Disposition::Rearm;
                 }
+                Err(_) => return Disposition::Close,
             }
         }
         // Bytes may still be queued: the re-armed handle is ready again at once and queues
@@ -586,5 +689,86 @@ impl EventHandler for PeriodicTimer {
             ctx.add_missed_periods(expirations - 1);
         }
         Disposition::Rearm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::handler::{Handles, Registry};
+    use std::sync::Arc;
+
+    fn ctx() -> Context {
+        let registry = Registry {
+            set: Arc::new(Handles::new(4).unwrap()),
+        };
+        Context::new(64, 0, 0, 0, 0, registry)
+    }
+
+    fn gate_ready(a: &Acceptor, timeout_ms: i32) -> bool {
+        sys::net::poll_one(a.source(), sys::net::POLL_IN, timeout_ms).unwrap() != 0
+    }
+
+    /// An exhaustion episode ends when the backlog is drained, also when it held exactly one
+    /// batch (`DATAGRAM_BATCH` connections), so no `accept` ever returned `EAGAIN`.
+    #[test]
+    fn an_episode_ends_when_exactly_one_batch_drains_the_backlog() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut acceptor = Acceptor::new(listener).unwrap();
+        let clients: Vec<_> = (0..DATAGRAM_BATCH)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        assert!(gate_ready(&acceptor, 1000), "the backlog is readable");
+        // As if an episode had started earlier and resources had come back since.
+        acceptor.exhausted = Some((sys::now_ns(), false));
+        let mut ctx = ctx();
+        let mut accepted = Vec::new();
+        let d = acceptor.accept(&mut ctx, |s, _| {
+            accepted.push(s);
+            Ok(())
+        });
+        assert_eq!(d, Disposition::Rearm);
+        assert_eq!(accepted.len(), clients.len());
+        assert!(!gate_ready(&acceptor, 0), "backlog drained");
+        assert_eq!(acceptor.exhausted, None, "the episode is over");
+    }
+
+    /// A pause whose `EPOLL_CTL_MOD` fails (here: the listener is no longer in the gate)
+    /// still pauses; its timer is read when it fires, so the gate is not left ready for
+    /// ever, and the listener accepts again afterwards.
+    #[test]
+    fn a_failed_epoll_ctl_during_a_pause_leaves_no_ready_gate() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut acceptor = Acceptor::new(listener).unwrap();
+        acceptor.gate.delete(acceptor.listener.as_raw_fd()).unwrap();
+        let mut ctx = ctx();
+        let emfile = io::Error::from_raw_os_error(libc::EMFILE);
+        let _ = acceptor.exhausted(&emfile, &ctx);
+        assert!(
+            !gate_ready(&acceptor, 0),
+            "paused: nothing ready before the timer"
+        );
+        assert!(gate_ready(&acceptor, 1000), "the retry timer fires");
+        let mut accepted = Vec::new();
+        let d = acceptor.accept(&mut ctx, |s, _| {
+            accepted.push(s);
+            Ok(())
+        });
+        assert_eq!(d, Disposition::Rearm);
+        // Bounded: after the event that saw the timer fire, nothing keeps the gate ready.
+        assert!(
+            !gate_ready(&acceptor, 0),
+            "an unread timer keeps the gate ready"
+        );
+        let _client = TcpStream::connect(addr).unwrap();
+        assert!(gate_ready(&acceptor, 1000), "the listener is watched again");
+        let d = acceptor.accept(&mut ctx, |s, _| {
+            accepted.push(s);
+            Ok(())
+        });
+        assert_eq!(d, Disposition::Rearm);
+        assert_eq!(accepted.len(), 1);
     }
 }

@@ -24,6 +24,10 @@
 //!   values remain, ring again itself (`swap(rung, true)`, write if it was false), so the
 //!   re-armed handle fires again instead of the rest waiting for the next post.
 //!
+//! * A `deliver` that panics skips that last step: a guard rings instead while the thread
+//!   unwinds (the pool catches the panic and re-arms the handle), so the values after the
+//!   panicking one are delivered by the next event.
+//!
 //! Both sides order their two steps with `SeqCst` (push-then-swap against store-then-pop), so
 //! for every value at least one of them sees the other: either the handler's pops find it, or
 //! the poster's swap finds `false` and rings. A value is therefore never left in the queue with
@@ -115,6 +119,19 @@ impl Doorbell {
     /// Before popping (after the eventfd was read): the next push rings again.
     pub(crate) fn before_drain(&self) {
         self.rung.store(false, SeqCst);
+    }
+}
+
+/// Rings the doorbell if dropped while the thread unwinds: a panicking `deliver` skips the
+/// handler's own re-ring. It rings even if nothing is left (one spurious event, which drains
+/// nothing and rings no more), so no value is ever left without a wake-up pending.
+struct RingIfUnwinding<'a, T>(&'a Shared<T>);
+
+impl<T> Drop for RingIfUnwinding<'_, T> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.ring();
+        }
     }
 }
 
@@ -342,6 +359,11 @@ where
         let s = &*self.shared;
         let _ = s.eventfd.read();
         s.bell.before_drain();
+        // From here until the re-ring below, values may remain with no wake-up pending. If
+        // `deliver` panics, the guard rings on the way out, so the rest of the queue (and,
+        // for `Order::Priority`, of the batch heap, which stays in `self`) is delivered by the
+        // next event instead of waiting for an unrelated post.
+        let _unwinding = RingIfUnwinding(s);
         match self.order {
             Order::Fifo => {
                 for _ in 0..self.batch {
@@ -456,6 +478,55 @@ mod tests {
             *got.lock().unwrap(),
             vec!["high-1", "high-2", "mid", "low-1", "low-2"]
         );
+    }
+
+    /// Runs one drain that may panic (as the pool's `catch_unwind` would); true if it did.
+    fn drain_catching<T, F>(inbox: &mut Inbox<T, F>) -> (bool, bool)
+    where
+        T: Send + 'static,
+        F: FnMut(T, &mut Context) + Send + 'static,
+    {
+        let mut readable = false;
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            readable = drain(inbox);
+        }))
+        .is_err();
+        (readable || panicked, panicked)
+    }
+
+    /// A `deliver` that panics on 3, with 0..10 posted in one burst: every other value is
+    /// still delivered, each exactly once, without another post (the panic must not strand
+    /// the rest of the queue, nor, with `Order::Priority`, the rest of the batch heap).
+    #[test]
+    fn a_panicking_delivery_does_not_strand_the_rest() {
+        for order in [Order::Fifo, Order::Priority] {
+            let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let g = got.clone();
+            let (mut inbox, poster) = Inbox::new(64, 4, order, move |v: u32, _| {
+                if v == 3 {
+                    panic!("deliver fails on 3");
+                }
+                g.lock().unwrap().push(v)
+            })
+            .unwrap();
+            for i in 0..10 {
+                poster.post(i).unwrap();
+            }
+            let mut panics = 0;
+            // Bounded: 10 values, batches of 4, one panic: a few drains at most.
+            for _ in 0..20 {
+                let (ran, panicked) = drain_catching(&mut inbox);
+                panics += panicked as u32;
+                if !ran {
+                    break;
+                }
+            }
+            let mut got = got.lock().unwrap().clone();
+            got.sort_unstable();
+            assert_eq!(panics, 1, "{order:?}");
+            assert_eq!(got, vec![0, 1, 2, 4, 5, 6, 7, 8, 9], "{order:?}");
+            assert!(inbox.heap.is_empty() && inbox.shared.queue.is_empty());
+        }
     }
 
     #[test]

@@ -19,14 +19,28 @@
 //!                      with the socket full
 //!                      (count 1 episode)
 //!            │
-//!            │ peer EOF (half-close), or the handler returned Flow::Close
-//!            ▼
-//!        DRAINING ── frames already read are answered (not after Flow::Close), replies
-//!            │       flushed (armed for writability while the peer does not take them)
-//!            ▼
+//!            │ peer EOF (half-close)            │ Flow::Close, or a header above max_frame
+//!            ▼                                  ▼   (frames_oversize; the rest of the input
+//!        DRAINING ── frames already read   CLOSING    is dropped)
+//!            │       are answered, replies      │ replies to the frames before it flushed
+//!            │       flushed                    ▼
+//!            │                               LINGER ── shutdown(Write): a FIN after the last
+//!            │                                  │      reply; the peer's input is read and
+//!            │                                  │      dropped until its EOF, at most
+//!            ▼                                  ▼      write_timeout
 //!         CLOSED ◄── from any state: reset, EPIPE or another socket error, EOF inside a
-//!                    frame (connections_reset); a frame above max_frame (frames_oversize)
+//!                    frame (connections_reset); idle_timeout with nothing received and
+//!                    nothing pending (stream_idle_timeouts); write_timeout with output that
+//!                    does not move (stream_write_timeouts)
 //! ```
+//!
+//! # Deadlines
+//! Each slot owns a timer, and the connection's handle waits on the slot's private epoll set
+//! (the socket, watched for what its state needs, and the timer), as the accept side does: a
+//! stalled peer is noticed by the lane's own threads, with no extra thread. The timer is
+//! armed lazily: progress (bytes read or written) only moves the deadline in memory, and the
+//! timer is re-armed when it fires early or must fire sooner, so a busy connection costs a
+//! clock read per event, not a system call.
 //!
 //! # Invariants
 //! * **Reading only in READING.** While replies wait for the socket (a write returned
@@ -44,14 +58,22 @@
 //!   frames, then the handle is re-armed. If complete frames remain, it is armed for
 //!   writability, which is ready at once when the socket has room, so they are served on the
 //!   next dispatch without waiting for new input (and other handles run in between).
-//! * **Nothing is dropped silently**: an oversized frame closes the connection and counts
-//!   (`frames_oversize`) once the replies to the frames before it are flushed; a reset, broken pipe or truncated last frame counts
-//!   (`connections_reset`); a connection beyond the table closes unserved and counts
-//!   (`connections_refused`). No path panics on a peer's behaviour.
+//! * **Nothing is dropped silently**: an oversized frame closes the connection (after the
+//!   replies to the frames before it) and counts (`frames_oversize`); a reset, broken pipe or
+//!   truncated last frame counts (`connections_reset`); a connection beyond the table closes
+//!   unserved and counts (`connections_refused`); a timeout counts (`stream_idle_timeouts`,
+//!   `stream_write_timeouts`). No path panics on a peer's behaviour.
+//! * **No reset after a clean close**: a connection the server ends (`Flow::Close`, an
+//!   oversized frame) shuts down its writing side and drains the peer's input before it
+//!   closes, so late input cannot make the kernel answer with a reset that would discard
+//!   replies still in flight.
+//! * **Slots are clean**: a reply body handed out by [`Output::frame`] is zeroed, so no byte
+//!   of an earlier reply or connection can leak into it.
 //!
 //! # Real-time contract and memory bound
 //! [`Framed::new`] allocates and pre-faults the whole connection table:
-//! `max_connections × (HEADER + max_frame + max_output)` bytes ([`Limits::table_bytes`]). A
+//! `max_connections × (HEADER + max_frame + max_output)` bytes ([`Limits::table_bytes`]),
+//! and opens each slot's epoll set and timer (`2 × max_connections` descriptors). A
 //! connection borrows one slot (its input and output buffers) for its life and returns it when
 //! it closes. Reading, framing, the handler calls and writing allocate nothing. Accepting a
 //! connection allocates only its handle (one small `Box`, because [`Registry::register`]
@@ -89,16 +111,18 @@
 //! # Ok::<(), lfrt::Error>(())
 //! ```
 
-use crate::engine::handler::{Context, Disposition, Event, EventHandler, Interest, DATAGRAM_BATCH};
+use crate::engine::handler::{Context, Disposition, Event, EventHandler, DATAGRAM_BATCH};
 use crate::observe::metrics::Incident;
-use crate::sources::handlers::{Acceptor, Refused};
-use crate::sys::{mem, net};
+use crate::sources::handlers::{write_out, Acceptor, Refused};
+use crate::sources::source::Timer;
+use crate::sys::{self, epoll::Epoll, mem, net};
 use crossbeam_queue::ArrayQueue;
 use std::fmt;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::io::{self, Read};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Bytes of a frame's header: the body length, big-endian `u32`.
 pub const HEADER: usize = 4;
@@ -122,6 +146,14 @@ pub struct Limits {
     /// Bytes of replies a connection may hold unsent (headers included); at least
     /// [`HEADER`] + `max_frame`, so one largest reply always fits. Default 64 KiB.
     pub max_output: usize,
+    /// A connection with no replies pending that receives nothing for this long is closed and
+    /// counted (`stream_idle_timeouts`): a silent peer cannot hold a slot for ever. At least
+    /// 1 ms. Default 60 s.
+    pub idle_timeout: Duration,
+    /// A connection whose pending replies make no progress for this long (the peer does not
+    /// read them) is closed and counted (`stream_write_timeouts`). It also bounds the drain
+    /// after a close (see the module docs). At least 1 ms. Default 10 s.
+    pub write_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -130,6 +162,8 @@ impl Default for Limits {
             max_connections: 64,
             max_frame: 16 * 1024,
             max_output: 64 * 1024,
+            idle_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -160,6 +194,16 @@ impl Limits {
                 self.max_frame,
                 u32::MAX
             ));
+        }
+        for (name, t) in [
+            ("idle_timeout", self.idle_timeout),
+            ("write_timeout", self.write_timeout),
+        ] {
+            if t < Duration::from_millis(1) {
+                return bad(format!(
+                    "stream::Limits.{name} ({t:?}) must be at least 1 ms"
+                ));
+            }
         }
         if self.max_output < HEADER + self.max_frame {
             return bad(format!(
@@ -242,8 +286,8 @@ impl Output<'_> {
             .min(self.max_frame)
     }
 
-    /// Appends a reply of `len` body bytes and returns the body to fill in place (its bytes
-    /// are unspecified until written).
+    /// Appends a reply of `len` body bytes and returns the body to fill in place (zeros until
+    /// written: never bytes of an earlier reply or connection).
     ///
     /// # Errors
     /// [`SendError::TooLarge`] above `max_frame`, [`SendError::Full`] when it does not fit;
@@ -259,7 +303,9 @@ impl Output<'_> {
         // `len <= max_frame <= u32::MAX` (checked by `Limits::check`).
         self.buf[at..at + HEADER].copy_from_slice(&(len as u32).to_be_bytes());
         *self.len = at + HEADER + len;
-        Ok(&mut self.buf[at + HEADER..at + HEADER + len])
+        let body = &mut self.buf[at + HEADER..at + HEADER + len];
+        body.fill(0);
+        Ok(body)
     }
 
     /// Appends a reply with this body. Errors as for [`frame`](Self::frame).
@@ -285,7 +331,16 @@ struct Slot {
     rx: Box<[u8]>,
     /// Output: `max_output` bytes of reply frames.
     tx: Box<[u8]>,
+    /// What the connection's handle waits on: its socket (readable or writable, as its state
+    /// needs) and `timer`. Opened with the slot, so accepting opens no descriptor.
+    gate: Epoll,
+    /// One-shot timer for the connection's deadline (idle, write, or the drain after a close).
+    timer: Timer,
 }
+
+/// Epoll data words in a connection's gate (informative only).
+const GATE_STREAM: u64 = 0;
+const GATE_TIMER: u64 = 1;
 
 /// The free slots. Lock-free and preallocated: taking and returning a slot allocates nothing.
 type Table = ArrayQueue<Box<Slot>>;
@@ -301,11 +356,14 @@ pub struct Framed<H> {
 
 impl<H: FrameHandler> Framed<H> {
     /// Wraps a bound listener (made nonblocking here) and allocates and pre-faults the
-    /// connection table ([`Limits::table_bytes`]).
+    /// connection table ([`Limits::table_bytes`]). Each slot also opens two descriptors (an
+    /// epoll set and a timer, for the connection's deadlines), so the table holds
+    /// `2 × max_connections` descriptors.
     ///
     /// # Errors
     /// `InvalidInput` naming the [`Limits`] field out of range; the errors of opening the
-    /// accept side (an epoll set and a timer, as for [`TcpEcho`](crate::sources::handlers::TcpEcho)).
+    /// accept side (an epoll set and a timer, as for [`TcpEcho`](crate::sources::handlers::TcpEcho))
+    /// or a slot's descriptors.
     pub fn new(listener: TcpListener, limits: Limits, handler: H) -> io::Result<Framed<H>> {
         limits.check()?;
         let table = ArrayQueue::new(limits.max_connections);
@@ -313,7 +371,11 @@ impl<H: FrameHandler> Framed<H> {
             let mut slot = Box::new(Slot {
                 rx: vec![0u8; HEADER + limits.max_frame].into_boxed_slice(),
                 tx: vec![0u8; limits.max_output].into_boxed_slice(),
+                gate: Epoll::new()?,
+                timer: Timer::new()?,
             });
+            slot.gate
+                .add(slot.timer.as_fd().as_raw_fd(), sys::epoll::IN, GATE_TIMER)?;
             mem::prefault(&mut slot.rx);
             mem::prefault(&mut slot.tx);
             // Cannot fail: the queue holds exactly `max_connections`.
@@ -363,21 +425,29 @@ impl<H: FrameHandler> EventHandler for Framed<H> {
             })?;
             // From here on, dropping `conn` (any error below) returns the slot and closes the
             // stream.
-            let conn = Connection {
+            let mut conn = Connection {
                 stream,
                 handler,
                 slot: Some(slot),
                 table: Arc::clone(table),
                 max_frame: limits.max_frame,
+                idle_ns: limits.idle_timeout.as_nanos().min(u64::MAX as u128) as u64,
+                write_ns: limits.write_timeout.as_nanos().min(u64::MAX as u128) as u64,
                 rx_len: 0,
                 tx_len: 0,
                 tx_sent: 0,
                 state: State::Reading,
                 again: false,
-                counted: false,
+                watching: 0,
+                moved: false,
+                oversized: false,
+                progress_ns: sys::now_ns(),
+                armed_ns: 0,
             };
             conn.stream.set_nonblocking(true).map_err(Refused::Setup)?;
             conn.stream.set_nodelay(true).map_err(Refused::Setup)?;
+            conn.watch().map_err(Refused::Setup)?;
+            conn.arm_deadline().map_err(Refused::Setup)?;
             ctx.registry()
                 .register(Box::new(conn))
                 .map(drop)
@@ -394,8 +464,14 @@ enum State {
     Writing,
     /// The peer closed its side: answer what was read, flush, close.
     Draining,
-    /// The handler returned [`Flow::Close`]: deliver nothing more, flush, close.
+    /// The handler returned [`Flow::Close`], or the peer sent an oversized frame: deliver
+    /// nothing more, flush, then linger.
     Closing,
+    /// Replies flushed and our side shut down (`shutdown(Write)`): read and discard the
+    /// peer's input until its end of stream or the drain deadline, then close. Closing at
+    /// once with unread input would make the kernel answer with a reset, which can discard
+    /// replies the peer has not received yet.
+    Linger,
 }
 
 /// What [`Connection::deliver`] stopped at.
@@ -419,6 +495,9 @@ struct Connection<H> {
     slot: Option<Box<Slot>>,
     table: Arc<Table>,
     max_frame: usize,
+    /// [`Limits::idle_timeout`] and [`Limits::write_timeout`], in ns.
+    idle_ns: u64,
+    write_ns: u64,
     /// Bytes in `rx`, from its start: complete frames first, then at most one partial frame.
     rx_len: usize,
     /// Reply bytes in `tx`, and how many of them were written (`tx_sent <= tx_len`).
@@ -427,26 +506,32 @@ struct Connection<H> {
     state: State,
     /// Complete frames remain after the frame budget: be dispatched again at once.
     again: bool,
-    /// Its abnormal end is counted already (an oversized frame): a failure while flushing the
-    /// replies before it is not counted again.
-    counted: bool,
+    /// The socket's events in the gate now (0: not added yet).
+    watching: u32,
+    /// Its abnormal end is counted already (`frames_oversize`): a failure while flushing the
+    /// replies before the oversized frame is not counted again as a reset.
+    oversized: bool,
+    /// A read or write moved bytes during this event.
+    moved: bool,
+    /// `CLOCK_MONOTONIC` ns of the last progress (bytes read or written), or of the start of
+    /// the linger: the current deadline counts from it.
+    progress_ns: u64,
+    /// When `timer` is armed to fire (0: not armed). Lazily kept: progress only moves the
+    /// deadline; the timer is re-armed when it fires early or must fire sooner.
+    armed_ns: u64,
 }
 
 impl<H: FrameHandler> Connection<H> {
-    /// Writes pending replies; true when all are out. `std`'s `write` on a `TcpStream` sends
-    /// with `MSG_NOSIGNAL`, so a reset peer gives `EPIPE`, never `SIGPIPE`.
+    /// Writes pending replies ([`write_out`]); true when all are out.
     fn flush(&mut self) -> io::Result<bool> {
         let Some(slot) = self.slot.as_deref() else {
             return Err(io::ErrorKind::NotConnected.into());
         };
-        while self.tx_sent < self.tx_len {
-            match (&self.stream).write(&slot.tx[self.tx_sent..self.tx_len]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.tx_sent += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+        let before = self.tx_sent;
+        let out = write_out(&self.stream, &slot.tx[..self.tx_len], &mut self.tx_sent);
+        self.moved |= self.tx_sent != before;
+        if !out? {
+            return Ok(false);
         }
         self.tx_len = 0;
         self.tx_sent = 0;
@@ -513,33 +598,139 @@ impl<H: FrameHandler> Connection<H> {
         net::poll_one(self.stream.as_fd(), net::POLL_OUT, 0).map_or(true, |r| r != 0)
     }
 
-    /// Closed abnormally: count it (unless its oversized frame was counted already).
+    /// Closed abnormally: count it, unless its end was counted already (an oversized frame
+    /// whose earlier replies were being flushed): one abnormal end, one count.
     fn reset(&self, ctx: &Context) -> Disposition {
-        if !self.counted {
+        if !self.oversized {
             ctx.count(Incident::ConnectionReset, 1);
         }
         Disposition::Close
     }
-}
 
-impl<H: FrameHandler> EventHandler for Connection<H> {
-    fn source(&self) -> BorrowedFd<'_> {
-        self.stream.as_fd()
-    }
-
-    /// Readable only in READING with nothing pending; otherwise writable (replies wait, or
-    /// frames remain to be delivered at once).
-    fn interest(&self) -> Interest {
-        if self.state == State::Reading && !self.again && self.tx_len == self.tx_sent {
-            Interest::READABLE
+    /// The socket's events in the gate for the current state: readable only in READING with
+    /// nothing pending (and while lingering); otherwise writable (replies wait, or frames
+    /// remain to be delivered at once).
+    fn wanted(&self) -> u32 {
+        let reading = self.state == State::Reading && !self.again && self.tx_len == self.tx_sent;
+        if reading || self.state == State::Linger {
+            sys::epoll::IN
         } else {
-            Interest::WRITABLE
+            sys::epoll::OUT
         }
     }
 
-    /// The readiness itself is not inspected: every path ends in a `read` or `write` that
-    /// reports the socket's state (data, end of stream, `EAGAIN`, or the error).
-    fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
+    /// Puts the socket in the gate with the events its state needs (an `epoll_ctl` only when
+    /// they change).
+    fn watch(&mut self) -> io::Result<()> {
+        let want = self.wanted();
+        if want == self.watching {
+            return Ok(());
+        }
+        let Some(slot) = self.slot.as_deref() else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        let fd = self.stream.as_raw_fd();
+        if self.watching == 0 {
+            slot.gate.add(fd, want, GATE_STREAM)?;
+        } else {
+            slot.gate.modify(fd, want, GATE_STREAM)?;
+        }
+        self.watching = want;
+        Ok(())
+    }
+
+    /// Whether the connection waits for the socket to take output: replies are pending, or
+    /// frames wait for room (back-pressure).
+    fn output_waits(&self) -> bool {
+        self.state == State::Writing || self.tx_sent < self.tx_len
+    }
+
+    /// The current deadline: the drain's while lingering, the write timeout's while output
+    /// waits, else the idle timeout's.
+    fn deadline_ns(&self) -> u64 {
+        let after = if self.state == State::Linger || self.output_waits() {
+            self.write_ns
+        } else {
+            self.idle_ns
+        };
+        self.progress_ns.saturating_add(after)
+    }
+
+    /// Arms the timer for the current deadline unless it is already armed to fire no later.
+    fn arm_deadline(&mut self) -> io::Result<()> {
+        let due = self.deadline_ns();
+        if self.armed_ns != 0 && self.armed_ns <= due {
+            return Ok(());
+        }
+        let Some(slot) = self.slot.as_deref_mut() else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        slot.timer.arm(due, 0)?;
+        self.armed_ns = due;
+        Ok(())
+    }
+
+    /// Whether the deadline passed. Reads the timer (clearing the gate) only once it is due,
+    /// so an event before then costs a clock read, not a system call.
+    fn expired(&mut self, now: u64) -> bool {
+        if self.armed_ns != 0 && now >= self.armed_ns {
+            if let Some(slot) = self.slot.as_deref_mut() {
+                let _ = slot.timer.read();
+            }
+            self.armed_ns = 0;
+        }
+        now >= self.deadline_ns()
+    }
+
+    /// Replies flushed after a close: shut our side down (a FIN after the last reply) and
+    /// start the bounded drain.
+    fn linger(&mut self, now: u64) -> Disposition {
+        if self.stream.shutdown(Shutdown::Write).is_err() {
+            return Disposition::Close;
+        }
+        self.state = State::Linger;
+        self.progress_ns = now;
+        self.discard()
+    }
+
+    /// LINGER: reads and drops the peer's input, at most [`READS_PER_EVENT`] reads; closes at
+    /// its end of stream (or an error).
+    fn discard(&mut self) -> Disposition {
+        let Some(slot) = self.slot.as_deref_mut() else {
+            return Disposition::Close;
+        };
+        for _ in 0..READS_PER_EVENT {
+            match (&self.stream).read(&mut slot.rx) {
+                Ok(0) => return Disposition::Close,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Disposition::Rearm,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Disposition::Close,
+            }
+        }
+        Disposition::Rearm
+    }
+
+    /// The deadline passed: close, counting an idle or a write timeout (not the end of a
+    /// drain: every reply was already handed to the kernel).
+    fn timed_out(&self, ctx: &Context) -> Disposition {
+        match self.state {
+            State::Linger => {}
+            _ if self.output_waits() => {
+                ctx.count(Incident::StreamWriteTimeout, 1);
+            }
+            _ => {
+                ctx.count(Incident::StreamIdleTimeout, 1);
+            }
+        }
+        Disposition::Close
+    }
+
+    /// One event's reading, delivering and writing (the module docs' state machine).
+    fn serve(&mut self, ctx: &mut Context, now: u64) -> Disposition {
+        if self.state == State::Linger {
+            return self.discard();
+        }
         self.again = false;
         let mut reads = 0;
         let mut frames = 0;
@@ -582,12 +773,12 @@ impl<H: FrameHandler> EventHandler for Connection<H> {
                     continue;
                 }
                 Stop::Oversize => {
-                    // The frames before it were delivered: their replies go out first (as
-                    // after `Flow::Close`), then the connection closes.
+                    // The frames before it were answered: their replies go out first, then
+                    // the connection closes as after `Flow::Close`. Its input is dropped.
                     ctx.count(Incident::FrameOversize, 1);
+                    self.oversized = true;
                     self.state = State::Closing;
                     self.rx_len = 0;
-                    self.counted = true;
                     continue;
                 }
             }
@@ -600,7 +791,11 @@ impl<H: FrameHandler> EventHandler for Connection<H> {
                     // The peer's stream ended inside a frame.
                     return self.reset(ctx);
                 }
-                return Disposition::Close;
+                if self.state == State::Draining {
+                    // The peer already ended its stream: nothing more can arrive.
+                    return Disposition::Close;
+                }
+                return self.linger(now);
             }
             // 4. Read more.
             if reads == READS_PER_EVENT {
@@ -615,12 +810,49 @@ impl<H: FrameHandler> EventHandler for Connection<H> {
             debug_assert!(self.rx_len < slot.rx.len());
             match (&self.stream).read(&mut slot.rx[self.rx_len..]) {
                 Ok(0) => self.state = State::Draining,
-                Ok(n) => self.rx_len += n,
+                Ok(n) => {
+                    self.rx_len += n;
+                    self.moved = true;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => done = true,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return self.reset(ctx),
             }
         }
+    }
+}
+
+impl<H: FrameHandler> EventHandler for Connection<H> {
+    /// The slot's gate (see [`Slot::gate`]).
+    fn source(&self) -> BorrowedFd<'_> {
+        match self.slot.as_deref() {
+            Some(slot) => slot.gate.as_fd(),
+            // Unreachable: the slot is taken only in `drop`.
+            None => self.stream.as_fd(),
+        }
+    }
+
+    /// The readiness itself is not inspected: every path ends in a `read` or `write` that
+    /// reports the socket's state (data, end of stream, `EAGAIN`, or the error). The handle
+    /// waits on the slot's gate (always readable interest); which of the socket's events the
+    /// gate watches follows the connection's state.
+    fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
+        let now = sys::now_ns();
+        self.moved = false;
+        let d = self.serve(ctx, now);
+        if d == Disposition::Close {
+            return d;
+        }
+        if self.moved && self.state != State::Linger {
+            self.progress_ns = now;
+        }
+        if self.expired(now) {
+            return self.timed_out(ctx);
+        }
+        if self.watch().is_err() || self.arm_deadline().is_err() {
+            return self.reset(ctx);
+        }
+        Disposition::Rearm
     }
 
     /// A handler that panicked may have left its own state broken: close the connection (the
@@ -637,7 +869,14 @@ impl<H: FrameHandler> EventHandler for Connection<H> {
 
 impl<H> Drop for Connection<H> {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
+        if let Some(mut slot) = self.slot.take() {
+            // Leave the slot as new: the socket out of its gate (before the socket closes, so
+            // the next connection's gate never reports this one), the timer disarmed (which
+            // also clears an unread expiry).
+            if self.watching != 0 {
+                let _ = slot.gate.delete(self.stream.as_raw_fd());
+            }
+            let _ = slot.timer.arm(0, 0);
             // Cannot fail: the table has room for every slot it handed out.
             let _ = self.table.push(slot);
         }

@@ -45,6 +45,8 @@ pub(crate) fn is_out_of_resources(e: &io::Error) -> bool {
 }
 
 /// Writable interest for [`poll_one`] (`POLLOUT`).
+/// `poll` readable interest.
+pub(crate) const POLL_IN: i16 = libc::POLLIN;
 pub(crate) const POLL_OUT: i16 = libc::POLLOUT;
 
 /// `poll` on one fd for `events`, at most `timeout_ms` (-1: no limit). Returns the reported

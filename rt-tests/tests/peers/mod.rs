@@ -179,6 +179,7 @@ impl Streams {
             max_connections: 4 * CONNS,
             max_frame: MAX_FRAME,
             max_output: 4 * (4 + MAX_FRAME),
+            ..Limits::default()
         };
         let reverse = |frame: &[u8], out: &mut Output<'_>| {
             let body = out.frame(frame.len()).expect("the first reply always fits");
