@@ -95,8 +95,6 @@ pub(crate) struct ThreadSlot {
     pub(crate) sched: Sched,
     pub(crate) priority: u8,
     pub(crate) tid: AtomicI32,
-    /// The thread's `pthread_t` (what [`sched::set_thread`] takes), 0 before it started.
-    pub(crate) pthread: AtomicU64,
     /// The policy and level the kernel reported after set-up ([`Applied`]), so a snapshot
     /// shows what runs, not what was asked for (a best-effort lane may run time-shared).
     pub(crate) applied: AtomicU64,
@@ -123,7 +121,6 @@ impl ThreadSlot {
             sched,
             priority,
             tid: AtomicI32::new(0),
-            pthread: AtomicU64::new(0),
             applied: AtomicU64::new(Applied::NOT_STARTED),
             busy_since: AtomicU64::new(0),
             busy_token: AtomicU64::new(0),
@@ -159,25 +156,57 @@ impl ThreadSlot {
         Some(now.saturating_sub(base))
     }
 
+    // Demotion and restore have one owner, these three methods: the watchdog calls
+    // [`demote`](Self::demote), the thread itself [`take_sched`](Self::take_sched) (a lent
+    // thread's raise and return) and [`restore_if_demoted`](Self::restore_if_demoted) (after
+    // each handler). Protocol (no lost restore): the watchdog, under `sched_lock`, sets
+    // `demoted` and *then* re-reads `busy_since`; it demotes only if the same handler still
+    // runs. The thread clears `busy_since` and *then* reads `demoted`; if set, it takes
+    // `sched_lock` and restores. Both pairs are SeqCst, so at least one side sees the other's
+    // write: either the watchdog sees the handler ended (and does not demote), or the thread
+    // sees `demoted` (and restores after the demotion finished).
+
+    /// Watchdog side: moves this thread to SCHED_OTHER if the handler that started at `start`
+    /// still runs. Only the target's policy changes (`sched::set_thread` on its tid leaves
+    /// every nice value alone, the caller's included). Returns whether it demoted.
+    pub(crate) fn demote(&self, start: u64) -> bool {
+        let _l = self.sched_lock.lock();
+        self.demoted.store(true, SeqCst);
+        if self.busy_since.load(SeqCst) == start
+            && sched::set_thread(self.tid.load(Relaxed), Sched::Other).is_ok()
+        {
+            return true;
+        }
+        self.demoted.store(false, SeqCst);
+        false
+    }
+
+    /// Thread side: the calling thread (this slot's) takes policy `s`, its own or a lane's it
+    /// is lent to. Under `sched_lock`, so it does not interleave with a demotion; a demotion in
+    /// force is over with it.
+    fn take_sched(&self, s: Sched) -> io::Result<()> {
+        let _g = self.sched_lock.lock();
+        self.demoted.store(false, SeqCst);
+        sched::set_current(s)
+    }
+
     /// Puts the thread back to its configured policy if the watchdog demoted it. Called by the
     /// thread itself after clearing `busy_since`. A failed restore (the privilege was taken away
     /// while running) is counted and logged: the thread then stays time-shared.
     #[cold]
     fn restore_if_demoted(&self, group: &Group) {
-        if self.demoted.load(SeqCst) {
-            let _g = self.sched_lock.lock();
-            if self.demoted.swap(false, SeqCst) {
-                if let Err(e) = sched::set_current(self.sched) {
-                    Counters::add(&group.counters.restore_failures, 1);
-                    tracing::error!(
-                        group = %group.cfg.name,
-                        policy = ?self.sched,
-                        error = %e,
-                        "could not restore a pool thread's policy after a watchdog demotion; \
-                         it stays SCHED_OTHER"
-                    );
-                }
-            }
+        if !self.demoted.load(SeqCst) {
+            return;
+        }
+        if let Err(e) = self.take_sched(self.sched) {
+            Counters::add(&group.counters.restore_failures, 1);
+            tracing::error!(
+                group = %group.cfg.name,
+                policy = ?self.sched,
+                error = %e,
+                "could not restore a pool thread's policy after a watchdog demotion; \
+                 it stays SCHED_OTHER"
+            );
         }
     }
 }
@@ -378,7 +407,6 @@ pub(crate) fn pool_thread(
     let slot = &group.threads[idx as usize];
     let tid = sys::gettid();
     slot.tid.store(tid, Release);
-    slot.pthread.store(sched::current_thread(), Release);
 
     // 1. Priority first, then affinity.
     let mut rt_applied = true;
@@ -653,12 +681,7 @@ impl PoolThread<'_> {
     /// its return to its own). A failure is exceptional (the privilege was taken away while
     /// running): logged, and counted if it was the return.
     fn set_sched(&self, s: Sched, restore: bool) {
-        let _g = self.slot.sched_lock.lock();
-        if restore {
-            // Back to its own policy: a watchdog demotion during the lent dispatch is over too.
-            self.slot.demoted.store(false, SeqCst);
-        }
-        if let Err(e) = sched::set_current(s) {
+        if let Err(e) = self.slot.take_sched(s) {
             self.sched_failed(s, restore, &e);
         }
     }
