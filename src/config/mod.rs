@@ -764,6 +764,7 @@ impl RuntimeConfig {
         self.check_bound()?;
         self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
         self.check_borrowing()?;
+        self.check_lender_privilege(sched::RtPrivilege::probe())?;
         self.check_memory(&machine)
     }
 
@@ -773,6 +774,7 @@ impl RuntimeConfig {
         self.check_bound()?;
         self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
         self.check_borrowing()?;
+        self.check_lender_privilege(sched::RtPrivilege::probe())?;
         self.check_memory(machine)?;
         self.check_binds()
     }
@@ -1065,6 +1067,44 @@ impl RuntimeConfig {
                         "{max}: must be 1..={lent} (the threads of the borrow_from lanes together)"
                     ),
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A lender that gets its real-time priority must also be allowed its borrowers': a lent
+    /// thread raises itself to the borrower's priority for every lent event, and a raise the
+    /// kernel refuses (`EPERM`: no CAP_SYS_NICE, `RLIMIT_RTPRIO` below the borrower's priority)
+    /// would fail on every one, leaving the borrower's handler at the lender's priority. (A
+    /// lender refused real time altogether runs time-shared and lends as it is.)
+    fn check_lender_privilege(&self, p: sched::RtPrivilege) -> Result<(), Invalid> {
+        for (gi, g) in self.groups.iter().enumerate() {
+            if g.borrow_from.is_empty() || p.allows(g.priority) {
+                continue;
+            }
+            for name in &g.borrow_from {
+                let Some(l) = self.groups.iter().find(|l| l.name == *name) else {
+                    continue; // check_borrowing names it
+                };
+                if let Some(lp) = (0..l.threads)
+                    .map(|i| l.thread_priority(i))
+                    .find(|&lp| p.allows(lp))
+                {
+                    return Err(Invalid {
+                        section: Section::Group(gi),
+                        field: "borrow_from",
+                        message: format!(
+                            "`{name}` runs at real-time priority {lp} here but cannot be raised \
+                             to this lane's priority {}: the kernel refuses it (CAP_SYS_NICE {}, \
+                             RLIMIT_RTPRIO {}); grant CAP_SYS_NICE, raise RLIMIT_RTPRIO to {}, \
+                             or stop borrowing",
+                            g.priority,
+                            if p.cap_sys_nice { "yes" } else { "no" },
+                            p.rlimit_rtprio,
+                            g.priority
+                        ),
+                    });
+                }
             }
         }
         Ok(())
@@ -1554,6 +1594,35 @@ mod tests {
         assert!(field(c).1.contains("only fifo and rr lanes lend"));
         // The whole validation runs it.
         assert_eq!(field_of(&lanes(&["x"], None)), "group[0].borrow_from");
+    }
+
+    /// Issue #20 defect 5: with RLIMIT_RTPRIO 40 and no CAP_SYS_NICE, a lender at 30 runs at
+    /// real-time priority but cannot be raised to its borrower's 50: refused, naming the
+    /// priority and the limit. Allowed when the raise is (a limit of 50, or the capability), or
+    /// when the lender gets no real time either (it lends time-shared, without a raise).
+    #[test]
+    fn borrowing_needs_the_privilege_to_raise_the_lender() {
+        let mut hi = GroupConfig::new("hi", Policy::Fifo, 50);
+        hi.borrow_from = vec!["lo".into()];
+        let c = cfg(vec![hi, GroupConfig::new("lo", Policy::Fifo, 30)]);
+        let limit = |rlimit_rtprio| sched::RtPrivilege {
+            cap_sys_nice: false,
+            rlimit_rtprio,
+        };
+        let e = c.check_lender_privilege(limit(40)).unwrap_err();
+        assert_eq!(e.path(), "group[0].borrow_from", "{}", e.message);
+        assert!(
+            e.message.contains("priority 50") && e.message.contains("RLIMIT_RTPRIO 40"),
+            "{}",
+            e.message
+        );
+        c.check_lender_privilege(limit(50)).unwrap();
+        c.check_lender_privilege(limit(0)).unwrap();
+        c.check_lender_privilege(sched::RtPrivilege {
+            cap_sys_nice: true,
+            rlimit_rtprio: 0,
+        })
+        .unwrap();
     }
 
     #[test]

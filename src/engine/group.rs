@@ -686,18 +686,35 @@ impl PoolThread<'_> {
         }
     }
 
+    /// A refused raise is counted in this thread's lane (`raise_failures`) and logged once per
+    /// lane: it fails the same way on every lent event, and a log line per event from a
+    /// real-time thread would be a write on the dispatch path. The handler then runs at the
+    /// thread's own priority. A refused restore is counted and logged each time (it leaves the
+    /// thread at the higher priority, which must not pass unseen).
     #[cold]
     fn sched_failed(&self, s: Sched, restore: bool, e: &io::Error) {
+        let c = &self.group.counters;
         if restore {
-            Counters::add(&self.group.counters.restore_failures, 1);
+            Counters::add(&c.restore_failures, 1);
+        } else {
+            Counters::add(&c.raise_failures, 1);
+            if c.raise_failure_said.swap(true, Relaxed) {
+                return;
+            }
         }
         tracing::error!(
             group = %self.group.cfg.name,
             thread = self.idx,
             policy = ?s,
             error = %e,
-            "a thread lent to a higher lane could not {} its policy",
-            if restore { "restore" } else { "raise" }
+            "a thread lent to a higher lane could not {} its policy{}",
+            if restore { "restore" } else { "raise" },
+            if restore {
+                ""
+            } else {
+                "; lent events run at the lender's priority (counted in raise_failures, \
+                 logged once)"
+            }
         );
     }
 
