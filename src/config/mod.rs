@@ -706,6 +706,34 @@ impl Machine {
     }
 }
 
+/// What the kernel accepts of SCHED_DEADLINE parameters here, as validation reads it.
+#[derive(Debug, Clone)]
+struct DeadlineKernel {
+    /// `sched_deadline_period_{min,max}_us` (/proc/sys/kernel).
+    period_us: (u64, u64),
+    /// The calling thread's CPU affinity (pool threads inherit it).
+    affinity: Vec<usize>,
+}
+
+impl DeadlineKernel {
+    /// The smallest runtime `sched_setattr` accepts (`1 << DL_SCALE` ns in kernel/sched).
+    const MIN_RUNTIME_NS: u64 = 1024;
+
+    fn probe() -> DeadlineKernel {
+        let read = |which: &str, default: u64| {
+            std::fs::read_to_string(format!("/proc/sys/kernel/sched_deadline_period_{which}_us"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(default)
+        };
+        DeadlineKernel {
+            // The kernel's defaults: 100 µs and 2^22 µs (about 4.2 s).
+            period_us: (read("min", 100), read("max", 1 << 22)),
+            affinity: sched::available_cpus(),
+        }
+    }
+}
+
 /// Whether two sockets of one protocol, bound to `a` and `b` without `SO_REUSEPORT`, would
 /// collide (`EADDRINUSE`), whichever is bound first.
 ///
@@ -762,7 +790,11 @@ impl RuntimeConfig {
         self.check_settings(&machine.cpus)?;
         self.check_bands()?;
         self.check_bound()?;
-        self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
+        self.check_deadlines(
+            &machine.cpus,
+            sched::rt_bandwidth(),
+            &DeadlineKernel::probe(),
+        )?;
         self.check_borrowing()?;
         self.check_lender_privilege(sched::RtPrivilege::probe())?;
         self.check_memory(&machine)
@@ -772,7 +804,11 @@ impl RuntimeConfig {
         self.check_settings(&machine.cpus)?;
         self.check_bands()?;
         self.check_bound()?;
-        self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
+        self.check_deadlines(
+            &machine.cpus,
+            sched::rt_bandwidth(),
+            &DeadlineKernel::probe(),
+        )?;
         self.check_borrowing()?;
         self.check_lender_privilege(sched::RtPrivilege::probe())?;
         self.check_memory(machine)?;
@@ -780,11 +816,19 @@ impl RuntimeConfig {
     }
 
     /// Deadline lanes: parameters present exactly for `policy = "deadline"`, `1 ≤ runtime ≤
-    /// deadline ≤ period`, no CPU restriction (the kernel admits a deadline thread only with an
-    /// affinity spanning its root domain), no demotion (the kernel throttles instead), and the
-    /// total bandwidth (threads × runtime / period, over every deadline lane) within the RT
-    /// limit `bandwidth` × CPUs, which the kernel's admission control enforces with `EBUSY`.
-    fn check_deadlines(&self, cpus: &[usize], bandwidth: Option<f64>) -> Result<(), Invalid> {
+    /// deadline ≤ period`, the kernel's own bounds (`kernel`: a runtime of at least 1024 ns, a
+    /// period within `sched_deadline_period_{min,max}_us`; `sched_setattr` refuses anything
+    /// else with EINVAL), no CPU restriction and no narrowed process affinity (the kernel admits
+    /// a deadline thread only with an affinity spanning its root domain, EPERM otherwise), no
+    /// demotion (the kernel throttles instead), and the total bandwidth (threads × runtime /
+    /// period, over every deadline lane) within the RT limit `bandwidth` × CPUs, which the
+    /// kernel's admission control enforces with `EBUSY`.
+    fn check_deadlines(
+        &self,
+        cpus: &[usize],
+        bandwidth: Option<f64>,
+        kernel: &DeadlineKernel,
+    ) -> Result<(), Invalid> {
         let bad = |g: usize, field: &'static str, message: String| Invalid {
             section: Section::Group(g),
             field,
@@ -823,11 +867,47 @@ impl RuntimeConfig {
                      must be at least 1)", d.runtime_us, d.deadline_us, d.period_us),
                 ));
             }
-            if d.period_us > 1 << 40 {
+            if d.runtime_us.saturating_mul(1000) < DeadlineKernel::MIN_RUNTIME_NS {
                 return Err(bad(
                     gi,
                     "deadline",
-                    format!("period_us {} is too long", d.period_us),
+                    format!(
+                        "runtime_us {} is below the kernel's minimum runtime of {} ns: \
+                         sched_setattr refuses it; give at least runtime_us = 2",
+                        d.runtime_us,
+                        DeadlineKernel::MIN_RUNTIME_NS
+                    ),
+                ));
+            }
+            let (min, max) = kernel.period_us;
+            if d.period_us < min || d.period_us > max {
+                let (which, bound) = if d.period_us < min {
+                    ("min", min)
+                } else {
+                    ("max", max)
+                };
+                return Err(bad(
+                    gi,
+                    "deadline",
+                    format!(
+                        "period_us {} is outside the kernel's range {min}..={max} \
+                         (/proc/sys/kernel/sched_deadline_period_{which}_us {bound}): \
+                         sched_setattr refuses it",
+                        d.period_us
+                    ),
+                ));
+            }
+            if cpus.iter().any(|c| !kernel.affinity.contains(c)) {
+                return Err(bad(
+                    gi,
+                    "policy",
+                    format!(
+                        "this process's CPU affinity is narrowed to {:?} of the CPUs {cpus:?} \
+                         (as under taskset): the kernel admits a SCHED_DEADLINE thread only \
+                         with an affinity spanning its root domain, and refuses it otherwise \
+                         (EPERM) whatever the privilege; run without the narrowed affinity",
+                        kernel.affinity
+                    ),
                 ));
             }
             if let Some(own) = &g.cpus {
@@ -1821,8 +1901,40 @@ mod tests {
             g
         };
         let cpus = [0, 1];
-        let check = |groups: Vec<GroupConfig>, bw| cfg(groups).check_deadlines(&cpus, bw);
+        let kernel = DeadlineKernel {
+            period_us: (100, 1 << 22),
+            affinity: cpus.to_vec(),
+        };
+        let check = |groups: Vec<GroupConfig>, bw| cfg(groups).check_deadlines(&cpus, bw, &kernel);
         check(vec![dl(200, 1000, 1000)], Some(0.95)).unwrap();
+        // The kernel's bounds (issue #20 defect 6): runtime ≥ 1024 ns, period within
+        // sched_deadline_period_{min,max}_us; a narrowed process affinity.
+        for (g, says) in [
+            (dl(1, 1000, 1000), "1024 ns"),
+            (dl(2, 99, 99), "sched_deadline_period_min_us 100"),
+            (
+                dl(200, 1000, (1 << 22) + 1),
+                "sched_deadline_period_max_us 4194304",
+            ),
+        ] {
+            let e = check(vec![g], Some(0.95)).unwrap_err();
+            assert_eq!(e.field, "deadline");
+            assert!(e.message.contains(says), "{}", e.message);
+        }
+        check(vec![dl(2, 100, 100)], Some(0.95)).unwrap();
+        let narrowed = DeadlineKernel {
+            affinity: vec![0],
+            ..kernel.clone()
+        };
+        let e = cfg(vec![dl(200, 1000, 1000)])
+            .check_deadlines(&cpus, Some(0.95), &narrowed)
+            .unwrap_err();
+        assert_eq!(e.field, "policy");
+        assert!(
+            e.message.contains("affinity is narrowed to [0]"),
+            "{}",
+            e.message
+        );
         for (g, field) in [
             (dl(0, 1000, 1000), "deadline"),
             (dl(500, 400, 1000), "deadline"),

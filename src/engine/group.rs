@@ -391,7 +391,9 @@ pub(crate) enum Setup {
     /// Running with the configured policy (`true`) or at normal priority (`false`, best-effort).
     Ready {
         rt_applied: bool,
-        error: Option<std::io::Error>,
+        /// The kernel's refusal, and why if no privilege would fix it
+        /// ([`sched::refusal_cause`]).
+        error: Option<(std::io::Error, Option<String>)>,
     },
     Failed(Error),
 }
@@ -413,6 +415,7 @@ pub(crate) fn pool_thread(
     let mut rt_error = None;
     if slot.sched != Sched::Other {
         if let Err(e) = sched::set_current(slot.sched) {
+            let cause = sched::refusal_cause(slot.sched, &e);
             if rt == RtMode::Required {
                 let p = sched::RtPrivilege::probe();
                 let have = format!(
@@ -420,7 +423,13 @@ pub(crate) fn pool_thread(
                     if p.cap_sys_nice { "yes" } else { "no" },
                     p.rlimit_rtprio
                 );
-                let err = if sched::is_permission_denied(&e) {
+                let err = if let Some(cause) = cause {
+                    Error::Sched {
+                        group: group.cfg.name.clone(),
+                        what: format!("setting {:?}: {cause}", slot.sched),
+                        source: e,
+                    }
+                } else if sched::is_permission_denied(&e) {
                     Error::RtPermission {
                         group: group.cfg.name.clone(),
                         priority: slot.priority,
@@ -439,7 +448,7 @@ pub(crate) fn pool_thread(
                 return;
             }
             rt_applied = false;
-            rt_error = Some(e);
+            rt_error = Some((e, cause));
             let _ = sched::set_current_nice(best_effort_nice(slot.priority));
         }
     }

@@ -134,6 +134,47 @@ pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::EPERM)
 }
 
+/// Why the kernel refused policy `s` to the calling thread (error `e`), if a privilege would not
+/// fix it; `None` when the refusal is for lack of privilege (`EPERM` with neither CAP_SYS_NICE
+/// nor a high enough `RLIMIT_RTPRIO`), which CAP_SYS_NICE or the rlimit would fix.
+///
+/// Not privilege matters: a deadline thread whose affinity does not span the online CPUs (as
+/// under `taskset`: EPERM whatever the privilege), an EPERM although the privilege is there (a
+/// cgroup without real-time runtime), the deadline admission control (EBUSY), and parameters
+/// the kernel does not take (EINVAL).
+pub(crate) fn refusal_cause(s: Sched, e: &io::Error) -> Option<String> {
+    let deadline = matches!(s, Sched::Deadline { .. });
+    match e.raw_os_error() {
+        Some(libc::EPERM) => {
+            let (mine, online) = (available_cpus(), online_cpus());
+            if deadline && online.iter().any(|c| !mine.contains(c)) {
+                return Some(format!(
+                    "the CPU affinity is narrowed to {mine:?} of the online CPUs {online:?} (as \
+                     under taskset): the kernel admits a SCHED_DEADLINE thread only with an \
+                     affinity spanning its root domain, whatever the privilege; run without \
+                     the narrowed affinity"
+                ));
+            }
+            let p = RtPrivilege::probe();
+            let has = match s {
+                Sched::Fifo(prio) | Sched::Rr(prio) => p.allows(prio),
+                _ => p.cap_sys_nice,
+            };
+            has.then(|| {
+                "refused although this process has the privilege: a cgroup without \
+                 real-time runtime (cpu.rt_runtime_us) refuses it too"
+                    .to_owned()
+            })
+        }
+        Some(libc::EBUSY) if deadline => Some(
+            "the kernel's admission control refused the reservation (EBUSY): the deadline \
+             bandwidth of these CPUs is taken"
+                .to_owned(),
+        ),
+        _ => Some(format!("the kernel does not take these parameters ({e})")),
+    }
+}
+
 /// Sets the calling thread's policy and priority.
 ///
 /// # Examples
