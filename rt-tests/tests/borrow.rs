@@ -88,6 +88,8 @@ struct Seen {
     wrong_sched: Mutex<Option<Sched>>,
     /// Tids of the threads that dispatched lent events.
     lent_tids: Mutex<Vec<i32>>,
+    /// Per lent tid, the `Context::thread_index` its lent dispatches saw.
+    lent_indices: Mutex<Vec<(i32, usize)>>,
     /// A handle was found dispatched on two threads at once, or a lent thread's context named
     /// another lane's priority (recorded, not asserted: a handler's panic is caught).
     overlap: AtomicBool,
@@ -127,6 +129,10 @@ impl EventHandler for Probe {
             let mut t = s.lent_tids.lock().unwrap();
             if !t.contains(&tid) {
                 t.push(tid);
+            }
+            let mut i = s.lent_indices.lock().unwrap();
+            if !i.contains(&(tid, ctx.thread_index())) {
+                i.push((tid, ctx.thread_index()));
             }
         }
         let mut b = [0u8; 4];
@@ -308,6 +314,20 @@ fn a_busy_lane_borrows_a_lower_thread_at_its_own_priority() {
     }
     r.low_threads_back_at_own_priority();
     r.unblock();
+    // Issue #20 defect 7: a lent dispatch's thread index aliased a thread of the high lane
+    // (index 0 here); it is past the lane's own threads, and one per lent thread.
+    let indices = r.seen.lent_indices.lock().unwrap().clone();
+    assert!(!indices.is_empty());
+    for &(tid, index) in &indices {
+        assert!(
+            index >= 1,
+            "lent thread {tid} has index {index} of the 1-thread lane"
+        );
+        assert!(
+            indices.iter().all(|&(t, i)| (t == tid) == (i == index)),
+            "one index per lent thread: {indices:?}"
+        );
+    }
     let mut r = r;
     let m = r.rt.shutdown().unwrap();
     r.check(&m);

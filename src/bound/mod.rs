@@ -924,7 +924,7 @@ impl BoundPool {
     fn dispatch(&self, ev: Ready, ctx: &mut Context) {
         ctx.tid = sys::gettid();
         if let Some((group, thread, priority)) = RUNTIME_THREAD.with(Cell::get) {
-            (ctx.group, ctx.thread, ctx.priority) = (group, thread, priority);
+            (ctx.group, ctx.thread, ctx.priority) = (group, u32::from(thread), priority);
         }
         ctx.origin_ns = 0;
         ctx.missed_periods = 0;

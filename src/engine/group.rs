@@ -67,7 +67,7 @@
 use crate::bound::{BoundConfig, BoundPool, Waiter};
 use crate::config::{BoundGroup, GroupConfig, RtMode};
 use crate::engine::borrow::{self, Borrow};
-use crate::engine::follower_queue::Promotion;
+use crate::engine::follower_queue::{Promotion, MAX_GROUP_THREADS};
 use crate::engine::handle_set::Wait;
 use crate::engine::handler::{self, Context, Dispatched, Event, Handles, Registry};
 use crate::engine::leader::{Joined, Promoted, Protocol};
@@ -666,15 +666,19 @@ impl PoolThread<'_> {
             if let Some(higher) = borrow::borrower_of(token.raw()) {
                 self.lend(b, higher, woke_ns);
             } else {
-                let own = (self.ctx.group, self.ctx.priority);
+                let own = (self.ctx.group, self.ctx.thread, self.ctx.priority);
                 let registry = std::mem::replace(&mut self.ctx.registry, b.registry());
-                (self.ctx.group, self.ctx.priority) = (b.index, b.cfg.priority);
+                // An index no thread of `b` (nor any other lent thread) has: Context docs.
+                let lent_index = (1 + u32::from(self.group.index)) * MAX_GROUP_THREADS as u32
+                    + u32::from(self.idx);
+                (self.ctx.group, self.ctx.thread, self.ctx.priority) =
+                    (b.index, lent_index, b.cfg.priority);
                 if self.process(b, token, readiness, woke_ns) {
                     Counters::add(&b.counters.borrowed, 1);
                     Counters::add(&self.group.counters.lent, 1);
                 }
                 self.ctx.registry = registry;
-                (self.ctx.group, self.ctx.priority) = own;
+                (self.ctx.group, self.ctx.thread, self.ctx.priority) = own;
             }
         }
         if !self.time_shared {
