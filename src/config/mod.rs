@@ -706,6 +706,11 @@ impl Machine {
     }
 }
 
+/// The most epoll instances the kernel nests in one another (`EP_MAX_NESTS` 4 levels below the
+/// outermost; a sixth fails `epoll_ctl` with ELOOP, measured): the longest borrowing chain,
+/// in lanes.
+const MAX_EPOLL_CHAIN: usize = 5;
+
 /// What the kernel accepts of SCHED_DEADLINE parameters here, as validation reads it.
 #[derive(Debug, Clone)]
 struct DeadlineKernel {
@@ -1145,6 +1150,36 @@ impl RuntimeConfig {
                     "max_borrowed",
                     format!(
                         "{max}: must be 1..={lent} (the threads of the borrow_from lanes together)"
+                    ),
+                ));
+            }
+        }
+        // Each borrower's epoll instance is nested in its lenders': a chain of lanes is a chain
+        // of nested epoll instances, which the kernel refuses (epoll_ctl ELOOP) deeper than
+        // MAX_EPOLL_CHAIN. Lanes borrow only from lower ones, so the chains end.
+        fn chain<'a>(c: &'a RuntimeConfig, g: &'a GroupConfig) -> Vec<&'a str> {
+            let longest = g
+                .borrow_from
+                .iter()
+                .filter_map(|n| c.groups.iter().find(|l| l.name == *n))
+                .map(|l| chain(c, l))
+                .max_by_key(Vec::len)
+                .unwrap_or_default();
+            std::iter::once(g.name.as_str()).chain(longest).collect()
+        }
+        for (gi, g) in self.groups.iter().enumerate() {
+            let lanes = chain(self, g);
+            if lanes.len() > MAX_EPOLL_CHAIN {
+                return Err(bad(
+                    gi,
+                    "borrow_from",
+                    format!(
+                        "the borrowing chain {} is {} lanes deep: each borrower's epoll instance \
+                         is nested in its lenders', and the kernel nests epoll instances at most \
+                         {MAX_EPOLL_CHAIN} deep (EP_MAX_NESTS; epoll_ctl fails with ELOOP); \
+                         borrow from fewer levels",
+                        lanes.join(" → "),
+                        lanes.len()
                     ),
                 ));
             }
@@ -1674,6 +1709,32 @@ mod tests {
         assert!(field(c).1.contains("only fifo and rr lanes lend"));
         // The whole validation runs it.
         assert_eq!(field_of(&lanes(&["x"], None)), "group[0].borrow_from");
+    }
+
+    /// Issue #20 defect 7: a borrowing chain of 6 lanes passed validation and failed at start
+    /// (epoll_ctl ELOOP); refused, naming the limit. 5 lanes pass.
+    #[test]
+    fn borrowing_chains_deeper_than_epoll_nesting_are_refused() {
+        let chain = |n: usize| {
+            cfg((0..n)
+                .map(|i| {
+                    let mut g = GroupConfig::new(&format!("l{i}"), Policy::Fifo, 90 - i as u8);
+                    g.threads = 1;
+                    if i + 1 < n {
+                        g.borrow_from = vec![format!("l{}", i + 1)];
+                    }
+                    g
+                })
+                .collect())
+        };
+        chain(5).check_borrowing().unwrap();
+        let e = chain(6).check_borrowing().unwrap_err();
+        assert_eq!(e.path(), "group[0].borrow_from");
+        assert!(
+            e.message.contains("6 lanes deep") && e.message.contains("at most 5"),
+            "{}",
+            e.message
+        );
     }
 
     /// Issue #20 defect 5: with RLIMIT_RTPRIO 40 and no CAP_SYS_NICE, a lender at 30 runs at
