@@ -1229,3 +1229,27 @@ fn lfrt_check_validates_bound_groups() {
         "{text}"
     );
 }
+
+/// Issue #20 defect 7: a standalone pool took `Promotion::Concurrent` silently, although its
+/// threads share one connection that only the leader reads. Refused, naming the field, as a
+/// bound group's configuration is.
+#[test]
+fn a_standalone_pool_refuses_concurrent_promotion() {
+    let (a, _b) = pair();
+    let e = BoundPool::new(
+        a,
+        BoundConfig {
+            promotion: Promotion::Concurrent,
+            ..BoundConfig::default()
+        },
+    )
+    .map(drop)
+    .expect_err("concurrent promotion refused");
+    let text = e.to_string();
+    assert!(
+        matches!(e, lfrt::Error::Config { .. })
+            && text.contains("bound.promotion")
+            && text.contains("concurrent"),
+        "{text}"
+    );
+}

@@ -248,6 +248,15 @@ impl BoundConfig {
         if self.max_nesting == 0 {
             return Some(("max_nesting", "must be at least 1".into()));
         }
+        if self.promotion == Promotion::Concurrent {
+            return Some((
+                "promotion",
+                "\"concurrent\" does not apply to a bound pool: its threads share one \
+                 connection, which only the leader reads; use \"fifo\", \"lifo\" or \
+                 \"priority\""
+                    .into(),
+            ));
+        }
         None
     }
 

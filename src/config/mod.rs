@@ -987,7 +987,13 @@ impl RuntimeConfig {
                 );
             }
             if let Some((field, message)) = crate::bound::BoundConfig::of_group(g, b).invalid() {
-                return bad(here, field, message);
+                // The pool's promotion is the group's setting.
+                let section = if field == "promotion" {
+                    Section::Group(gi)
+                } else {
+                    here
+                };
+                return bad(section, field, message);
             }
             if b.max_waiters < g.threads {
                 return bad(
@@ -998,16 +1004,6 @@ impl RuntimeConfig {
                          at least one per thread, plus one per caller of the back-end",
                         b.max_waiters, g.threads
                     ),
-                );
-            }
-            if g.promotion == Promotion::Concurrent {
-                return bad(
-                    Section::Group(gi),
-                    "promotion",
-                    "\"concurrent\" does not apply to a bound group: its threads share one \
-                     connection, which only the leader reads; use \"fifo\", \"lifo\" or \
-                     \"priority\""
-                        .into(),
                 );
             }
             if g.budget_us.is_some() {
