@@ -471,7 +471,7 @@ pub(crate) fn pool_thread(
         // A bound group's thread: its waiter (leased and pre-faulted with the group) holds its
         // handler buffers; it serves the pool until the group stops.
         let mut w = b.waiter(idx, slot.priority);
-        crate::bound::set_runtime_thread(group.index, idx, slot.priority);
+        crate::bound::set_runtime_thread(&group, idx, slot.priority);
         let _ = ready.send(Setup::Ready {
             rt_applied,
             error: rt_error,
