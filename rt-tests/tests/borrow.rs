@@ -21,12 +21,8 @@ const LOW: u8 = 20;
 
 /// A runtime with a 1-thread `high` lane (FIFO 60) and a `low` lane (FIFO 20) of
 /// `low_threads`; `high` borrows from `low` up to `max_borrowed` threads if given.
-fn lanes(low_threads: usize, max_borrowed: Option<usize>) -> Runtime {
-    lanes_in(RtMode::Required, low_threads, max_borrowed)
-}
-
-/// [`lanes`] in real-time mode `rt`.
-fn lanes_in(rt: RtMode, low_threads: usize, max_borrowed: Option<usize>) -> Runtime {
+/// `rt` is the real-time mode.
+fn lanes(rt: RtMode, low_threads: usize, max_borrowed: Option<usize>) -> Runtime {
     let mut high = GroupConfig::new("high", Policy::Fifo, HIGH);
     high.threads = 1;
     high.buffer_bytes = 2048;
@@ -174,7 +170,7 @@ fn rig_in(
     probes: usize,
     events: usize,
 ) -> Rig {
-    let mut rt = lanes_in(rt, low_threads, max_borrowed);
+    let mut rt = lanes(rt, low_threads, max_borrowed);
     let reg = rt.lane("high").unwrap().registry();
     let (block_tx, rx) = UnixDatagram::pair().unwrap();
     rx.set_nonblocking(true).unwrap();

@@ -1722,7 +1722,7 @@ mod tests {
         let chain = |n: usize| {
             cfg((0..n)
                 .map(|i| {
-                    let mut g = GroupConfig::new(&format!("l{i}"), Policy::Fifo, 90 - i as u8);
+                    let mut g = GroupConfig::new(format!("l{i}"), Policy::Fifo, 90 - i as u8);
                     g.threads = 1;
                     if i + 1 < n {
                         g.borrow_from = vec![format!("l{}", i + 1)];
