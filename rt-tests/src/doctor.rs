@@ -19,8 +19,11 @@
 //!   priority), cannot run as intended: `lfrt run` refuses to start or starts without what the
 //!   configuration asks for.
 //!
-//! The exit status (`lfrt doctor`) is 0 without a `fail`, 1 with one, and 2 for bad arguments
-//! or a configuration the loader rejects (its `file:line: field` message, as `lfrt check`).
+//! The exit status (`lfrt doctor`) is 0 when the configuration runs as intended, 1 with a
+//! `fail`, 3 when it runs but not as intended (`rt = "best-effort"` with real time refused:
+//! its lanes are flattened to time-sharing; the verdict is then a `warn` that says so), and 2
+//! for bad arguments or a configuration the loader rejects (its `file:line: field` message, as
+//! `lfrt check`).
 //!
 //! # What is read
 //! [`run`] gathers every fact once into a `Machine`, then a pure function turns the facts (and
@@ -96,6 +99,9 @@ struct Finding {
     topic: &'static str,
     text: String,
     fix: Option<String>,
+    /// A `warn` that means the plan does not run as configured: real-time lanes flattened to
+    /// time-sharing. The verdict then says "not as intended" ([`Verdict::Flattened`]).
+    flattens: bool,
 }
 
 fn ok(topic: &'static str, text: impl Into<String>) -> Finding {
@@ -104,6 +110,7 @@ fn ok(topic: &'static str, text: impl Into<String>) -> Finding {
         topic,
         text: text.into(),
         fix: None,
+        flattens: false,
     }
 }
 
@@ -118,20 +125,57 @@ fn not_ok(
         topic,
         text: text.into(),
         fix: Some(fix.into()),
+        flattens: false,
     }
 }
 
-/// What `lfrt doctor` found: print it with `{}`; [`ready`](Report::ready) gives the exit status.
+/// What `lfrt doctor` found: print it with `{}`; [`verdict`](Report::verdict) gives the exit
+/// status.
 #[derive(Debug, Clone)]
 pub struct Report {
     findings: Vec<Finding>,
 }
 
+/// The report's verdict, and `lfrt doctor`'s exit status for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The configuration (or the default need) runs as configured here: exit status 0.
+    AsIntended,
+    /// A `fail`: `lfrt run` refuses to start, or starts without what the configuration asks
+    /// for: exit status 1.
+    CannotRun,
+    /// It runs, but not as intended: `rt = "best-effort"` with real time refused, so its lanes
+    /// are flattened to time-sharing: exit status 3.
+    Flattened,
+}
+
+impl Verdict {
+    /// `lfrt doctor`'s exit status: 0, 1 or 3 (2 is a bad argument or configuration).
+    pub fn exit_status(self) -> u8 {
+        match self {
+            Verdict::AsIntended => 0,
+            Verdict::CannotRun => 1,
+            Verdict::Flattened => 3,
+        }
+    }
+}
+
 impl Report {
-    /// No finding is a `fail`: the configuration (or the default need, `SCHED_FIFO` at some
-    /// priority) can run as intended on this machine, by this process.
+    /// What the findings add up to.
+    pub fn verdict(&self) -> Verdict {
+        if self.findings.iter().any(|f| f.status == Status::Fail) {
+            Verdict::CannotRun
+        } else if self.findings.iter().any(|f| f.flattens) {
+            Verdict::Flattened
+        } else {
+            Verdict::AsIntended
+        }
+    }
+
+    /// The configuration (or the default need, `SCHED_FIFO` at some priority) can run as
+    /// intended on this machine, by this process: no `fail`, and no lane flattened.
     pub fn ready(&self) -> bool {
-        self.findings.iter().all(|f| f.status != Status::Fail)
+        self.verdict() == Verdict::AsIntended
     }
 }
 
@@ -1118,12 +1162,15 @@ fn rt_need(m: &Machine, c: &RuntimeConfig) -> Finding {
             format!("refused for {list}: {error}; with rt = \"required\" lfrt refuses to start"),
             fix,
         ),
-        RtMode::BestEffort => not_ok(
-            Status::Warn,
-            "rt",
-            format!("refused for {list}: {error}; rt = \"best-effort\" runs them at SCHED_OTHER, so the lanes are flattened (a busy lower group delays a higher one)"),
-            fix,
-        ),
+        RtMode::BestEffort => Finding {
+            flattens: true,
+            ..not_ok(
+                Status::Warn,
+                "rt",
+                format!("refused for {list}: {error}; rt = \"best-effort\" runs them at SCHED_OTHER, so the lanes are flattened (a busy lower group delays a higher one)"),
+                fix,
+            )
+        },
     }
 }
 
@@ -1354,18 +1401,36 @@ fn verdict(f: &[Finding], config: Option<&Path>) -> Finding {
         Some(p) => p.display().to_string(),
         None => "SCHED_FIFO (the default need, no configuration given)".into(),
     };
-    if fails.is_empty() {
-        ok(
-            "verdict",
-            format!("{what} can run as intended here{warned}"),
-        )
-    } else {
+    let flattened = f
+        .iter()
+        .filter(|x| x.flattens)
+        .map(|x| x.topic)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if !fails.is_empty() {
         Finding {
             status: Status::Fail,
             topic: "verdict",
             text: format!("{what} cannot run as intended here: {fails}{warned}"),
             fix: None,
+            flattens: false,
         }
+    } else if !flattened.is_empty() {
+        Finding {
+            status: Status::Warn,
+            topic: "verdict",
+            text: format!(
+                "{what} runs here, but not as intended: its real-time lanes are flattened to \
+                 time-sharing ({flattened}){warned}"
+            ),
+            fix: None,
+            flattens: false,
+        }
+    } else {
+        ok(
+            "verdict",
+            format!("{what} can run as intended here{warned}"),
+        )
     }
 }
 
@@ -1500,7 +1565,16 @@ mod tests {
             let r = diagnose(&m, Some((Path::new("c.toml"), &c)));
             let f = find(&r, "rt");
             assert_eq!(f.status, status, "{r}");
-            assert_eq!(r.ready(), status != Status::Fail);
+            // Issue #20 defect 7: flattened lanes are not "as intended".
+            let verdict = match mode {
+                RtMode::Required => Verdict::CannotRun,
+                RtMode::BestEffort => Verdict::Flattened,
+            };
+            assert_eq!(r.verdict(), verdict, "{r}");
+            assert!(!r.ready());
+            let v = find(&r, "verdict");
+            assert_eq!(v.status, status, "{r}");
+            assert!(!v.text.contains("can run as intended"), "{r}");
             assert!(f.text.contains("control") && f.text.contains("bulk"), "{r}");
             let fix = f.fix.as_deref().unwrap();
             assert!(

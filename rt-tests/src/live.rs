@@ -148,7 +148,7 @@ struct SnapshotCollector(Shared);
 /// A counter of [`GroupMetrics`]: name (without `lfrt_group_` and `_total`), help, field.
 type CounterOf = (&'static str, &'static str, fn(&GroupMetrics) -> u64);
 
-const COUNTERS: [CounterOf; 20] = [
+const COUNTERS: [CounterOf; 21] = [
     ("dispatched", "Events dispatched to handlers", |m| {
         m.dispatched
     }),
@@ -189,6 +189,11 @@ const COUNTERS: [CounterOf; 20] = [
         "lent_dispatches",
         "Events of higher lanes dispatched by this lane's threads while lent",
         |m| m.lent_dispatches,
+    ),
+    (
+        "raise_failures",
+        "Lent dispatches whose raise to the borrower's priority the kernel refused",
+        |m| m.raise_failures,
     ),
     (
         "borrow_refused",

@@ -82,8 +82,9 @@ enum Cmd {
         after_help = "With CONFIG, its needs are checked too: each group's policy and \
         priority against the RT privilege, its CPUs, and with lock_memory the memory to lock.\n\n\
         Exit status: 0 when CONFIG (without one: SCHED_FIFO at some priority) can run as \
-        intended; 1 when it cannot (a `fail` finding); 2 for bad arguments or a configuration \
-        the loader rejects (file:line: field)."
+        intended; 1 when it cannot (a `fail` finding); 3 when it runs but not as intended \
+        (rt = \"best-effort\" with real time refused: its lanes are flattened to time-sharing); \
+        2 for bad arguments or a configuration the loader rejects (file:line: field)."
     )]
     Doctor {
         /// Configuration file (TOML) to check against this machine.
@@ -204,7 +205,7 @@ fn main() -> ExitCode {
         Cmd::Doctor { config } => match rt_tests::doctor::run(config.as_deref()) {
             Ok(report) => {
                 print!("{report}");
-                return ExitCode::from(if report.ready() { 0 } else { 1 });
+                return ExitCode::from(report.verdict().exit_status());
             }
             Err(e) => Err(e.into()),
         },

@@ -21,7 +21,8 @@ const LOW: u8 = 20;
 
 /// A runtime with a 1-thread `high` lane (FIFO 60) and a `low` lane (FIFO 20) of
 /// `low_threads`; `high` borrows from `low` up to `max_borrowed` threads if given.
-fn lanes(low_threads: usize, max_borrowed: Option<usize>) -> Runtime {
+/// `rt` is the real-time mode.
+fn lanes(rt: RtMode, low_threads: usize, max_borrowed: Option<usize>) -> Runtime {
     let mut high = GroupConfig::new("high", Policy::Fifo, HIGH);
     high.threads = 1;
     high.buffer_bytes = 2048;
@@ -33,7 +34,7 @@ fn lanes(low_threads: usize, max_borrowed: Option<usize>) -> Runtime {
     low.threads = low_threads;
     low.buffer_bytes = 2048;
     Runtime::new(RuntimeConfig {
-        rt: RtMode::Required,
+        rt,
         lock_memory: false,
         metrics: None,
         groups: vec![high, low],
@@ -83,6 +84,8 @@ struct Seen {
     wrong_sched: Mutex<Option<Sched>>,
     /// Tids of the threads that dispatched lent events.
     lent_tids: Mutex<Vec<i32>>,
+    /// Per lent tid, the `Context::thread_index` its lent dispatches saw.
+    lent_indices: Mutex<Vec<(i32, usize)>>,
     /// A handle was found dispatched on two threads at once, or a lent thread's context named
     /// another lane's priority (recorded, not asserted: a handler's panic is caught).
     overlap: AtomicBool,
@@ -123,6 +126,10 @@ impl EventHandler for Probe {
             if !t.contains(&tid) {
                 t.push(tid);
             }
+            let mut i = s.lent_indices.lock().unwrap();
+            if !i.contains(&(tid, ctx.thread_index())) {
+                i.push((tid, ctx.thread_index()));
+            }
         }
         let mut b = [0u8; 4];
         while let Ok(4) = self.rx.recv(&mut b) {
@@ -152,7 +159,18 @@ struct Rig {
 }
 
 fn rig(low_threads: usize, max_borrowed: Option<usize>, probes: usize, events: usize) -> Rig {
-    let mut rt = lanes(low_threads, max_borrowed);
+    rig_in(RtMode::Required, low_threads, max_borrowed, probes, events)
+}
+
+/// [`rig`] in real-time mode `rt`.
+fn rig_in(
+    rt: RtMode,
+    low_threads: usize,
+    max_borrowed: Option<usize>,
+    probes: usize,
+    events: usize,
+) -> Rig {
+    let mut rt = lanes(rt, low_threads, max_borrowed);
     let reg = rt.lane("high").unwrap().registry();
     let (block_tx, rx) = UnixDatagram::pair().unwrap();
     rx.set_nonblocking(true).unwrap();
@@ -292,6 +310,20 @@ fn a_busy_lane_borrows_a_lower_thread_at_its_own_priority() {
     }
     r.low_threads_back_at_own_priority();
     r.unblock();
+    // Issue #20 defect 7: a lent dispatch's thread index aliased a thread of the high lane
+    // (index 0 here); it is past the lane's own threads, and one per lent thread.
+    let indices = r.seen.lent_indices.lock().unwrap().clone();
+    assert!(!indices.is_empty());
+    for &(tid, index) in &indices {
+        assert!(
+            index >= 1,
+            "lent thread {tid} has index {index} of the 1-thread lane"
+        );
+        assert!(
+            indices.iter().all(|&(t, i)| (t == tid) == (i == index)),
+            "one index per lent thread: {indices:?}"
+        );
+    }
     let mut r = r;
     let m = r.rt.shutdown().unwrap();
     r.check(&m);
@@ -377,4 +409,111 @@ fn shutdown_with_a_borrow_armed() {
     let m = r.rt.shutdown_within(Duration::from_secs(10)).unwrap();
     r.check(&m);
     assert_eq!(m[0].borrowed_dispatches, 0, "{m:?}");
+}
+
+/// Takes CAP_SYS_NICE out of the calling thread's effective capability set (capabilities are
+/// per thread: the rest of the test process keeps it). Threads this one creates inherit the
+/// set. Returns false if the kernel refused.
+fn drop_effective_cap_sys_nice() -> bool {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    const CAP_SYS_NICE: u32 = 23;
+    let mut h = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut d = [Data::default(); 2];
+    // SAFETY: capget writes two `Data` (version 3) into `d` and reads `h`; both are live.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    d[0].effective &= !(1 << CAP_SYS_NICE);
+    // SAFETY: capset only reads `h` and the two `Data` in `d`.
+    unsafe { libc::syscall(libc::SYS_capset, &mut h as *mut Header, d.as_ptr()) == 0 }
+}
+
+/// A `tracing` writer into a shared buffer, installed once as the process's global subscriber,
+/// so a test can read what pool threads logged.
+#[derive(Clone)]
+struct LogBuf(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Issue #20 defect 5: the kernel refuses a lent thread's raise to the borrower's priority (the
+/// lender runs at FIFO 20 without CAP_SYS_NICE and with RLIMIT_RTPRIO 0, which keeps a
+/// priority but forbids raising it; validation saw the privilege of the whole process). Every
+/// lent dispatch is counted in the lender's `raise_failures`, and the failure is logged once,
+/// not once per event.
+#[test]
+fn a_refused_raise_is_counted_and_said_once() {
+    let test = "a_refused_raise_is_counted_and_said_once";
+    let _l = util::rt_lock();
+    if !util::rt_allowed(test, HIGH) {
+        return;
+    }
+    if lfrt::os::RtPrivilege::probe().rlimit_rtprio >= u64::from(HIGH) {
+        util::skip(test, "RLIMIT_RTPRIO allows the raise without CAP_SYS_NICE");
+        return;
+    }
+    let log = LogBuf(Arc::new(Mutex::new(Vec::new())));
+    let writer = log.clone();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish(),
+    )
+    .expect("no other test of this file installs a subscriber");
+    const N: usize = 40;
+    let (m, lent) = std::thread::spawn(|| {
+        // Taken with the capability; kept without it, and inherited by the pool threads.
+        lfrt::os::set_current_sched(Sched::Fifo(LOW)).unwrap();
+        assert!(drop_effective_cap_sys_nice(), "capset refused");
+        let r = rig_in(RtMode::BestEffort, 1, Some(1), 1, N);
+        r.block();
+        // One event at a time, each dispatched by the lent thread before the next is sent:
+        // N lent dispatches, N raises.
+        for s in 0..N {
+            r.send(s..s + 1);
+            assert!(
+                util::wait_until(10, || r.handled() == s as u64 + 1),
+                "event {s} not dispatched while the lane was busy"
+            );
+        }
+        r.unblock();
+        let lent = r.seen.lent.load(SeqCst);
+        let mut r = r;
+        (r.rt.shutdown().unwrap(), lent)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(lent, N as u64, "{m:?}");
+    assert_eq!(m[1].lent_dispatches, N as u64, "{m:?}");
+    assert_eq!(m[1].raise_failures, N as u64, "{m:?}");
+    assert_eq!(m[1].restore_failures, 0, "{m:?}");
+    let text = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    assert_eq!(
+        text.matches("could not raise").count(),
+        1,
+        "the refused raise is logged once:\n{text}"
+    );
 }

@@ -1229,3 +1229,83 @@ fn lfrt_check_validates_bound_groups() {
         "{text}"
     );
 }
+
+/// Issue #20 defect 7: a standalone pool took `Promotion::Concurrent` silently, although its
+/// threads share one connection that only the leader reads. Refused, naming the field, as a
+/// bound group's configuration is.
+#[test]
+fn a_standalone_pool_refuses_concurrent_promotion() {
+    let (a, _b) = pair();
+    let e = BoundPool::new(
+        a,
+        BoundConfig {
+            promotion: Promotion::Concurrent,
+            ..BoundConfig::default()
+        },
+    )
+    .map(drop)
+    .expect_err("concurrent promotion refused");
+    let text = e.to_string();
+    assert!(
+        matches!(e, lfrt::Error::Config { .. })
+            && text.contains("bound.promotion")
+            && text.contains("concurrent"),
+        "{text}"
+    );
+}
+
+/// A handler that reports it runs, then sleeps 1 s (it returns by itself, so its detached
+/// thread ends).
+struct Sleeper {
+    bell: lfrt::Notifier,
+    running: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl EventHandler for Sleeper {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.bell.as_fd()
+    }
+    fn handle(&mut self, _ev: &Event, _ctx: &mut Context) -> Disposition {
+        let _ = self.bell.take();
+        self.running.store(true, Relaxed);
+        std::thread::sleep(Duration::from_secs(1));
+        Disposition::Rearm
+    }
+}
+
+/// Issue #20 defect 7: a bound group's handler still running at the shutdown deadline was not
+/// named in `Error::Unfinished` (its threads did not stamp their dispatches); it is now, as a
+/// Leader/Followers group's is.
+#[test]
+fn shutdown_within_names_a_stuck_bound_group_handler() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed("shutdown_within_names_a_stuck_bound_group_handler", 20) {
+        return;
+    }
+    let (addr, _be) = loopback_backend(None);
+    let mut rt = runtime_of(vec![bound_group(addr, 20, 1)]);
+    let running = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let bell = lfrt::Notifier::new().unwrap();
+    let ring = bell.as_fd().try_clone_to_owned().unwrap();
+    let token = rt
+        .lane("front")
+        .unwrap()
+        .registry()
+        .register(Box::new(Sleeper {
+            bell,
+            running: running.clone(),
+        }))
+        .unwrap();
+    rt.start().unwrap();
+    nix::unistd::write(&ring, &1u64.to_ne_bytes()).unwrap();
+    assert!(util::wait_until(10, || running.load(Relaxed)));
+    match rt.shutdown_within(Duration::from_millis(50)) {
+        Err(lfrt::Error::Unfinished { handlers, .. }) => {
+            let want = format!("group `front` thread lf-front-0 handle {}", token.index());
+            assert_eq!(handlers.len(), 1, "{handlers:?}");
+            assert!(handlers[0].contains(&want), "{handlers:?}");
+        }
+        other => panic!("expected Unfinished naming the handler, got {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+}

@@ -686,3 +686,96 @@ fn completions_name_real_commands_and_flags() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bash"));
 }
+
+/// Issue #20 defect 6: deadline parameters the kernel refuses (`sched_setattr` EINVAL) passed
+/// `check`, and `run` then failed. `check` now refuses each, naming file, line, field and the
+/// kernel's bound: a runtime below 1024 ns, a period outside
+/// `/proc/sys/kernel/sched_deadline_period_{min,max}_us`.
+#[test]
+fn check_refuses_deadline_parameters_the_kernel_refuses() {
+    let read = |f: &str| -> u64 {
+        std::fs::read_to_string(format!("/proc/sys/kernel/sched_deadline_period_{f}_us"))
+            .map(|s| s.trim().parse().unwrap())
+            .unwrap_or(if f == "min" { 100 } else { 1 << 22 })
+    };
+    let (min, max) = (read("min"), read("max"));
+    let short = min.saturating_sub(1).max(1);
+    for (name, params, says) in [
+        (
+            "dl-runtime.toml",
+            "runtime_us = 1, deadline_us = 1000, period_us = 1000".to_string(),
+            "1024 ns".to_string(),
+        ),
+        (
+            "dl-short.toml",
+            format!("runtime_us = 2, deadline_us = {short}, period_us = {short}"),
+            format!("sched_deadline_period_min_us {min}"),
+        ),
+        (
+            "dl-long.toml",
+            format!(
+                "runtime_us = 100, deadline_us = 1000, period_us = {}",
+                max + 1
+            ),
+            format!("sched_deadline_period_max_us {max}"),
+        ),
+    ] {
+        let p = tmp(
+            name,
+            &format!(
+                "[[group]]\nname = \"ctl\"\npolicy = \"deadline\"\npriority = 10\nthreads = 1\n\
+                 deadline = {{ {params} }}\n"
+            ),
+        );
+        let out = lfrt().arg("check").arg(&p).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains(&format!("{}:6: invalid `group[0].deadline`: ", p.display()))
+                && err.contains(&says),
+            "{name}: wanted {says:?} in: {err}"
+        );
+    }
+}
+
+/// Issue #20 defect 6: under `taskset` (a process affinity narrower than the online CPUs) the
+/// kernel refuses SCHED_DEADLINE with EPERM, which was reported as a missing privilege. `check`
+/// now says the affinity is narrowed.
+#[test]
+fn check_says_a_narrowed_affinity_refuses_a_deadline_lane() {
+    let test = "check_says_a_narrowed_affinity_refuses_a_deadline_lane";
+    if lfrt::os::available_cpus().len() < 2 {
+        util::skip(test, "needs 2 CPUs to narrow the affinity to one");
+        return;
+    }
+    if Command::new("taskset").arg("--version").output().is_err() {
+        util::skip(test, "taskset (util-linux) not installed");
+        return;
+    }
+    let p = tmp(
+        "dl-taskset.toml",
+        "[[group]]\nname = \"ctl\"\npolicy = \"deadline\"\npriority = 10\nthreads = 1\n\
+         deadline = { runtime_us = 100, deadline_us = 1000, period_us = 1000 }\n",
+    );
+    let ok = lfrt().arg("check").arg(&p).output().unwrap();
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let cpu = lfrt::os::available_cpus()[0].to_string();
+    let out = Command::new("taskset")
+        .args(["-c", &cpu])
+        .arg(env!("CARGO_BIN_EXE_lfrt"))
+        .arg("check")
+        .arg(&p)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("affinity is narrowed") && !err.contains("CAP_SYS_NICE"),
+        "{err}"
+    );
+}

@@ -99,6 +99,10 @@ fn report(out: &Output) -> String {
     match code {
         Some(0) => assert!(verdict.starts_with("ok   verdict "), "{text}"),
         Some(1) => assert!(verdict.starts_with("fail verdict "), "{text}"),
+        Some(3) => assert!(
+            verdict.starts_with("warn verdict ") && verdict.contains("not as intended"),
+            "{text}"
+        ),
         other => panic!("exit status {other:?}\n{text}\nstderr: {err}"),
     }
     text
@@ -152,11 +156,13 @@ fn with_rt_privilege_default_config_is_ready_and_cap_sys_nice_ok() {
     assert!(finding(&text, "rt").0.starts_with("ok "), "{text}");
 }
 
+/// Issue #20 defect 7: a flattened plan is not "as intended": the verdict says so and the exit
+/// status is 3 (neither 0, as intended, nor 1, cannot run).
 #[test]
-fn without_rt_privilege_best_effort_warns_that_lanes_flatten_and_exits_0() {
+fn without_rt_privilege_best_effort_warns_that_lanes_flatten_and_exits_3() {
     let _l = util::rt_lock();
     let Some(out) = doctor_without(
-        "without_rt_privilege_best_effort_warns_that_lanes_flatten_and_exits_0",
+        "without_rt_privilege_best_effort_warns_that_lanes_flatten_and_exits_3",
         "sys_nice",
         &["--rtprio=0:0"],
         &["configs/default.toml"],
@@ -164,7 +170,15 @@ fn without_rt_privilege_best_effort_warns_that_lanes_flatten_and_exits_0() {
         return;
     };
     let text = report(&out);
-    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    let (verdict, _) = finding(&text, "verdict");
+    assert!(
+        verdict.starts_with("warn ")
+            && verdict.contains("runs here, but not as intended")
+            && verdict.contains("flattened")
+            && !verdict.contains("can run as intended"),
+        "{text}"
+    );
     let (line, fix) = finding(&text, "rt");
     assert!(
         line.starts_with("warn ") && line.contains("flattened"),

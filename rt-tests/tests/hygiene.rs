@@ -464,6 +464,119 @@ fn watchdog_reports_and_demotes_an_overrunning_handler() {
     );
 }
 
+/// A thread's nice value as the kernel reports it (`/proc/self/task/<tid>/stat` field 19).
+fn nice_of(tid: i32) -> std::io::Result<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))?;
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    rest.split_whitespace()
+        .nth(16)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other("malformed /proc stat"))
+}
+
+/// Kernel thread id of this process's thread named `name` (its `comm`), if there is one.
+fn thread_named(name: &str) -> Option<i32> {
+    std::fs::read_dir("/proc/self/task").ok()?.find_map(|e| {
+        let e = e.ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim() == name)
+            .then(|| e.file_name().to_str()?.parse().ok())
+            .flatten()
+    })
+}
+
+/// Issue #20 defect 1: demoting a runaway handler must change the runaway's policy only. The
+/// watchdog (which calls the demotion) keeps its own nice value, so it still gets its share of
+/// the CPU to contain the next runaway.
+#[test]
+fn watchdog_keeps_its_own_nice_after_a_demotion() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed("watchdog_keeps_its_own_nice_after_a_demotion", 10) {
+        return;
+    }
+    let mut slow = GroupConfig::new("slow", Policy::Fifo, 10);
+    slow.threads = 1;
+    slow.cpus = Some(vec![*lfrt::os::available_cpus().last().unwrap()]);
+    slow.budget_us = Some(5_000);
+    slow.on_overrun = OnOverrun::Demote;
+    let mut rt = Runtime::new(RuntimeConfig {
+        rt: RtMode::Required,
+        lock_memory: false,
+        metrics: None,
+        groups: vec![slow],
+        bands: Vec::new(),
+    })
+    .unwrap();
+    let n = Notifier::new().unwrap();
+    let w = n.as_fd().try_clone_to_owned().unwrap();
+    let policy_mid = Arc::new(AtomicU64::new(u64::MAX));
+    let spinner = Spinner {
+        n,
+        max_spin_ms: 400,
+        policy_mid: policy_mid.clone(),
+    };
+    rt.lane("slow")
+        .unwrap()
+        .registry()
+        .register(Box::new(spinner))
+        .unwrap();
+    rt.start().unwrap();
+    // The watchdog names itself once it runs.
+    let mut watchdog = None;
+    assert!(
+        util::wait_until(5, || {
+            watchdog = thread_named("lfrt-watchdog");
+            watchdog.is_some()
+        }),
+        "the watchdog thread runs"
+    );
+    let watchdog = watchdog.unwrap();
+    let before = nice_of(watchdog).unwrap();
+    nix::unistd::write(&w, &1u64.to_ne_bytes()).unwrap();
+    assert!(
+        util::wait_until(5, || policy_mid.load(SeqCst) != u64::MAX),
+        "spinner never ran"
+    );
+    let after = nice_of(watchdog).unwrap();
+    let slow_tid = rt.thread_ids()[0].2;
+    assert!(util::wait_until(5, || lfrt::os::read_back(slow_tid)
+        .unwrap()
+        == Sched::Fifo(10)));
+    let slow_nice = nice_of(slow_tid).unwrap();
+    let m = rt.shutdown().unwrap();
+    assert_eq!(m[0].demotions, 1, "{:?}", m[0]);
+    assert_eq!(policy_mid.load(SeqCst), 1, "the handler was not demoted");
+    assert_eq!(
+        after, before,
+        "the watchdog's own nice value changed when it demoted another thread"
+    );
+    assert_eq!(slow_nice, 0, "the demoted thread's nice value changed");
+}
+
+/// `os::set_current_sched(Sched::Other)` gives SCHED_OTHER at nice 0 as documented ("priority
+/// 0"), not nice 19.
+#[test]
+fn set_current_sched_other_leaves_nice_alone() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed("set_current_sched_other_leaves_nice_alone", 10) {
+        return;
+    }
+    let (sched, nice) = std::thread::spawn(|| {
+        let before = nice_of(lfrt::os::gettid()).unwrap();
+        lfrt::os::set_current_sched(Sched::Fifo(10)).unwrap();
+        lfrt::os::set_current_sched(Sched::Other).unwrap();
+        let tid = lfrt::os::gettid();
+        (
+            lfrt::os::read_back(tid).unwrap(),
+            nice_of(lfrt::os::gettid()).unwrap() - before,
+        )
+    })
+    .join()
+    .unwrap();
+    assert_eq!(sched, Sched::Other);
+    assert_eq!(nice, 0, "SCHED_OTHER changed the caller's nice value");
+}
+
 /// Priority inheritance, read back from the kernel: while a SCHED_FIFO 50 thread waits for
 /// lfrt's PiMutex held by a SCHED_FIFO 10 thread, the holder runs at effective priority 50;
 /// with a plain (non-PI) std mutex it stays at 10.

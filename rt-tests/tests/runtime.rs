@@ -421,6 +421,46 @@ fn deadline_lane_runs_under_sched_deadline_with_its_reservation() {
     );
 }
 
+/// Issue #20 defect 6: a process affinity narrowed after validation (as `taskset` narrows it)
+/// makes the kernel refuse SCHED_DEADLINE with EPERM, which was reported as a missing
+/// CAP_SYS_NICE. The error now says the affinity is narrowed, and asks for no privilege.
+#[test]
+fn a_narrowed_affinity_is_not_reported_as_a_missing_privilege() {
+    let test = "a_narrowed_affinity_is_not_reported_as_a_missing_privilege";
+    if !util::rt_allowed(test, 99) || !util::two_cpus(test) {
+        return;
+    }
+    let _l = util::rt_lock();
+    let mut g = GroupConfig::new("ctl", Policy::Deadline, 90);
+    g.threads = 1;
+    g.deadline = Some(Deadline {
+        runtime_us: 200,
+        deadline_us: 1000,
+        period_us: 1000,
+    });
+    let mut rt = Runtime::new(RuntimeConfig {
+        rt: RtMode::Required,
+        lock_memory: false,
+        metrics: None,
+        groups: vec![g],
+        bands: Vec::new(),
+    })
+    .unwrap();
+    // The pool threads inherit the affinity of the thread that starts them.
+    let all = lfrt::os::available_cpus();
+    let started = std::thread::spawn(move || {
+        lfrt::os::set_current_affinity(&all[..1]).unwrap();
+        rt.start().map(drop).map_err(|e| e.to_string())
+    })
+    .join()
+    .unwrap();
+    let e = started.expect_err("SCHED_DEADLINE under a narrowed affinity");
+    assert!(
+        e.contains("affinity is narrowed") && !e.contains("CAP_SYS_NICE"),
+        "{e}"
+    );
+}
+
 /// A handler that panics in `interest()` (after a good `handle`) or in its `Drop`.
 struct Fragile {
     n: Notifier,

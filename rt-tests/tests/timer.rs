@@ -209,3 +209,51 @@ fn zero_allocations_callback_timer() {
         m[0]
     );
 }
+
+/// Issue #20 defect 7: durations passed through `as u64`, so a period or delay of 2^64 ns and
+/// more wrapped around: a period of 2^64 + 1 ns became a 1 ns period, a delay of 2^64 ns +
+/// 1 ms a 1 ms delay. A period beyond u64 ns is refused (`InvalidInput`); a delay beyond it
+/// saturates (the timer does not expire in this process's life).
+#[test]
+fn durations_beyond_u64_nanoseconds_do_not_wrap() {
+    let _l = util::rt_lock();
+    let beyond = |extra: Duration| Duration::from_nanos(u64::MAX) + Duration::from_nanos(1) + extra;
+    let later = Expiry::After(Duration::from_secs(3600));
+    let e = CallbackTimer::periodic(later, beyond(Duration::ZERO), |_, _| {})
+        .map(drop)
+        .expect_err("a period of 2^64 ns is refused, not taken as 0 ns");
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+    let e = CallbackTimer::periodic(later, beyond(Duration::from_nanos(1)), |_, _| {})
+        .map(drop)
+        .expect_err("a period of 2^64 + 1 ns is refused, not taken as 1 ns");
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+    let (_, control) = CallbackTimer::one_shot(later, |_, _| {}).unwrap();
+    assert_eq!(
+        control
+            .arm_periodic(later, beyond(Duration::ZERO))
+            .unwrap_err()
+            .kind(),
+        std::io::ErrorKind::InvalidInput
+    );
+
+    // A delay of 2^64 ns + 1 ms: wrapped, it expired after 1 ms.
+    let (fired, callback) = counter();
+    let (timer, _control) =
+        CallbackTimer::one_shot(Expiry::After(beyond(Duration::from_millis(1))), callback).unwrap();
+    let (ran, probe) = counter();
+    let (check, _c2) = CallbackTimer::periodic(
+        Expiry::After(Duration::from_millis(1)),
+        Duration::from_millis(1),
+        probe,
+    )
+    .unwrap();
+    let mut rt = lane(1);
+    let reg = rt.lane("lane").unwrap().registry();
+    reg.register(Box::new(timer)).unwrap();
+    reg.register(Box::new(check)).unwrap();
+    rt.start().unwrap();
+    // 50 expiries of a 1 ms timer on the same lane: the wrapped delay would have expired.
+    assert!(util::wait_until(10, || ran.load(SeqCst) >= 50));
+    rt.shutdown().unwrap();
+    assert_eq!(fired.load(SeqCst), 0, "the saturated delay expired");
+}

@@ -234,11 +234,41 @@ thread_local! {
     static RUNTIME_THREAD: Cell<Option<(u16, u16, u8)>> = const { Cell::new(None) };
 }
 
+thread_local! {
+    /// A runtime bound group's thread: its group, and its index there, so that its outermost
+    /// dispatch is stamped in its `ThreadSlot` (`busy_since`, `busy_token`) as a
+    /// Leader/Followers thread's is, and a shutdown can name a handler that does not return.
+    /// Set once at the thread's set-up (one `Arc` clone, off the dispatch path).
+    static RUNTIME_SLOT: std::cell::OnceCell<(Arc<crate::engine::group::Group>, usize)> =
+        const { std::cell::OnceCell::new() };
+}
+
 /// Marks the calling thread as thread `thread` (at `priority`) of the runtime's bound group
 /// `group`: every handler it runs, also inline inside a handler's `join` (where the handler's
-/// own waiter's [`Context`] is used), is told that group, thread and priority.
-pub(crate) fn set_runtime_thread(group: u16, thread: u16, priority: u8) {
-    RUNTIME_THREAD.with(|c| c.set(Some((group, thread, priority))));
+/// own waiter's [`Context`] is used), is told that group, thread and priority, and its
+/// outermost dispatch is stamped in its slot of `group`.
+pub(crate) fn set_runtime_thread(
+    group: &Arc<crate::engine::group::Group>,
+    thread: u16,
+    priority: u8,
+) {
+    RUNTIME_THREAD.with(|c| c.set(Some((group.index, thread, priority))));
+    RUNTIME_SLOT.with(|c| {
+        let _ = c.set((group.clone(), usize::from(thread)));
+    });
+}
+
+/// Stamps the calling runtime thread's slot: handler of `token` running since `since_ns`
+/// (0: none). Nothing on other threads.
+fn stamp_busy(token: u64, since_ns: u64) {
+    RUNTIME_SLOT.with(|c| {
+        if let Some((g, i)) = c.get() {
+            let t = &g.threads[*i];
+            t.busy_token.store(token, Relaxed);
+            t.busy_since
+                .store(since_ns, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
 }
 
 /// Sizes and policies of a [`BoundPool`].
@@ -301,6 +331,15 @@ impl BoundConfig {
         }
         if self.max_nesting == 0 {
             return Some(("max_nesting", "must be at least 1".into()));
+        }
+        if self.promotion == Promotion::Concurrent {
+            return Some((
+                "promotion",
+                "\"concurrent\" does not apply to a bound pool: its threads share one \
+                 connection, which only the leader reads; use \"fifo\", \"lifo\" or \
+                 \"priority\""
+                    .into(),
+            ));
         }
         None
     }
@@ -940,7 +979,7 @@ impl BoundPool {
     fn dispatch(&self, ev: Ready, ctx: &mut Context) {
         ctx.tid = sys::gettid();
         if let Some((group, thread, priority)) = RUNTIME_THREAD.with(Cell::get) {
-            (ctx.group, ctx.thread, ctx.priority) = (group, thread, priority);
+            (ctx.group, ctx.thread, ctx.priority) = (group, u32::from(thread), priority);
         }
         ctx.origin_ns = 0;
         ctx.missed_periods = 0;
@@ -949,9 +988,18 @@ impl BoundPool {
             readiness: ev.readiness,
             woke_ns: ev.woke_ns,
         };
+        // Only the outermost dispatch is stamped: a nested one (inside a `join`) ends while
+        // the outer handler still runs.
+        let outermost = nesting() == 0;
+        if outermost {
+            stamp_busy(ev.token, sys::now_ns().max(1));
+        }
         NESTING.with(|n| n.set(n.get() + 1));
         let outcome = handler::dispatch(&self.inner.handles, &event, ctx);
         NESTING.with(|n| n.set(n.get() - 1));
+        if outermost {
+            stamp_busy(0, 0);
+        }
         match outcome {
             Dispatched::Stale => {}
             Dispatched::Panicked => {

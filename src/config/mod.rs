@@ -720,6 +720,39 @@ impl Machine {
     }
 }
 
+/// The most epoll instances the kernel nests in one another (`EP_MAX_NESTS` 4 levels below the
+/// outermost; a sixth fails `epoll_ctl` with ELOOP, measured): the longest borrowing chain,
+/// in lanes.
+const MAX_EPOLL_CHAIN: usize = 5;
+
+/// What the kernel accepts of SCHED_DEADLINE parameters here, as validation reads it.
+#[derive(Debug, Clone)]
+struct DeadlineKernel {
+    /// `sched_deadline_period_{min,max}_us` (/proc/sys/kernel).
+    period_us: (u64, u64),
+    /// The calling thread's CPU affinity (pool threads inherit it).
+    affinity: Vec<usize>,
+}
+
+impl DeadlineKernel {
+    /// The smallest runtime `sched_setattr` accepts (`1 << DL_SCALE` ns in kernel/sched).
+    const MIN_RUNTIME_NS: u64 = 1024;
+
+    fn probe() -> DeadlineKernel {
+        let read = |which: &str, default: u64| {
+            std::fs::read_to_string(format!("/proc/sys/kernel/sched_deadline_period_{which}_us"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(default)
+        };
+        DeadlineKernel {
+            // The kernel's defaults: 100 µs and 2^22 µs (about 4.2 s).
+            period_us: (read("min", 100), read("max", 1 << 22)),
+            affinity: sched::available_cpus(),
+        }
+    }
+}
+
 /// Whether two sockets of one protocol, bound to `a` and `b` without `SO_REUSEPORT`, would
 /// collide (`EADDRINUSE`), whichever is bound first.
 ///
@@ -776,8 +809,13 @@ impl RuntimeConfig {
         self.check_settings(&machine.cpus)?;
         self.check_bands()?;
         self.check_bound()?;
-        self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
+        self.check_deadlines(
+            &machine.cpus,
+            sched::rt_bandwidth(),
+            &DeadlineKernel::probe(),
+        )?;
         self.check_borrowing()?;
+        self.check_lender_privilege(sched::RtPrivilege::probe())?;
         self.check_memory(&machine)
     }
 
@@ -785,18 +823,31 @@ impl RuntimeConfig {
         self.check_settings(&machine.cpus)?;
         self.check_bands()?;
         self.check_bound()?;
-        self.check_deadlines(&machine.cpus, sched::rt_bandwidth())?;
+        self.check_deadlines(
+            &machine.cpus,
+            sched::rt_bandwidth(),
+            &DeadlineKernel::probe(),
+        )?;
         self.check_borrowing()?;
+        self.check_lender_privilege(sched::RtPrivilege::probe())?;
         self.check_memory(machine)?;
         self.check_binds()
     }
 
     /// Deadline lanes: parameters present exactly for `policy = "deadline"`, `1 ≤ runtime ≤
-    /// deadline ≤ period`, no CPU restriction (the kernel admits a deadline thread only with an
-    /// affinity spanning its root domain), no demotion (the kernel throttles instead), and the
-    /// total bandwidth (threads × runtime / period, over every deadline lane) within the RT
-    /// limit `bandwidth` × CPUs, which the kernel's admission control enforces with `EBUSY`.
-    fn check_deadlines(&self, cpus: &[usize], bandwidth: Option<f64>) -> Result<(), Invalid> {
+    /// deadline ≤ period`, the kernel's own bounds (`kernel`: a runtime of at least 1024 ns, a
+    /// period within `sched_deadline_period_{min,max}_us`; `sched_setattr` refuses anything
+    /// else with EINVAL), no CPU restriction and no narrowed process affinity (the kernel admits
+    /// a deadline thread only with an affinity spanning its root domain, EPERM otherwise), no
+    /// demotion (the kernel throttles instead), and the total bandwidth (threads × runtime /
+    /// period, over every deadline lane) within the RT limit `bandwidth` × CPUs, which the
+    /// kernel's admission control enforces with `EBUSY`.
+    fn check_deadlines(
+        &self,
+        cpus: &[usize],
+        bandwidth: Option<f64>,
+        kernel: &DeadlineKernel,
+    ) -> Result<(), Invalid> {
         let bad = |g: usize, field: &'static str, message: String| Invalid {
             section: Section::Group(g),
             field,
@@ -835,11 +886,47 @@ impl RuntimeConfig {
                      must be at least 1)", d.runtime_us, d.deadline_us, d.period_us),
                 ));
             }
-            if d.period_us > 1 << 40 {
+            if d.runtime_us.saturating_mul(1000) < DeadlineKernel::MIN_RUNTIME_NS {
                 return Err(bad(
                     gi,
                     "deadline",
-                    format!("period_us {} is too long", d.period_us),
+                    format!(
+                        "runtime_us {} is below the kernel's minimum runtime of {} ns: \
+                         sched_setattr refuses it; give at least runtime_us = 2",
+                        d.runtime_us,
+                        DeadlineKernel::MIN_RUNTIME_NS
+                    ),
+                ));
+            }
+            let (min, max) = kernel.period_us;
+            if d.period_us < min || d.period_us > max {
+                let (which, bound) = if d.period_us < min {
+                    ("min", min)
+                } else {
+                    ("max", max)
+                };
+                return Err(bad(
+                    gi,
+                    "deadline",
+                    format!(
+                        "period_us {} is outside the kernel's range {min}..={max} \
+                         (/proc/sys/kernel/sched_deadline_period_{which}_us {bound}): \
+                         sched_setattr refuses it",
+                        d.period_us
+                    ),
+                ));
+            }
+            if cpus.iter().any(|c| !kernel.affinity.contains(c)) {
+                return Err(bad(
+                    gi,
+                    "policy",
+                    format!(
+                        "this process's CPU affinity is narrowed to {:?} of the CPUs {cpus:?} \
+                         (as under taskset): the kernel admits a SCHED_DEADLINE thread only \
+                         with an affinity spanning its root domain, and refuses it otherwise \
+                         (EPERM) whatever the privilege; run without the narrowed affinity",
+                        kernel.affinity
+                    ),
                 ));
             }
             if let Some(own) = &g.cpus {
@@ -914,7 +1001,13 @@ impl RuntimeConfig {
                 );
             }
             if let Some((field, message)) = b.pool_config(g).invalid() {
-                return bad(here, field, message);
+                // The pool's promotion is the group's setting.
+                let section = if field == "promotion" {
+                    Section::Group(gi)
+                } else {
+                    here
+                };
+                return bad(section, field, message);
             }
             if b.max_waiters < g.threads {
                 return bad(
@@ -925,16 +1018,6 @@ impl RuntimeConfig {
                          at least one per thread, plus one per caller of the back-end",
                         b.max_waiters, g.threads
                     ),
-                );
-            }
-            if g.promotion == Promotion::Concurrent {
-                return bad(
-                    Section::Group(gi),
-                    "promotion",
-                    "\"concurrent\" does not apply to a bound group: its threads share one \
-                     connection, which only the leader reads; use \"fifo\", \"lifo\" or \
-                     \"priority\""
-                        .into(),
                 );
             }
             if g.budget_us.is_some() {
@@ -1079,6 +1162,74 @@ impl RuntimeConfig {
                         "{max}: must be 1..={lent} (the threads of the borrow_from lanes together)"
                     ),
                 ));
+            }
+        }
+        // Each borrower's epoll instance is nested in its lenders': a chain of lanes is a chain
+        // of nested epoll instances, which the kernel refuses (epoll_ctl ELOOP) deeper than
+        // MAX_EPOLL_CHAIN. Lanes borrow only from lower ones, so the chains end.
+        fn chain<'a>(c: &'a RuntimeConfig, g: &'a GroupConfig) -> Vec<&'a str> {
+            let longest = g
+                .borrow_from
+                .iter()
+                .filter_map(|n| c.groups.iter().find(|l| l.name == *n))
+                .map(|l| chain(c, l))
+                .max_by_key(Vec::len)
+                .unwrap_or_default();
+            std::iter::once(g.name.as_str()).chain(longest).collect()
+        }
+        for (gi, g) in self.groups.iter().enumerate() {
+            let lanes = chain(self, g);
+            if lanes.len() > MAX_EPOLL_CHAIN {
+                return Err(bad(
+                    gi,
+                    "borrow_from",
+                    format!(
+                        "the borrowing chain {} is {} lanes deep: each borrower's epoll instance \
+                         is nested in its lenders', and the kernel nests epoll instances at most \
+                         {MAX_EPOLL_CHAIN} deep (EP_MAX_NESTS; epoll_ctl fails with ELOOP); \
+                         borrow from fewer levels",
+                        lanes.join(" → "),
+                        lanes.len()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A lender that gets its real-time priority must also be allowed its borrowers': a lent
+    /// thread raises itself to the borrower's priority for every lent event, and a raise the
+    /// kernel refuses (`EPERM`: no CAP_SYS_NICE, `RLIMIT_RTPRIO` below the borrower's priority)
+    /// would fail on every one, leaving the borrower's handler at the lender's priority. (A
+    /// lender refused real time altogether runs time-shared and lends as it is.)
+    fn check_lender_privilege(&self, p: sched::RtPrivilege) -> Result<(), Invalid> {
+        for (gi, g) in self.groups.iter().enumerate() {
+            if g.borrow_from.is_empty() || p.allows(g.priority) {
+                continue;
+            }
+            for name in &g.borrow_from {
+                let Some(l) = self.groups.iter().find(|l| l.name == *name) else {
+                    continue; // check_borrowing names it
+                };
+                if let Some(lp) = (0..l.threads)
+                    .map(|i| l.thread_priority(i))
+                    .find(|&lp| p.allows(lp))
+                {
+                    return Err(Invalid {
+                        section: Section::Group(gi),
+                        field: "borrow_from",
+                        message: format!(
+                            "`{name}` runs at real-time priority {lp} here but cannot be raised \
+                             to this lane's priority {}: the kernel refuses it (CAP_SYS_NICE {}, \
+                             RLIMIT_RTPRIO {}); grant CAP_SYS_NICE, raise RLIMIT_RTPRIO to {}, \
+                             or stop borrowing",
+                            g.priority,
+                            if p.cap_sys_nice { "yes" } else { "no" },
+                            p.rlimit_rtprio,
+                            g.priority
+                        ),
+                    });
+                }
             }
         }
         Ok(())
@@ -1403,15 +1554,7 @@ impl RuntimeConfig {
     /// Binds every handler's address, and the metrics address, and drops the socket at once:
     /// the port is free *now*.
     fn check_binds(&self) -> Result<(), Invalid> {
-        if let Some(addr) = self.metrics {
-            std::net::TcpListener::bind(addr)
-                .map_err(|e| Invalid {
-                    section: Section::Runtime,
-                    field: "metrics",
-                    message: format!("cannot bind {addr}: {e}"),
-                })
-                .map(drop)?;
-        }
+        self.check_metrics_bind()?;
         for (gi, g) in self.groups.iter().enumerate() {
             for (hi, h) in g.handlers.iter().enumerate() {
                 let probe = match *h {
@@ -1436,6 +1579,22 @@ impl RuntimeConfig {
             }
         }
         self.check_band_binds()
+    }
+
+    /// The metrics address binds now (a point-in-time check, as [`validate`](Self::validate)'s).
+    /// [`Runtime::add_group`](crate::Runtime::add_group) calls it for the first group, which
+    /// is the first validation a runtime built without groups gets.
+    pub(crate) fn check_metrics_bind(&self) -> Result<(), Invalid> {
+        if let Some(addr) = self.metrics {
+            std::net::TcpListener::bind(addr)
+                .map_err(|e| Invalid {
+                    section: Section::Runtime,
+                    field: "metrics",
+                    message: format!("cannot bind {addr}: {e}"),
+                })
+                .map(drop)?;
+        }
+        Ok(())
     }
 }
 
@@ -1568,6 +1727,61 @@ mod tests {
         assert!(field(c).1.contains("only fifo and rr lanes lend"));
         // The whole validation runs it.
         assert_eq!(field_of(&lanes(&["x"], None)), "group[0].borrow_from");
+    }
+
+    /// Issue #20 defect 7: a borrowing chain of 6 lanes passed validation and failed at start
+    /// (epoll_ctl ELOOP); refused, naming the limit. 5 lanes pass.
+    #[test]
+    fn borrowing_chains_deeper_than_epoll_nesting_are_refused() {
+        let chain = |n: usize| {
+            cfg((0..n)
+                .map(|i| {
+                    let mut g = GroupConfig::new(format!("l{i}"), Policy::Fifo, 90 - i as u8);
+                    g.threads = 1;
+                    if i + 1 < n {
+                        g.borrow_from = vec![format!("l{}", i + 1)];
+                    }
+                    g
+                })
+                .collect())
+        };
+        chain(5).check_borrowing().unwrap();
+        let e = chain(6).check_borrowing().unwrap_err();
+        assert_eq!(e.path(), "group[0].borrow_from");
+        assert!(
+            e.message.contains("6 lanes deep") && e.message.contains("at most 5"),
+            "{}",
+            e.message
+        );
+    }
+
+    /// Issue #20 defect 5: with RLIMIT_RTPRIO 40 and no CAP_SYS_NICE, a lender at 30 runs at
+    /// real-time priority but cannot be raised to its borrower's 50: refused, naming the
+    /// priority and the limit. Allowed when the raise is (a limit of 50, or the capability), or
+    /// when the lender gets no real time either (it lends time-shared, without a raise).
+    #[test]
+    fn borrowing_needs_the_privilege_to_raise_the_lender() {
+        let mut hi = GroupConfig::new("hi", Policy::Fifo, 50);
+        hi.borrow_from = vec!["lo".into()];
+        let c = cfg(vec![hi, GroupConfig::new("lo", Policy::Fifo, 30)]);
+        let limit = |rlimit_rtprio| sched::RtPrivilege {
+            cap_sys_nice: false,
+            rlimit_rtprio,
+        };
+        let e = c.check_lender_privilege(limit(40)).unwrap_err();
+        assert_eq!(e.path(), "group[0].borrow_from", "{}", e.message);
+        assert!(
+            e.message.contains("priority 50") && e.message.contains("RLIMIT_RTPRIO 40"),
+            "{}",
+            e.message
+        );
+        c.check_lender_privilege(limit(50)).unwrap();
+        c.check_lender_privilege(limit(0)).unwrap();
+        c.check_lender_privilege(sched::RtPrivilege {
+            cap_sys_nice: true,
+            rlimit_rtprio: 0,
+        })
+        .unwrap();
     }
 
     #[test]
@@ -1766,8 +1980,40 @@ mod tests {
             g
         };
         let cpus = [0, 1];
-        let check = |groups: Vec<GroupConfig>, bw| cfg(groups).check_deadlines(&cpus, bw);
+        let kernel = DeadlineKernel {
+            period_us: (100, 1 << 22),
+            affinity: cpus.to_vec(),
+        };
+        let check = |groups: Vec<GroupConfig>, bw| cfg(groups).check_deadlines(&cpus, bw, &kernel);
         check(vec![dl(200, 1000, 1000)], Some(0.95)).unwrap();
+        // The kernel's bounds (issue #20 defect 6): runtime ≥ 1024 ns, period within
+        // sched_deadline_period_{min,max}_us; a narrowed process affinity.
+        for (g, says) in [
+            (dl(1, 1000, 1000), "1024 ns"),
+            (dl(2, 99, 99), "sched_deadline_period_min_us 100"),
+            (
+                dl(200, 1000, (1 << 22) + 1),
+                "sched_deadline_period_max_us 4194304",
+            ),
+        ] {
+            let e = check(vec![g], Some(0.95)).unwrap_err();
+            assert_eq!(e.field, "deadline");
+            assert!(e.message.contains(says), "{}", e.message);
+        }
+        check(vec![dl(2, 100, 100)], Some(0.95)).unwrap();
+        let narrowed = DeadlineKernel {
+            affinity: vec![0],
+            ..kernel.clone()
+        };
+        let e = cfg(vec![dl(200, 1000, 1000)])
+            .check_deadlines(&cpus, Some(0.95), &narrowed)
+            .unwrap_err();
+        assert_eq!(e.field, "policy");
+        assert!(
+            e.message.contains("affinity is narrowed to [0]"),
+            "{}",
+            e.message
+        );
         for (g, field) in [
             (dl(0, 1000, 1000), "deadline"),
             (dl(500, 400, 1000), "deadline"),

@@ -63,7 +63,10 @@
 //!   priority and nothing of its own lane at it: it raises itself after its own lane's
 //!   promotion and restores itself before it rejoins (a failed restore is counted in its own
 //!   lane's `restore_failures`). A time-shared lender (real time refused in best-effort mode)
-//!   has no priority to change and lends as it is.
+//!   has no priority to change and lends as it is. Validation refuses a lender that would get
+//!   its own priority but not its borrower's; a raise refused all the same (the privilege was
+//!   taken away after validation) is counted in the lender's `raise_failures`, logged once per
+//!   lane, and the handler runs at the lender's priority.
 //!
 //! # What a lent thread brings with it
 //! Its own thread: its buffers, stack, CPUs and overrun budget. Validation therefore asks every

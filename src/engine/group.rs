@@ -67,7 +67,7 @@
 use crate::bound::{BoundPool, Waiter};
 use crate::config::{BoundGroup, GroupConfig, RtMode};
 use crate::engine::borrow::Borrow;
-use crate::engine::follower_queue::Promotion;
+use crate::engine::follower_queue::{Promotion, MAX_GROUP_THREADS};
 use crate::engine::handle_set::Wait;
 use crate::engine::handler::{self, Context, Dispatched, Event, Handles, Registry};
 use crate::engine::leader::{Joined, Promoted, Protocol};
@@ -95,8 +95,6 @@ pub(crate) struct ThreadSlot {
     pub(crate) sched: Sched,
     pub(crate) priority: u8,
     pub(crate) tid: AtomicI32,
-    /// The thread's `pthread_t` (what [`sched::set_thread`] takes), 0 before it started.
-    pub(crate) pthread: AtomicU64,
     /// The policy and level the kernel reported after set-up ([`Applied`]), so a snapshot
     /// shows what runs, not what was asked for (a best-effort lane may run time-shared).
     pub(crate) applied: AtomicU64,
@@ -123,7 +121,6 @@ impl ThreadSlot {
             sched,
             priority,
             tid: AtomicI32::new(0),
-            pthread: AtomicU64::new(0),
             applied: AtomicU64::new(Applied::NOT_STARTED),
             busy_since: AtomicU64::new(0),
             busy_token: AtomicU64::new(0),
@@ -159,25 +156,57 @@ impl ThreadSlot {
         Some(now.saturating_sub(base))
     }
 
+    // Demotion and restore have one owner, these three methods: the watchdog calls
+    // [`demote`](Self::demote), the thread itself [`take_sched`](Self::take_sched) (a lent
+    // thread's raise and return) and [`restore_if_demoted`](Self::restore_if_demoted) (after
+    // each handler). Protocol (no lost restore): the watchdog, under `sched_lock`, sets
+    // `demoted` and *then* re-reads `busy_since`; it demotes only if the same handler still
+    // runs. The thread clears `busy_since` and *then* reads `demoted`; if set, it takes
+    // `sched_lock` and restores. Both pairs are SeqCst, so at least one side sees the other's
+    // write: either the watchdog sees the handler ended (and does not demote), or the thread
+    // sees `demoted` (and restores after the demotion finished).
+
+    /// Watchdog side: moves this thread to SCHED_OTHER if the handler that started at `start`
+    /// still runs. Only the target's policy changes (`sched::set_thread` on its tid leaves
+    /// every nice value alone, the caller's included). Returns whether it demoted.
+    pub(crate) fn demote(&self, start: u64) -> bool {
+        let _l = self.sched_lock.lock();
+        self.demoted.store(true, SeqCst);
+        if self.busy_since.load(SeqCst) == start
+            && sched::set_thread(self.tid.load(Relaxed), Sched::Other).is_ok()
+        {
+            return true;
+        }
+        self.demoted.store(false, SeqCst);
+        false
+    }
+
+    /// Thread side: the calling thread (this slot's) takes policy `s`, its own or a lane's it
+    /// is lent to. Under `sched_lock`, so it does not interleave with a demotion; a demotion in
+    /// force is over with it.
+    fn take_sched(&self, s: Sched) -> io::Result<()> {
+        let _g = self.sched_lock.lock();
+        self.demoted.store(false, SeqCst);
+        sched::set_current(s)
+    }
+
     /// Puts the thread back to its configured policy if the watchdog demoted it. Called by the
     /// thread itself after clearing `busy_since`. A failed restore (the privilege was taken away
     /// while running) is counted and logged: the thread then stays time-shared.
     #[cold]
     fn restore_if_demoted(&self, group: &Group) {
-        if self.demoted.load(SeqCst) {
-            let _g = self.sched_lock.lock();
-            if self.demoted.swap(false, SeqCst) {
-                if let Err(e) = sched::set_current(self.sched) {
-                    Counters::add(&group.counters.restore_failures, 1);
-                    tracing::error!(
-                        group = %group.cfg.name,
-                        policy = ?self.sched,
-                        error = %e,
-                        "could not restore a pool thread's policy after a watchdog demotion; \
-                         it stays SCHED_OTHER"
-                    );
-                }
-            }
+        if !self.demoted.load(SeqCst) {
+            return;
+        }
+        if let Err(e) = self.take_sched(self.sched) {
+            Counters::add(&group.counters.restore_failures, 1);
+            tracing::error!(
+                group = %group.cfg.name,
+                policy = ?self.sched,
+                error = %e,
+                "could not restore a pool thread's policy after a watchdog demotion; \
+                 it stays SCHED_OTHER"
+            );
         }
     }
 }
@@ -362,7 +391,9 @@ pub(crate) enum Setup {
     /// Running with the configured policy (`true`) or at normal priority (`false`, best-effort).
     Ready {
         rt_applied: bool,
-        error: Option<std::io::Error>,
+        /// The kernel's refusal, and why if no privilege would fix it
+        /// ([`sched::refusal_cause`]).
+        error: Option<(std::io::Error, Option<String>)>,
     },
     Failed(Error),
 }
@@ -378,13 +409,13 @@ pub(crate) fn pool_thread(
     let slot = &group.threads[idx as usize];
     let tid = sys::gettid();
     slot.tid.store(tid, Release);
-    slot.pthread.store(sched::current_thread(), Release);
 
     // 1. Priority first, then affinity.
     let mut rt_applied = true;
     let mut rt_error = None;
     if slot.sched != Sched::Other {
         if let Err(e) = sched::set_current(slot.sched) {
+            let cause = sched::refusal_cause(slot.sched, &e);
             if rt == RtMode::Required {
                 let p = sched::RtPrivilege::probe();
                 let have = format!(
@@ -392,7 +423,13 @@ pub(crate) fn pool_thread(
                     if p.cap_sys_nice { "yes" } else { "no" },
                     p.rlimit_rtprio
                 );
-                let err = if sched::is_permission_denied(&e) {
+                let err = if let Some(cause) = cause {
+                    Error::Sched {
+                        group: group.cfg.name.clone(),
+                        what: format!("setting {:?}: {cause}", slot.sched),
+                        source: e,
+                    }
+                } else if sched::is_permission_denied(&e) {
                     Error::RtPermission {
                         group: group.cfg.name.clone(),
                         priority: slot.priority,
@@ -411,7 +448,7 @@ pub(crate) fn pool_thread(
                 return;
             }
             rt_applied = false;
-            rt_error = Some(e);
+            rt_error = Some((e, cause));
             let _ = sched::set_current_nice(best_effort_nice(slot.priority));
         }
     }
@@ -434,7 +471,7 @@ pub(crate) fn pool_thread(
         // A bound group's thread: its waiter (leased and pre-faulted with the group) holds its
         // handler buffers; it serves the pool until the group stops.
         let mut w = b.waiter(idx, slot.priority);
-        crate::bound::set_runtime_thread(group.index, idx, slot.priority);
+        crate::bound::set_runtime_thread(&group, idx, slot.priority);
         let _ = ready.send(Setup::Ready {
             rt_applied,
             error: rt_error,
@@ -630,15 +667,19 @@ impl PoolThread<'_> {
         match b.handles.wait_timeout(0) {
             Ok(Wait::Link { borrower }) => self.lend(b, borrower, woke_ns),
             Ok(Wait::Event { token, readiness }) => {
-                let own = (self.ctx.group, self.ctx.priority);
+                let own = (self.ctx.group, self.ctx.thread, self.ctx.priority);
                 let registry = std::mem::replace(&mut self.ctx.registry, b.registry());
-                (self.ctx.group, self.ctx.priority) = (b.index, b.cfg.priority);
+                // An index no thread of `b` (nor any other lent thread) has: Context docs.
+                let lent_index = (1 + u32::from(self.group.index)) * MAX_GROUP_THREADS as u32
+                    + u32::from(self.idx);
+                (self.ctx.group, self.ctx.thread, self.ctx.priority) =
+                    (b.index, lent_index, b.cfg.priority);
                 if self.process(b, token, readiness, woke_ns) {
                     Counters::add(&b.counters.borrowed, 1);
                     Counters::add(&self.group.counters.lent, 1);
                 }
                 self.ctx.registry = registry;
-                (self.ctx.group, self.ctx.priority) = own;
+                (self.ctx.group, self.ctx.thread, self.ctx.priority) = own;
             }
             _ => {} // nothing ready any more, or the set is shutting down
         }
@@ -655,28 +696,40 @@ impl PoolThread<'_> {
     /// its return to its own). A failure is exceptional (the privilege was taken away while
     /// running): logged, and counted if it was the return.
     fn set_sched(&self, s: Sched, restore: bool) {
-        let _g = self.slot.sched_lock.lock();
-        if restore {
-            // Back to its own policy: a watchdog demotion during the lent dispatch is over too.
-            self.slot.demoted.store(false, SeqCst);
-        }
-        if let Err(e) = sched::set_current(s) {
+        if let Err(e) = self.slot.take_sched(s) {
             self.sched_failed(s, restore, &e);
         }
     }
 
+    /// A refused raise is counted in this thread's lane (`raise_failures`) and logged once per
+    /// lane: it fails the same way on every lent event, and a log line per event from a
+    /// real-time thread would be a write on the dispatch path. The handler then runs at the
+    /// thread's own priority. A refused restore is counted and logged each time (it leaves the
+    /// thread at the higher priority, which must not pass unseen).
     #[cold]
     fn sched_failed(&self, s: Sched, restore: bool, e: &io::Error) {
+        let c = &self.group.counters;
         if restore {
-            Counters::add(&self.group.counters.restore_failures, 1);
+            Counters::add(&c.restore_failures, 1);
+        } else {
+            Counters::add(&c.raise_failures, 1);
+            if c.raise_failure_said.swap(true, Relaxed) {
+                return;
+            }
         }
         tracing::error!(
             group = %self.group.cfg.name,
             thread = self.idx,
             policy = ?s,
             error = %e,
-            "a thread lent to a higher lane could not {} its policy",
-            if restore { "restore" } else { "raise" }
+            "a thread lent to a higher lane could not {} its policy{}",
+            if restore { "restore" } else { "raise" },
+            if restore {
+                ""
+            } else {
+                "; lent events run at the lender's priority (counted in raise_failures, \
+                 logged once)"
+            }
         );
     }
 

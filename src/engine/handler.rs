@@ -260,7 +260,7 @@ pub struct Context {
     scratch: Box<[u8]>,
     datagrams: DatagramBatch,
     pub(crate) group: u16,
-    pub(crate) thread: u16,
+    pub(crate) thread: u32,
     pub(crate) priority: u8,
     pub(crate) tid: i32,
     pub(crate) registry: Registry,
@@ -290,7 +290,7 @@ impl Context {
             scratch,
             datagrams,
             group,
-            thread,
+            thread: u32::from(thread),
             priority,
             tid,
             registry,
@@ -328,7 +328,13 @@ impl Context {
     pub fn group(&self) -> usize {
         self.group as usize
     }
-    /// Index of this thread within its group (`lf-<group>-<n>`).
+    /// Index of this thread within its group (`lf-<group>-<n>`), below
+    /// [`MAX_GROUP_THREADS`](crate::MAX_GROUP_THREADS).
+    ///
+    /// While the thread is lent to a higher lane (`borrow_from`), [`group`](Self::group) names
+    /// that lane and this index is `MAX_GROUP_THREADS × (1 + own group index) + own thread
+    /// index`: past every index of the lane's own threads, and distinct for every lent thread,
+    /// so per-thread state a handler keeps by this index is never shared with another thread.
     pub fn thread_index(&self) -> usize {
         self.thread as usize
     }

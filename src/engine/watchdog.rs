@@ -7,12 +7,10 @@
 //! runaway handler cannot hold a CPU at real-time priority; the thread restores its own policy
 //! when the handler returns.
 //!
-//! Demotion protocol (no lost restore): the watchdog, under the thread's `sched_lock`, sets
-//! `demoted` and *then* re-reads `busy_since`; it demotes only if the same handler still runs.
-//! The thread clears `busy_since` and *then* reads `demoted`; if set, it takes `sched_lock` and
-//! restores. Both pairs are SeqCst, so at least one side sees the other's write: either the
-//! watchdog sees the handler ended (and does not demote), or the thread sees `demoted` (and
-//! restores after the watchdog's demotion finished).
+//! The demotion itself, its restore and their protocol belong to the thread's slot
+//! (`ThreadSlot::demote` / `restore_if_demoted` in `group.rs`); this thread only decides when.
+//! A demotion changes the target's policy only: the watchdog keeps its own nice value, so it
+//! keeps its share of the CPU against the runaway it has just demoted.
 //!
 //! The watchdog runs at normal priority as the issue asks; while RT threads saturate every CPU
 //! it still gets the kernel's RT-throttle share (`sched_rt_runtime_us`, 5% by default).
@@ -20,7 +18,7 @@
 use crate::config::OnOverrun;
 use crate::engine::group::Group;
 use crate::observe::metrics::Counters;
-use crate::sys::{self, sched, sched::Sched};
+use crate::sys::{self, sched::Sched};
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,17 +61,11 @@ pub(crate) fn spawn(
                             budget_us = budget / 1000,
                             "handler overran its budget"
                         );
-                        if g.cfg.on_overrun == OnOverrun::Demote && slot.sched != Sched::Other {
-                            let _l = slot.sched_lock.lock();
-                            slot.demoted.store(true, SeqCst);
-                            if slot.busy_since.load(SeqCst) == start
-                                && sched::set_thread(slot.pthread.load(Relaxed), Sched::Other)
-                                    .is_ok()
-                            {
-                                Counters::add(&g.counters.demotions, 1);
-                            } else {
-                                slot.demoted.store(false, SeqCst);
-                            }
+                        if g.cfg.on_overrun == OnOverrun::Demote
+                            && slot.sched != Sched::Other
+                            && slot.demote(start)
+                        {
+                            Counters::add(&g.counters.demotions, 1);
                         }
                     }
                 }

@@ -14,6 +14,10 @@ pub(crate) struct Counters {
     pub(crate) budget_overruns: AtomicU64,
     pub(crate) demotions: AtomicU64,
     pub(crate) restore_failures: AtomicU64,
+    /// A lent thread's raise to a borrower's priority refused by the kernel, and whether that
+    /// was said once (logged) already.
+    pub(crate) raise_failures: AtomicU64,
+    pub(crate) raise_failure_said: std::sync::atomic::AtomicBool,
     /// Lane borrowing (`borrow.rs`): events of this lane dispatched by lent threads, events of
     /// other lanes this lane's threads dispatched, lenders turned away by `max_borrowed`.
     pub(crate) borrowed: AtomicU64,
@@ -91,6 +95,10 @@ pub struct GroupMetrics {
     /// then stays time-shared), or a thread lent to a higher lane could not take back its own
     /// priority (it then keeps the higher one); each failure is also logged.
     pub restore_failures: u64,
+    /// Lent dispatches of this lane's threads whose raise to the borrower's priority the kernel
+    /// refused (`EPERM`: the privilege was taken away after validation); the handler then ran
+    /// at this lane's priority. The first is logged, the rest only counted.
+    pub raise_failures: u64,
     /// Events of this lane dispatched by a thread lent from a lower lane (`borrow_from`); also
     /// counted in `dispatched`.
     pub borrowed_dispatches: u64,

@@ -122,6 +122,7 @@ fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
                 handles: g.handles.len(),
                 budget_overruns: c.budget_overruns.load(Relaxed),
                 restore_failures: c.restore_failures.load(Relaxed),
+                raise_failures: c.raise_failures.load(Relaxed),
                 demotions: c.demotions.load(Relaxed),
                 borrowed_dispatches: c.borrowed.load(Relaxed),
                 lent_dispatches: c.lent.load(Relaxed),

@@ -189,14 +189,29 @@ impl Runtime {
         report: &mut StartReport,
     ) -> Result<(), Error> {
         let mut failure = None;
+        let mut warned_cause: Vec<String> = Vec::new();
         for (k, (group, thread, rx)) in setups.into_iter().enumerate() {
             match rx.recv() {
                 Ok(Setup::Ready { rt_applied, error }) => {
                     if !rt_applied {
-                        if report.rt_applied {
+                        let (error, cause) =
+                            error.map_or((String::new(), None), |(e, c)| (e.to_string(), c));
+                        if let Some(cause) = cause {
+                            // Every thread of the lane meets it: said per group, once.
+                            if report.rt_applied || !warned_cause.contains(&group) {
+                                tracing::warn!(
+                                    group = %group,
+                                    error = %error,
+                                    "real-time scheduling refused for a reason no privilege \
+                                     fixes: {cause}; rt = \"best-effort\": the lane runs \
+                                     time-shared (SCHED_OTHER), NOT isolated from the others"
+                                );
+                                warned_cause.push(group.clone());
+                            }
+                        } else if report.rt_applied {
                             let p = sys::sched::RtPrivilege::probe();
                             tracing::warn!(
-                                error = %error.map(|e| e.to_string()).unwrap_or_default(),
+                                error = %error,
                                 cap_sys_nice = p.cap_sys_nice,
                                 rlimit_rtprio = p.rlimit_rtprio,
                                 "real-time scheduling refused; rt = \"best-effort\": every lane runs time-shared \

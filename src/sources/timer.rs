@@ -57,7 +57,10 @@ pub enum Expiry {
 impl Expiry {
     fn absolute_ns(self) -> u64 {
         match self {
-            Expiry::After(d) => sys::now_ns().saturating_add(d.as_nanos() as u64),
+            // A delay beyond u64 ns saturates (`as u64` would wrap it to a short one).
+            Expiry::After(d) => {
+                sys::now_ns().saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+            }
             // 0 would disarm the timerfd; the earliest instant is 1 ns.
             Expiry::At(ns) => ns.max(1),
         }
@@ -145,13 +148,13 @@ impl TimerControl {
     /// delivered are forgotten.
     ///
     /// # Errors
-    /// `InvalidInput` for a zero period; `timerfd_settime`'s error.
+    /// `InvalidInput` for a zero period or one of 2^64 ns or more; `timerfd_settime`'s error.
     pub fn arm_periodic(&self, first: Expiry, period: Duration) -> io::Result<()> {
-        let interval = period.as_nanos() as u64;
+        let interval = u64::try_from(period.as_nanos()).unwrap_or(0);
         if interval == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "a periodic timer needs a period of at least 1 ns",
+                format!("a periodic timer needs a period of 1 ns to 2^64 - 1 ns, not {period:?}"),
             ));
         }
         self.shared
@@ -228,7 +231,7 @@ where
     /// A timer that first expires at `first`, then every `period`.
     ///
     /// # Errors
-    /// `InvalidInput` for a zero period; the timerfd's errors.
+    /// `InvalidInput` for a zero period or one of 2^64 ns or more; the timerfd's errors.
     ///
     /// Example: [`CallbackTimer`].
     pub fn periodic(

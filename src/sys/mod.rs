@@ -50,10 +50,12 @@ pub(crate) const CAP_IPC_LOCK: u32 = 14;
 /// `CAP_SYS_NICE` (linux/capability.h).
 pub(crate) const CAP_SYS_NICE: u32 = 23;
 
-/// Whether capability `cap` (e.g. [`CAP_SYS_NICE`]) is in the process's effective set, as
-/// `/proc/self/status` (`CapEff`) shows it; `false` if that cannot be read.
+/// Whether capability `cap` (e.g. [`CAP_SYS_NICE`]) is in the calling thread's effective set,
+/// as `/proc/thread-self/status` (`CapEff`) shows it; `false` if that cannot be read.
+/// Capabilities are per thread (`/proc/self/status` shows the main thread's), and a thread
+/// passes its own to the threads it creates.
 pub(crate) fn has_capability(cap: u32) -> bool {
-    std::fs::read_to_string("/proc/self/status")
+    std::fs::read_to_string("/proc/thread-self/status")
         .ok()
         .and_then(|s| {
             s.lines()

@@ -51,9 +51,8 @@ const SCHED_DEADLINE: i32 = 6;
 
 /// Sets the calling thread to `SCHED_DEADLINE` with `sched_setattr`.
 ///
-/// Hand-written although `thread-priority` has a deadline setter: in 3.1.1 that setter passes the
-/// `pthread_t` it is given as the kernel tid (so it addresses the wrong thread or none) and
-/// reports every failure as errno -1. The raw call on tid 0 (the caller) has neither problem.
+/// The raw call on tid 0 (the caller). (thread-priority 3.1.1's deadline setter, which lfrt
+/// no longer uses, passed a `pthread_t` as the kernel tid and reported every failure as -1.)
 fn set_current_deadline(runtime_ns: u64, deadline_ns: u64, period_ns: u64) -> io::Result<()> {
     let attr = SchedAttr {
         size: std::mem::size_of::<SchedAttr>() as u32,
@@ -88,50 +87,45 @@ fn get_attr(tid: i32) -> io::Result<SchedAttr> {
     Ok(attr)
 }
 
-/// The one way lfrt sets a thread's policy and priority: `thread-priority`'s
-/// `set_thread_priority_and_policy`, always with an explicit policy (without one the crate only
-/// changes `nice`). `thread` is a `pthread_t` as [`current_thread`] returns it.
-pub(crate) fn set_thread(thread: u64, s: Sched) -> io::Result<()> {
-    use thread_priority::*;
-    if let Sched::Deadline {
-        runtime_ns,
-        deadline_ns,
-        period_ns,
-    } = s
-    {
-        if thread != current_thread() {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "SCHED_DEADLINE is set by the thread itself",
-            ));
-        }
-        return set_current_deadline(runtime_ns, deadline_ns, period_ns);
-    }
+/// The one way lfrt sets a thread's policy and priority: `sched_setscheduler` on the kernel
+/// thread id `tid` (0: the caller), or `sched_setattr` for `SCHED_DEADLINE` (the caller only).
+///
+/// It changes the policy and the static priority, never the nice value: `Sched::Other` is
+/// "SCHED_OTHER, static priority 0" and keeps the thread's nice value. (thread-priority 3.1.1,
+/// used here before, also called `setpriority(PRIO_PROCESS, 0, 19)` for a normal policy, and
+/// `who = 0` is the *calling* thread: whoever demoted another thread ended at nice 19 itself.)
+/// A kernel tid rather than a `pthread_t` also cannot dangle: a thread that has exited is
+/// `ESRCH`, not undefined behaviour.
+pub(crate) fn set_thread(tid: i32, s: Sched) -> io::Result<()> {
     let (policy, prio) = match s {
-        Sched::Deadline { .. } => unreachable!("handled above"),
-        Sched::Fifo(p) => (
-            ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::Fifo),
-            p,
-        ),
-        Sched::Rr(p) => (
-            ThreadSchedulePolicy::Realtime(RealtimeThreadSchedulePolicy::RoundRobin),
-            p,
-        ),
-        Sched::Other => (
-            ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Other),
-            0,
-        ),
+        Sched::Deadline {
+            runtime_ns,
+            deadline_ns,
+            period_ns,
+        } => {
+            if tid != 0 && tid != super::gettid() {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "SCHED_DEADLINE is set by the thread itself",
+                ));
+            }
+            return set_current_deadline(runtime_ns, deadline_ns, period_ns);
+        }
+        Sched::Fifo(p) => (libc::SCHED_FIFO, p),
+        Sched::Rr(p) => (libc::SCHED_RR, p),
+        Sched::Other => (libc::SCHED_OTHER, 0),
     };
-    let prio = ThreadPriority::Crossplatform(prio.try_into().map_err(|_| {
-        io::Error::new(
+    if policy != libc::SCHED_OTHER && !(1..=99).contains(&prio) {
+        return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("priority {prio} out of range"),
-        )
-    })?);
-    set_thread_priority_and_policy(thread as ThreadId, prio, policy).map_err(|e| match e {
-        Error::OS(code) => io::Error::from_raw_os_error(code),
-        other => io::Error::other(format!("{other:?}")),
-    })
+            format!("priority {prio} out of range 1..=99"),
+        ));
+    }
+    let param = libc::sched_param {
+        sched_priority: i32::from(prio),
+    };
+    // Pointer contract (syscall!): `param` is a live sched_param the kernel only reads.
+    syscall!(sched_setscheduler(tid, policy, &param)).map(drop)
 }
 
 /// The kernel refused a policy or priority change for lack of privilege (`EPERM`: no
@@ -140,10 +134,45 @@ pub(crate) fn is_permission_denied(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::EPERM)
 }
 
-/// The calling thread as [`set_thread`] names it (its `pthread_t`): a pool thread publishes it so
-/// the watchdog can demote it.
-pub(crate) fn current_thread() -> u64 {
-    thread_priority::thread_native_id() as u64
+/// Why the kernel refused policy `s` to the calling thread (error `e`), if a privilege would not
+/// fix it; `None` when the refusal is for lack of privilege (`EPERM` with neither CAP_SYS_NICE
+/// nor a high enough `RLIMIT_RTPRIO`), which CAP_SYS_NICE or the rlimit would fix.
+///
+/// Not privilege matters: a deadline thread whose affinity does not span the online CPUs (as
+/// under `taskset`: EPERM whatever the privilege), an EPERM although the privilege is there (a
+/// cgroup without real-time runtime), the deadline admission control (EBUSY), and parameters
+/// the kernel does not take (EINVAL).
+pub(crate) fn refusal_cause(s: Sched, e: &io::Error) -> Option<String> {
+    let deadline = matches!(s, Sched::Deadline { .. });
+    match e.raw_os_error() {
+        Some(libc::EPERM) => {
+            let (mine, online) = (available_cpus(), online_cpus());
+            if deadline && online.iter().any(|c| !mine.contains(c)) {
+                return Some(format!(
+                    "the CPU affinity is narrowed to {mine:?} of the online CPUs {online:?} (as \
+                     under taskset): the kernel admits a SCHED_DEADLINE thread only with an \
+                     affinity spanning its root domain, whatever the privilege; run without \
+                     the narrowed affinity"
+                ));
+            }
+            let p = RtPrivilege::probe();
+            let has = match s {
+                Sched::Fifo(prio) | Sched::Rr(prio) => p.allows(prio),
+                _ => p.cap_sys_nice,
+            };
+            has.then(|| {
+                "refused although this process has the privilege: a cgroup without \
+                 real-time runtime (cpu.rt_runtime_us) refuses it too"
+                    .to_owned()
+            })
+        }
+        Some(libc::EBUSY) if deadline => Some(
+            "the kernel's admission control refused the reservation (EBUSY): the deadline \
+             bandwidth of these CPUs is taken"
+                .to_owned(),
+        ),
+        _ => Some(format!("the kernel does not take these parameters ({e})")),
+    }
 }
 
 /// Sets the calling thread's policy and priority.
@@ -155,7 +184,7 @@ pub(crate) fn current_thread() -> u64 {
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn set_current(s: Sched) -> io::Result<()> {
-    set_thread(current_thread(), s)
+    set_thread(0, s)
 }
 
 /// Sets the calling thread's nice value (`setpriority(PRIO_PROCESS, gettid(), nice)`). Without
