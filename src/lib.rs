@@ -97,8 +97,8 @@ pub use config::{
     BoundGroup, Bytes, Deadline, GroupConfig, GroupMemory, HandlerConfig, Invalid, OnOverrun,
     Policy, RtMode, RuntimeConfig, Section,
 };
+pub use engine::dispatch::WARMUP_DISPATCHES;
 pub use engine::follower_queue::{Promotion, MAX_GROUP_THREADS};
-pub use engine::group::WARMUP_DISPATCHES;
 pub use engine::handler::{
     Context, Disposition, Event, EventHandler, Interest, Registry, DATAGRAM_BATCH,
 };

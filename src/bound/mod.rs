@@ -130,6 +130,7 @@
 //! ```
 
 mod frame;
+pub(crate) mod lane;
 mod table;
 
 pub use crate::engine::follower_queue::Promotion;

@@ -12,6 +12,7 @@
 mod band;
 #[cfg(feature = "toml")]
 mod file;
+mod spec;
 
 pub use band::{BandClassify, BandConfig, BandHandler, BandPlan};
 
@@ -19,6 +20,8 @@ pub use band::{BandClassify, BandConfig, BandHandler, BandPlan};
 pub use file::{line, load, parse};
 
 use crate::engine::follower_queue::{Promotion, MAX_GROUP_THREADS};
+pub use crate::engine::group::OnOverrun;
+pub use crate::engine::group::RtMode;
 use crate::engine::handler::Context;
 use crate::engine::handler::Handles;
 use crate::observe::telemetry;
@@ -28,17 +31,6 @@ use serde::Deserialize;
 use std::collections::HashSet;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-
-/// What to do when real-time scheduling cannot be had (`rt = "best-effort" | "required"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RtMode {
-    /// Warn and run at normal priority.
-    #[default]
-    BestEffort,
-    /// Refuse to start, naming the missing capability or rlimit.
-    Required,
-}
 
 /// Scheduling policy of a group's threads (`policy = "fifo" | "rr" | "other"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -70,18 +62,6 @@ pub struct Deadline {
     pub deadline_us: u64,
     /// Period (µs).
     pub period_us: u64,
-}
-
-/// What the overrun watchdog does when a handler exceeds its group's `budget_us`
-/// (`on_overrun = "report" | "demote"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnOverrun {
-    /// Report it (tracing warning and the `budget_overruns` metric).
-    #[default]
-    Report,
-    /// Report it and drop the thread to `SCHED_OTHER` until the handler returns.
-    Demote,
 }
 
 /// A built-in handler, so that a configuration file alone runs a service

@@ -150,54 +150,63 @@ impl Gate {
     }
 }
 
-pub(crate) use lanes::{wire, Borrow};
+pub(crate) use lanes::{Borrow, BorrowSpec};
 
-/// The lanes' side: the links in the kernel (the lent thread's turn is in `group.rs`).
+/// The lanes' side: the links in the kernel (the lent thread's turn is in `lend.rs`, the
+/// wiring at start in `Group::wire_borrowing`).
 mod lanes {
     use super::Gate;
-    use crate::config::{GroupConfig, Policy};
-    use crate::engine::group::Group;
     use crate::engine::handler::Handles;
     use crate::engine::word::Word;
-    use crate::error::Error;
     use crate::sys::{epoll, sched::Sched};
-    use std::os::fd::{AsRawFd, RawFd};
+    use std::os::fd::RawFd;
     use std::sync::atomic::AtomicBool;
     use std::sync::{Arc, OnceLock};
 
     /// Per lender: its group index and its handle set.
     type Links = Box<[(u16, Arc<Handles>)]>;
 
-    /// A borrowing lane's state (in its [`Group`]).
+    /// What a lane that borrows asks for: the engine's own parameters, from `borrow_from` and
+    /// `max_borrowed`.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) struct BorrowSpec {
+        /// The lenders, by lane name, in `borrow_from` order.
+        pub(crate) from: Vec<String>,
+        /// What a lent thread raises itself to: the lane's policy at the lane's priority.
+        pub(crate) sched: Sched,
+        /// At most this many threads lent to the lane at once.
+        pub(crate) max: u32,
+    }
+
+    /// A borrowing lane's state (in its `Group`).
     #[derive(Debug)]
     pub(crate) struct Borrow {
         pub(crate) gate: Gate,
         /// What a lent thread raises itself to: the lane's policy at the lane's priority.
         pub(crate) sched: Sched,
-        /// The lenders' handle sets, in `borrow_from` order (set once by [`wire`]).
+        /// The lenders, by lane name, in `borrow_from` order.
+        pub(crate) from: Box<[String]>,
+        /// The lenders' handle sets, in `borrow_from` order (set once at start).
         links: OnceLock<Links>,
         /// Set by `Group::stop`: no lender takes this lane's events any more.
         pub(crate) stopped: AtomicBool,
     }
 
     impl Borrow {
-        /// The borrowing state of `cfg`'s lane; `None` if it borrows from nobody.
-        pub(crate) fn new(cfg: &GroupConfig) -> Option<Borrow> {
-            if cfg.borrow_from.is_empty() {
-                return None;
-            }
-            let sched = match cfg.policy {
-                Policy::Rr => Sched::Rr(cfg.priority),
-                // Validation admits only fifo and rr borrowers.
-                _ => Sched::Fifo(cfg.priority),
-            };
-            let max = cfg.max_borrowed.unwrap_or(1).min(u32::MAX as usize) as u32;
-            Some(Borrow {
-                gate: Gate::new(cfg.borrow_from.len(), max),
-                sched,
+        /// The borrowing state of a lane that borrows as `spec` says.
+        pub(crate) fn new(spec: &BorrowSpec) -> Borrow {
+            Borrow {
+                gate: Gate::new(spec.from.len(), spec.max),
+                sched: spec.sched,
+                from: spec.from.clone().into_boxed_slice(),
                 links: OnceLock::new(),
                 stopped: AtomicBool::new(false),
-            })
+            }
+        }
+
+        /// Sets the lenders' handle sets once, at start (`Group::wire_borrowing`).
+        pub(crate) fn set_links(&self, links: Vec<(u16, Arc<Handles>)>) {
+            let _ = self.links.set(links.into_boxed_slice());
         }
 
         /// The lane (epoll fd `own`, index `me`) has no leader: arms every link not armed.
@@ -222,43 +231,6 @@ mod lanes {
         pub(crate) fn link_of(&self, lender: u16) -> Option<usize> {
             self.links.get()?.iter().position(|(l, _)| *l == lender)
         }
-    }
-
-    /// Puts each borrower's epoll fd into its lenders' sets (disarmed) and tells each lender
-    /// whom it lends to. Called once by `Runtime::start`, after validation and before any pool
-    /// thread runs.
-    pub(crate) fn wire(groups: &[Arc<Group>]) -> Result<(), Error> {
-        let mut lends: Vec<Vec<Arc<Group>>> = vec![Vec::new(); groups.len()];
-        for b in groups {
-            let Some(borrow) = &b.borrow else { continue };
-            let mut links = Vec::new();
-            for name in &b.cfg.borrow_from {
-                let l = groups
-                    .iter()
-                    .find(|g| &g.cfg.name == name)
-                    .expect("validated: borrow_from names a lane");
-                // No interest until armed: ONESHOT alone never reports.
-                l.handles
-                    .watch(
-                        b.handles.epoll_fd().as_raw_fd(),
-                        epoll::ONESHOT,
-                        Word::Link { borrower: b.index },
-                    )
-                    .map_err(|e| Error::Io {
-                        context: "adding a borrowing lane's epoll fd to its lender's",
-                        source: e,
-                    })?;
-                links.push((l.index, l.handles.clone()));
-                lends[l.index as usize].push(b.clone());
-            }
-            let _ = borrow.links.set(links.into_boxed_slice());
-        }
-        for (g, to) in groups.iter().zip(lends) {
-            if !to.is_empty() {
-                let _ = g.lends.set(to.into_boxed_slice());
-            }
-        }
-        Ok(())
     }
 }
 

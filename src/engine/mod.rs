@@ -2,9 +2,11 @@
 //!
 //! * **Owns:** the promotion protocol ([`leader`]), the follower queue ([`follower_queue`]),
 //!   the handle set ([`handle_set`]) and the one owner of its epoll data word ([`word`]), the
-//!   handler interface a source
-//!   implements ([`handler`]), a group's threads and dispatch loops ([`group`]), lane borrowing
-//!   ([`borrow`]) and the overrun watchdog ([`watchdog`]).
+//!   handler interface a source implements ([`handler`]), a group's shared state built from the
+//!   engine's own parameters ([`group`]), a pool thread's slot and the one owner of its
+//!   demotion and restore ([`slot`]), its set-up ([`thread`]), its dispatch loops
+//!   ([`dispatch`]), lane borrowing ([`borrow`], and the lender's turn in `lend.rs`) and the
+//!   overrun watchdog ([`watchdog`]).
 //! * **May use:** `sys` (system calls), `sync` (PI mutex, parker, the loom shim), `observe`
 //!   (counters and telemetry) and `error`.
 //! * **Must never use:** `config` (the engine takes its own plain parameters), `sources`,
@@ -12,10 +14,14 @@
 //!   engine does not know any one of them.
 
 pub(crate) mod borrow;
+pub(crate) mod dispatch;
 pub(crate) mod follower_queue;
 pub(crate) mod group;
 pub(crate) mod handle_set;
 pub(crate) mod handler;
 pub(crate) mod leader;
+mod lend;
+pub(crate) mod slot;
+pub(crate) mod thread;
 pub(crate) mod watchdog;
 pub(crate) mod word;

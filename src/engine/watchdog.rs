@@ -15,8 +15,7 @@
 //! The watchdog runs at normal priority as the issue asks; while RT threads saturate every CPU
 //! it still gets the kernel's RT-throttle share (`sched_rt_runtime_us`, 5% by default).
 
-use crate::config::OnOverrun;
-use crate::engine::group::Group;
+use crate::engine::group::{Group, OnOverrun};
 use crate::observe::metrics::Counters;
 use crate::sys::{self, sched::Sched};
 use std::sync::atomic::{AtomicBool, Ordering::*};
@@ -29,7 +28,7 @@ pub(crate) fn spawn(
 ) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
     let watched: Vec<(Arc<Group>, u64)> = groups
         .into_iter()
-        .filter_map(|g| g.cfg.budget_us.map(|b| (g.clone(), b * 1000)))
+        .filter_map(|g| g.spec.budget_us.map(|b| (g.clone(), b * 1000)))
         .collect();
     let Some(min_budget) = watched.iter().map(|(_, b)| *b).min() else {
         return Ok(None);
@@ -54,14 +53,14 @@ pub(crate) fn spawn(
                         Counters::add(&g.counters.budget_overruns, 1);
                         let token = slot.busy_token.load(Relaxed);
                         tracing::warn!(
-                            group = %g.cfg.name,
+                            group = %g.spec.name,
                             thread = i,
                             handle = token & 0xffff_ffff,
                             running_us = now.saturating_sub(start) / 1000,
                             budget_us = budget / 1000,
                             "handler overran its budget"
                         );
-                        if g.cfg.on_overrun == OnOverrun::Demote
+                        if g.spec.on_overrun == OnOverrun::Demote
                             && slot.sched != Sched::Other
                             && slot.demote(start)
                         {

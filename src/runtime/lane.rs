@@ -64,12 +64,14 @@ impl Lane {
     /// # Ok::<(), lfrt::Error>(())
     /// ```
     pub fn bound_pool(&self) -> Option<BoundPool> {
-        self.group.bound.as_ref().map(|b| b.pool.clone())
+        let served = self.group.served.as_ref()?;
+        let lane = served.as_any().downcast_ref::<BoundLane>()?;
+        Some(lane.pool.clone())
     }
 
     /// The group's name, as configured.
     pub fn name(&self) -> &str {
-        &self.group.cfg.name
+        &self.group.spec.name
     }
 
     /// The group's position in the runtime: its index in [`Runtime::metrics`] and

@@ -18,12 +18,15 @@ pub use report::MetricsHandle;
 pub use start::StartReport;
 pub use stop::{Stopper, SHUTDOWN_TIMEOUT};
 
+use crate::bound::lane::BoundLane;
 use crate::bound::{BoundPool, BoundStats};
 use crate::config::{BandHandler, GroupConfig, HandlerConfig, RtMode, RuntimeConfig};
-use crate::engine::group::{pool_thread, Applied, Group, Setup, ThreadSlot};
+use crate::engine::group::{Group, Served};
 use crate::engine::handle_set::Token;
 use crate::engine::handler::EventHandler;
 use crate::engine::handler::Registry;
+use crate::engine::slot::{Applied, ThreadSlot};
+use crate::engine::thread::{pool_thread, Setup};
 use crate::error::Error;
 use crate::observe::alloc_count;
 use crate::observe::metrics::GroupMetrics;
@@ -212,7 +215,16 @@ impl Runtime {
             return Err(Error::State("Runtime::add_group after start or shutdown"));
         };
         let gi = self.groups.len();
-        let g = Group::new(gi as u16, gc.clone())?;
+        let served: Option<Arc<dyn Served>> = match &gc.bound {
+            Some(b) => Some(Arc::new(BoundLane::connect(
+                &gc.name,
+                b.connect,
+                b.pool_config(&gc),
+                gc.threads,
+            )?)),
+            None => None,
+        };
+        let g = Group::new(gi as u16, gc.engine_spec(), served)?;
         let mut producers = Vec::new();
         let mut cons = Vec::new();
         for _ in 0..gc.threads {
@@ -332,11 +344,11 @@ impl Runtime {
     /// # Ok::<(), lfrt::Error>(())
     /// ```
     pub fn lane(&self, name: &str) -> Result<Lane, Error> {
-        match self.groups.iter().find(|g| g.cfg.name == name) {
+        match self.groups.iter().find(|g| g.spec.name == name) {
             Some(g) => Ok(Lane { group: g.clone() }),
             None => Err(Error::UnknownLane {
                 name: name.to_owned(),
-                known: self.groups.iter().map(|g| g.cfg.name.clone()).collect(),
+                known: self.groups.iter().map(|g| g.spec.name.clone()).collect(),
             }),
         }
     }

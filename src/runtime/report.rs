@@ -89,25 +89,23 @@ fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
         .iter()
         .map(|g| {
             let c = &g.counters;
-            let (leader_present, followers) = g.protocol.snapshot();
-            let bound = g.bound.as_ref().map(|b| b.pool.stats());
-            let (leader_present, followers) = match &g.bound {
-                Some(b) => {
-                    let (leader, followers, _) = b.pool.snapshot();
-                    (leader, followers)
+            let (bound, (leader_present, followers)) = match &g.served {
+                Some(s) => {
+                    let (stats, leader, followers) = s.stats();
+                    (Some(stats), (leader, followers))
                 }
-                None => (leader_present, followers),
+                None => (None, g.protocol.snapshot()),
             };
             let pool = |own: u64, of: fn(&BoundStats) -> u64| bound.as_ref().map_or(own, of);
             GroupMetrics {
-                name: g.cfg.name.clone(),
-                priority: g.cfg.priority,
+                name: g.spec.name.clone(),
+                priority: g.spec.priority,
                 kernel_sched: g
                     .threads
                     .iter()
                     .map(|t| Applied::describe(t.applied.load(Acquire)))
                     .collect(),
-                threads: g.cfg.threads,
+                threads: g.threads.len(),
                 dispatched: pool(c.dispatched.load(Relaxed), |b| b.dispatched),
                 promotions: pool(c.promotions.load(Relaxed), |b| b.promotions),
                 promotions_no_follower: pool(c.vacant.load(Relaxed), |b| b.vacant),

@@ -89,7 +89,7 @@ impl Runtime {
     ) -> Result<StartReport, Error> {
         // Lane borrowing links every lender to its borrowers' epoll sets; done here, not in
         // `new`, so that groups added with `add_group` are linked too.
-        crate::engine::borrow::wire(&self.groups)?;
+        crate::engine::group::wire_borrowing(&self.groups)?;
         let mut report = StartReport {
             rt_applied: true,
             memory_locked: false,
@@ -122,15 +122,15 @@ impl Runtime {
                 let g2 = g.clone();
                 let rt = self.cfg.rt;
                 let h = std::thread::Builder::new()
-                    .name(format!("lf-{}-{}", g.cfg.name, i))
-                    .stack_size(g.cfg.stack_bytes)
+                    .name(format!("lf-{}-{}", g.spec.name, i))
+                    .stack_size(g.spec.stack_bytes)
                     .spawn(move || pool_thread(g2, i as u16, ring, rt, tx))
                     .map_err(|e| Error::Io {
                         context: "spawning a pool thread",
                         source: e,
                     })?;
                 self.threads.push(h);
-                setups.push((g.cfg.name.clone(), i, rx));
+                setups.push((g.spec.name.clone(), i, rx));
             }
         }
         self.await_setup(setups, &mut report)?;

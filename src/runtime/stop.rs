@@ -117,7 +117,7 @@ impl Runtime {
                         .filter(|(_, t)| t.busy_since.load(SeqCst) != 0)
                         .map(move |(i, t)| {
                             let token = Token::from_raw(t.busy_token.load(Relaxed));
-                            let name = &g.cfg.name;
+                            let name = &g.spec.name;
                             format!(
                                 "group `{name}` thread lf-{name}-{i} handle {}",
                                 token.index()

@@ -1,0 +1,176 @@
+//! A pool thread's slot: what other threads (the runtime, the watchdog, the reporters) see of
+//! one pool thread, and the one owner of its demotion and restore.
+//!
+//! The watchdog demotes a runaway thread through [`ThreadSlot::demote`]; the thread itself
+//! takes a policy through [`ThreadSlot::take_sched`] (a lent thread's raise and return) and
+//! restores after each handler through [`ThreadSlot::restore_if_demoted`]. No other code
+//! changes a pool thread's policy after its set-up.
+
+use crate::observe::metrics::Counters;
+use crate::sync::pi_mutex::PiMutex;
+use crate::sys::{sched, sched::Sched};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
+
+/// What other threads (runtime, watchdog, reporters) see of one pool thread.
+#[derive(Debug)]
+pub(crate) struct ThreadSlot {
+    pub(crate) sched: Sched,
+    pub(crate) priority: u8,
+    pub(crate) tid: AtomicI32,
+    /// The policy and level the kernel reported after set-up ([`Applied`]), so a snapshot
+    /// shows what runs, not what was asked for (a best-effort lane may run time-shared).
+    pub(crate) applied: AtomicU64,
+    /// Handler start time (ns) while a handler runs, 0 otherwise.
+    pub(crate) busy_since: AtomicU64,
+    /// Token of the event being processed.
+    pub(crate) busy_token: AtomicU64,
+    pub(crate) allocs_now: AtomicU64,
+    /// Allocation count at warm-up; `u64::MAX` before.
+    pub(crate) allocs_base: AtomicU64,
+    pub(crate) faults_base: AtomicU64,
+    /// Minor faults at exit (the /proc entry is gone afterwards); `u64::MAX` while running.
+    pub(crate) faults_final: AtomicU64,
+    pub(crate) samples: AtomicU64,
+    pub(crate) samples_dropped: AtomicU64,
+    /// Set by the watchdog (under `sched_lock`) when it demoted this thread.
+    pub(crate) demoted: AtomicBool,
+    pub(crate) sched_lock: PiMutex<()>,
+}
+
+impl ThreadSlot {
+    pub(crate) fn new(sched: Sched, priority: u8) -> ThreadSlot {
+        ThreadSlot {
+            sched,
+            priority,
+            tid: AtomicI32::new(0),
+            applied: AtomicU64::new(Applied::NOT_STARTED),
+            busy_since: AtomicU64::new(0),
+            busy_token: AtomicU64::new(0),
+            allocs_now: AtomicU64::new(0),
+            allocs_base: AtomicU64::new(u64::MAX),
+            faults_base: AtomicU64::new(u64::MAX),
+            faults_final: AtomicU64::new(u64::MAX),
+            samples: AtomicU64::new(0),
+            samples_dropped: AtomicU64::new(0),
+            demoted: AtomicBool::new(false),
+            sched_lock: PiMutex::new(()),
+        }
+    }
+
+    /// Allocations since warm-up; `None` before this thread's warm-up (not measured yet).
+    /// Meaningful only with the counting allocator installed (the caller checks).
+    pub(crate) fn allocations(&self) -> Option<u64> {
+        let base = self.allocs_base.load(Acquire);
+        (base != u64::MAX).then(|| self.allocs_now.load(Relaxed).saturating_sub(base))
+    }
+
+    /// Minor page faults since warm-up; `None` before this thread's warm-up, or if its count
+    /// can no longer be read (a thread that died without recording its final count).
+    pub(crate) fn minor_faults(&self) -> Option<u64> {
+        let base = self.faults_base.load(Acquire);
+        if base == u64::MAX {
+            return None;
+        }
+        let now = match self.faults_final.load(Acquire) {
+            u64::MAX => sched::minor_faults(self.tid.load(Relaxed)).ok()?,
+            f => f,
+        };
+        Some(now.saturating_sub(base))
+    }
+
+    // Demotion and restore have one owner, these three methods: the watchdog calls
+    // [`demote`](Self::demote), the thread itself [`take_sched`](Self::take_sched) (a lent
+    // thread's raise and return) and [`restore_if_demoted`](Self::restore_if_demoted) (after
+    // each handler). Protocol (no lost restore): the watchdog, under `sched_lock`, sets
+    // `demoted` and *then* re-reads `busy_since`; it demotes only if the same handler still
+    // runs. The thread clears `busy_since` and *then* reads `demoted`; if set, it takes
+    // `sched_lock` and restores. Both pairs are SeqCst, so at least one side sees the other's
+    // write: either the watchdog sees the handler ended (and does not demote), or the thread
+    // sees `demoted` (and restores after the demotion finished).
+
+    /// Watchdog side: moves this thread to SCHED_OTHER if the handler that started at `start`
+    /// still runs. Only the target's policy changes (`sched::set_thread` on its tid leaves
+    /// every nice value alone, the caller's included). Returns whether it demoted.
+    pub(crate) fn demote(&self, start: u64) -> bool {
+        let _l = self.sched_lock.lock();
+        self.demoted.store(true, SeqCst);
+        if self.busy_since.load(SeqCst) == start
+            && sched::set_thread(self.tid.load(Relaxed), Sched::Other).is_ok()
+        {
+            return true;
+        }
+        self.demoted.store(false, SeqCst);
+        false
+    }
+
+    /// Thread side: the calling thread (this slot's) takes policy `s`, its own or a lane's it
+    /// is lent to. Under `sched_lock`, so it does not interleave with a demotion; a demotion in
+    /// force is over with it.
+    pub(crate) fn take_sched(&self, s: Sched) -> io::Result<()> {
+        let _g = self.sched_lock.lock();
+        self.demoted.store(false, SeqCst);
+        sched::set_current(s)
+    }
+
+    /// Puts the thread back to its configured policy if the watchdog demoted it. Called by the
+    /// thread itself after clearing `busy_since`. A failed restore (the privilege was taken away
+    /// while running) is counted and logged: the thread then stays time-shared.
+    #[cold]
+    pub(crate) fn restore_if_demoted(&self, counters: &Counters, group: &str) {
+        if !self.demoted.load(SeqCst) {
+            return;
+        }
+        if let Err(e) = self.take_sched(self.sched) {
+            Counters::add(&counters.restore_failures, 1);
+            tracing::error!(
+                group = %group,
+                policy = ?self.sched,
+                error = %e,
+                "could not restore a pool thread's policy after a watchdog demotion; \
+                 it stays SCHED_OTHER"
+            );
+        }
+    }
+}
+
+/// A pool thread's scheduling as read back from the kernel after set-up, packed in one word:
+/// the policy and its level (the RT priority, or the nice value for `SCHED_OTHER`).
+pub(crate) struct Applied;
+
+impl Applied {
+    pub(crate) const NOT_STARTED: u64 = u64::MAX;
+
+    pub(crate) fn pack(sched: io::Result<Sched>, nice: io::Result<i32>) -> u64 {
+        match sched {
+            Ok(Sched::Fifo(p)) => 1 << 32 | u64::from(p),
+            Ok(Sched::Rr(p)) => 2 << 32 | u64::from(p),
+            Ok(Sched::Other) => 3 << 32 | u64::from(nice.unwrap_or(0) as u32),
+            // Runtime in µs (the period and deadline are the configuration's).
+            Ok(Sched::Deadline { runtime_ns, .. }) => {
+                4 << 32 | (runtime_ns / 1000).min(u64::from(u32::MAX))
+            }
+            Err(_) => Self::NOT_STARTED - 1,
+        }
+    }
+
+    /// `fifo 80`, `rr 10`, `other nice 5`, or why there is nothing to show.
+    pub(crate) fn describe(word: u64) -> String {
+        let level = word as u32;
+        match word >> 32 {
+            1 => format!("fifo {level}"),
+            2 => format!("rr {level}"),
+            3 => format!("other nice {}", level as i32),
+            4 => format!("deadline runtime {level} us"),
+            _ if word == Self::NOT_STARTED => "not started".to_owned(),
+            _ => "unreadable".to_owned(),
+        }
+    }
+}
+
+/// The nice value a best-effort lane runs at when the kernel refuses its RT priority, so the
+/// lanes keep their order under time-sharing: priority 99 → nice 0 … priority 1 → nice 19.
+/// (Without CAP_SYS_NICE a thread may raise its nice value but not lower it below 0.)
+pub(crate) fn best_effort_nice(priority: u8) -> i32 {
+    (i32::from(99u8.saturating_sub(priority.min(99))) * 19 + 49) / 99
+}
