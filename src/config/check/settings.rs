@@ -1,0 +1,327 @@
+//! The settings of each table: `[runtime]`, every `[[group]]` and its `[[group.handler]]`s, one
+//! check per table.
+
+use super::super::*;
+use super::*;
+use crate::engine::follower_queue::MAX_GROUP_THREADS;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+
+/// What the per-table checks learn as they go: the group names, the real-time priorities (and
+/// their group) and the (tcp, address, where) of every handler seen so far.
+#[derive(Default)]
+struct Seen<'a> {
+    names: HashSet<&'a str>,
+    prios: Vec<(u8, usize)>,
+    addrs: Vec<(bool, SocketAddr, Section)>,
+}
+
+impl RuntimeConfig {
+    /// Ranges, names, priorities, lanes, CPUs and address collisions, table by table.
+    pub(crate) fn check_settings(&self, cpus: &[usize]) -> Result<(), Invalid> {
+        if self.groups.is_empty() {
+            return Err(Invalid {
+                section: Section::Root,
+                field: "group",
+                message: "at least one [[group]] is required".into(),
+            });
+        }
+        let mut seen = Seen::default();
+        for (gi, g) in self.groups.iter().enumerate() {
+            self.check_group(gi, g, cpus, &mut seen)?;
+            for (hi, h) in g.handlers.iter().enumerate() {
+                check_handler(
+                    Section::Handler {
+                        group: gi,
+                        handler: hi,
+                    },
+                    h,
+                    &mut seen,
+                )?;
+            }
+        }
+        self.check_runtime(&seen)?;
+        self.check_thread_priorities(&seen)
+    }
+
+    /// One `[[group]]`'s own settings: name, policy and priority, threads, CPUs, sizes, budget
+    /// and the handles its handlers need.
+    fn check_group<'a>(
+        &self,
+        gi: usize,
+        g: &'a GroupConfig,
+        cpus: &[usize],
+        seen: &mut Seen<'a>,
+    ) -> Result<(), Invalid> {
+        let bad = |g: usize, field: &'static str, message: String| Invalid {
+            section: Section::Group(g),
+            field,
+            message,
+        };
+        if g.name.is_empty()
+            || !g
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(bad(
+                gi,
+                "name",
+                format!("`{}`: use letters, digits, '-' and '_'", g.name),
+            ));
+        }
+        if !seen.names.insert(g.name.as_str()) {
+            return Err(bad(
+                gi,
+                "name",
+                format!("`{}` is used by another group", g.name),
+            ));
+        }
+        match g.policy {
+            Policy::Other if g.priority != 0 => {
+                return Err(bad(
+                    gi,
+                    "priority",
+                    format!(
+                        "{} with policy \"other\": must be 0 (SCHED_OTHER has no RT priority)",
+                        g.priority
+                    ),
+                ));
+            }
+            Policy::Fifo | Policy::Rr | Policy::Deadline if g.priority == 0 => {
+                return Err(bad(
+                    gi,
+                    "priority",
+                    "missing or 0: SCHED_FIFO/RR groups need a priority 1..=99".into(),
+                ));
+            }
+            Policy::Fifo | Policy::Rr | Policy::Deadline if g.priority > 99 => {
+                return Err(bad(
+                    gi,
+                    "priority",
+                    format!(
+                        "{} is out of range: SCHED_FIFO/RR priorities are 1..=99",
+                        g.priority
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        if g.is_rt() {
+            if let Some(&(_, other)) = seen.prios.iter().find(|(p, _)| *p == g.priority) {
+                return Err(bad(
+                    gi,
+                    "priority",
+                    format!(
+                        "{} is already the priority of group `{}`: each group needs its own",
+                        g.priority, self.groups[other].name
+                    ),
+                ));
+            }
+            seen.prios.push((g.priority, gi));
+        }
+        if g.threads == 0 || g.threads > MAX_GROUP_THREADS {
+            return Err(bad(
+                gi,
+                "threads",
+                format!(
+                    "{}: a group needs 1..={MAX_GROUP_THREADS} threads",
+                    g.threads
+                ),
+            ));
+        }
+        if let Some(c) = &g.cpus {
+            if c.is_empty() {
+                return Err(bad(
+                    gi,
+                    "cpus",
+                    "empty list: omit `cpus` to use every CPU".into(),
+                ));
+            }
+            if let Some(missing) = c.iter().find(|c| !cpus.contains(c)) {
+                return Err(bad(
+                    gi,
+                    "cpus",
+                    format!("CPU {missing} does not exist or is offline (online: {cpus:?})"),
+                ));
+            }
+        }
+        if g.buffer_bytes < 64 || g.buffer_bytes > 64 << 20 {
+            return Err(bad(
+                gi,
+                "buffer_bytes",
+                format!("{}: must be 64..=67108864", g.buffer_bytes),
+            ));
+        }
+        if g.max_handles == 0 || g.max_handles > crate::engine::word::MAX_HANDLES {
+            return Err(bad(
+                gi,
+                "max_handles",
+                format!("{}: must be 1..=1048576", g.max_handles),
+            ));
+        }
+        if g.stack_bytes < 64 * 1024 || g.stack_bytes > 64 << 20 {
+            return Err(bad(
+                gi,
+                "stack_bytes",
+                format!("{}: must be 65536..=67108864", g.stack_bytes),
+            ));
+        }
+        if let Some(b) = g.budget_us {
+            if b == 0 || b > 10_000_000 {
+                return Err(bad(gi, "budget_us", format!("{b}: must be 1..=10000000")));
+            }
+        } else if g.on_overrun == OnOverrun::Demote {
+            return Err(bad(
+                gi,
+                "on_overrun",
+                "\"demote\" needs a `budget_us`".into(),
+            ));
+        }
+        let handles = g.configured_handles();
+        if handles > g.max_handles {
+            return Err(bad(
+                gi,
+                "max_handles",
+                format!(
+                    "{} handles configured but max_handles is {}",
+                    handles, g.max_handles
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `[runtime]`: the metrics address.
+    fn check_runtime(&self, seen: &Seen<'_>) -> Result<(), Invalid> {
+        if let Some(m) = self.metrics {
+            let bad_metrics = |message: String| Invalid {
+                section: Section::Runtime,
+                field: "metrics",
+                message,
+            };
+            // A scraper must know the port, and serving every interface must be written out.
+            if m.port() == 0 || m.ip().is_unspecified() {
+                return Err(bad_metrics(format!(
+                    "{m}: give an explicit address and port, like \"127.0.0.1:9464\" (no port 0, \
+                     no wildcard address)"
+                )));
+            }
+            // The exporter is a TCP listener: only a tcp-echo handler can take its port.
+            if let Some((_, other, at)) = seen
+                .addrs
+                .iter()
+                .find(|(tcp, a, _)| *tcp && addresses_collide(*a, m))
+            {
+                return Err(bad_metrics(format!(
+                    "{m} collides with {other} of `{}`",
+                    at.path("bind")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `thread_priorities`, against every group's lane.
+    fn check_thread_priorities(&self, seen: &Seen<'_>) -> Result<(), Invalid> {
+        let bad = |g: usize, field: &'static str, message: String| Invalid {
+            section: Section::Group(g),
+            field,
+            message,
+        };
+        // Per-thread priorities must stay inside the group's lane: at most the group's priority
+        // and above every lower group's, so lanes never interleave.
+        for (gi, g) in self.groups.iter().enumerate() {
+            let Some(tp) = &g.thread_priorities else {
+                continue;
+            };
+            if tp.len() != g.threads {
+                return Err(bad(
+                    gi,
+                    "thread_priorities",
+                    format!(
+                        "{} entries for {} threads: give one per thread",
+                        tp.len(),
+                        g.threads
+                    ),
+                ));
+            }
+            if !g.is_rt() {
+                return Err(bad(
+                    gi,
+                    "thread_priorities",
+                    "only for policy \"fifo\" or \"rr\"".into(),
+                ));
+            }
+            let floor = seen
+                .prios
+                .iter()
+                .map(|&(p, _)| p)
+                .filter(|&p| p < g.priority)
+                .max()
+                .unwrap_or(0);
+            if let Some(p) = tp.iter().find(|&&p| p > g.priority || p <= floor) {
+                return Err(bad(gi, "thread_priorities", format!("{p} is outside this group's lane {}..={} (above the next lower group, at most the group's priority)", floor + 1, g.priority)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One `[[group.handler]]` at `here`.
+fn check_handler(here: Section, h: &HandlerConfig, seen: &mut Seen<'_>) -> Result<(), Invalid> {
+    let hbad = |field: &'static str, message: String| Invalid {
+        section: here,
+        field,
+        message,
+    };
+    match h {
+        HandlerConfig::UdpEcho { bind, work_us } | HandlerConfig::TcpEcho { bind, work_us } => {
+            if *work_us > 100_000 {
+                return Err(hbad(
+                    "work_us",
+                    format!("{work_us}: at most 100000 µs of busy work per event"),
+                ));
+            }
+            let tcp = matches!(h, HandlerConfig::TcpEcho { .. });
+            if let Some((_, other, at)) = seen
+                .addrs
+                .iter()
+                .find(|(t, a, _)| *t == tcp && addresses_collide(*a, *bind))
+            {
+                return Err(hbad(
+                    "bind",
+                    format!(
+                        "{bind} collides with {other} of `{}`: on one port a wildcard \
+                             address (0.0.0.0, [::]) takes every address of its family, \
+                             and [::] every IPv4 address too",
+                        at.path("bind")
+                    ),
+                ));
+            }
+            seen.addrs.push((tcp, *bind, here));
+        }
+        HandlerConfig::Timer {
+            interval_us,
+            count,
+            distance_us,
+        } => {
+            if !(50..=10_000_000).contains(interval_us) {
+                return Err(hbad(
+                    "interval_us",
+                    format!("{interval_us}: must be 50..=10000000 µs"),
+                ));
+            }
+            if *count == 0 || *count > 256 {
+                return Err(hbad("count", format!("{count}: must be 1..=256")));
+            }
+            if *distance_us > 10_000_000 {
+                return Err(hbad(
+                    "distance_us",
+                    format!("{distance_us}: at most 10000000 µs"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

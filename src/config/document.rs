@@ -1,0 +1,478 @@
+//! The document: the configuration's serde types, their defaults and the few facts derived
+//! from them alone. Nothing here probes the machine or binds a socket; that is `check/`.
+
+use super::BandConfig;
+use crate::engine::follower_queue::Promotion;
+pub use crate::engine::group::{OnOverrun, RtMode};
+use serde::Deserialize;
+use std::net::SocketAddr;
+
+/// Scheduling policy of a group's threads (`policy = "fifo" | "rr" | "other"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// `SCHED_FIFO`: run until blocking or preempted by a higher priority.
+    #[default]
+    Fifo,
+    /// `SCHED_RR`: like FIFO, with a time slice among equal priorities.
+    Rr,
+    /// `SCHED_OTHER`: the normal time-sharing policy (`priority` then only orders followers).
+    Other,
+    /// `SCHED_DEADLINE` with the group's [`Deadline`] parameters: guaranteed CPU bandwidth for
+    /// periodic work, and a runaway handler is throttled by the kernel. Deadline threads run
+    /// ahead of every FIFO/RR thread; `priority` (1..=99) then only ranks the lane in the plan
+    /// and orders its followers.
+    Deadline,
+}
+
+/// A deadline lane's reservation (`deadline = { runtime_us = 200, deadline_us = 1000,
+/// period_us = 1000 }`): each thread may run `runtime_us` in every `period_us`, within
+/// `deadline_us` of the period's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Deadline {
+    /// CPU time per period (µs), at least 1.
+    pub runtime_us: u64,
+    /// Relative deadline (µs), `runtime_us ≤ deadline_us ≤ period_us`.
+    pub deadline_us: u64,
+    /// Period (µs).
+    pub period_us: u64,
+}
+
+/// A built-in handler, so that a configuration file alone runs a service
+/// (`[[group.handler]]` with `kind = "udp-echo" | "tcp-echo" | "timer"`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum HandlerConfig {
+    /// Echo each datagram verbatim to its sender.
+    UdpEcho {
+        /// Address to bind.
+        #[serde(deserialize_with = "named::bind")]
+        bind: SocketAddr,
+        /// Thread CPU time burnt per datagram, standing in for handler cost (µs).
+        #[serde(default, deserialize_with = "named::work_us")]
+        work_us: u64,
+    },
+    /// Accept TCP connections and echo each stream's bytes back.
+    TcpEcho {
+        /// Address to listen on.
+        #[serde(deserialize_with = "named::bind")]
+        bind: SocketAddr,
+        /// Thread CPU time burnt per read, standing in for handler cost (µs).
+        #[serde(default, deserialize_with = "named::work_us")]
+        work_us: u64,
+    },
+    /// Periodic timers (absolute timerfd) that record their wake-up latency.
+    Timer {
+        /// Period (µs).
+        #[serde(deserialize_with = "named::interval_us")]
+        interval_us: u64,
+        /// How many timers.
+        #[serde(default = "named::one", deserialize_with = "named::count")]
+        count: usize,
+        /// Each further timer's period is this much longer (µs), as cyclictest's `-d`.
+        #[serde(default, deserialize_with = "named::distance_us")]
+        distance_us: u64,
+    },
+}
+
+/// Readers for the fields of [`HandlerConfig`].
+///
+/// serde reads an internally tagged enum (`kind = "timer"`) through a buffer that forgets where
+/// each value was written, so an error in one of its values would neither carry a position nor
+/// say which field holds it (`invalid type: string "x", expected u64`). Each handler field is
+/// read through one of these, which put the field's name in front of the message
+/// (`` `interval_us`: invalid type: … ``); [`split_named`] takes it apart again.
+pub(crate) mod named {
+    use serde::de::{Deserialize, Deserializer, Error};
+    use std::net::SocketAddr;
+
+    macro_rules! fields {
+        ($($name:ident: $ty:ty),* $(,)?) => {$(
+            pub(super) fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<$ty, D::Error> {
+                <$ty>::deserialize(d)
+                    .map_err(|e| D::Error::custom(format_args!("`{}`: {e}", stringify!($name))))
+            }
+        )*};
+    }
+    fields!(work_us: u64, interval_us: u64, count: usize, distance_us: u64);
+
+    /// An address written as text, `"127.0.0.1:7000"` or `"[::1]:7000"`.
+    pub(crate) fn bind<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+        let text =
+            String::deserialize(d).map_err(|e| D::Error::custom(format_args!("`bind`: {e}")))?;
+        text.parse().map_err(|_| {
+            D::Error::custom(format_args!(
+                "`bind`: `{text}` is not an address like \"127.0.0.1:7000\""
+            ))
+        })
+    }
+
+    /// `[group.bound] connect`, an address written as text like a handler's `bind`.
+    pub(crate) fn connect<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(|_| {
+            D::Error::custom(format_args!(
+                "`{text}` is not an address like \"127.0.0.1:7100\""
+            ))
+        })
+    }
+
+    /// `[runtime] metrics`, an address written as text like a handler's `bind`.
+    pub(crate) fn metrics<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map(Some).map_err(|_| {
+            D::Error::custom(format_args!(
+                "`{text}` is not an address like \"127.0.0.1:9464\""
+            ))
+        })
+    }
+
+    pub(super) fn one() -> usize {
+        1
+    }
+}
+
+/// Splits a message that [`named`] prefixed into the field and the rest:
+/// `` `bind`: `x` is not an address `` → `("bind", "`x` is not an address")`.
+#[cfg_attr(not(feature = "toml"), allow(dead_code))]
+pub(crate) fn split_named(message: &str) -> Option<(&str, &str)> {
+    let (field, rest) = message.strip_prefix('`')?.split_once("`: ")?;
+    field
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b == b'_')
+        .then_some((field, rest))
+}
+
+/// One Leader/Followers group: a pool of threads at one priority sharing one handle set
+/// (a `[[group]]` table; every key but `name` may be left out).
+///
+/// # Examples
+/// ```
+/// use lfrt::{GroupConfig, Policy, Promotion};
+/// let mut feed = GroupConfig::new("feed", Policy::Fifo, 60);
+/// feed.threads = 2;
+/// feed.cpus = Some(vec![0]);
+/// feed.promotion = Promotion::Lifo;
+/// let admin = GroupConfig::new("admin", Policy::Other, 0); // time-shared, priority 0
+/// ```
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    /// Name, used in thread names (`lf-<name>-<n>`) and reports.
+    pub name: String,
+    /// Real-time priority 1..=99 (distinct across RT groups); 0 with `Policy::Other`.
+    #[serde(default)]
+    pub priority: u8,
+    /// Scheduling policy.
+    #[serde(default)]
+    pub policy: Policy,
+    /// The reservation of a `policy = "deadline"` group (required then, refused otherwise).
+    #[serde(default)]
+    pub deadline: Option<Deadline>,
+    /// Number of pool threads (1..=64).
+    #[serde(default = "GroupConfig::default_threads")]
+    pub threads: usize,
+    /// CPUs the threads may run on; `None` = all CPUs of the process.
+    #[serde(default)]
+    pub cpus: Option<Vec<usize>>,
+    /// Follower promotion order.
+    #[serde(default)]
+    pub promotion: Promotion,
+    /// Per-thread priorities (one per thread, each ≤ `priority` and above every lower group's).
+    #[serde(default)]
+    pub thread_priorities: Option<Vec<u8>>,
+    /// Size of each thread's preallocated receive buffer, scratch buffer and datagram slots.
+    #[serde(default = "GroupConfig::default_buffer_bytes")]
+    pub buffer_bytes: usize,
+    /// Capacity of the group's handle table.
+    #[serde(default = "GroupConfig::default_max_handles")]
+    pub max_handles: usize,
+    /// Stack size of each pool thread; all of it is pre-faulted.
+    #[serde(default = "GroupConfig::default_stack_bytes")]
+    pub stack_bytes: usize,
+    /// Handler time budget (µs) for the overrun watchdog; `None` = no watchdog.
+    #[serde(default)]
+    pub budget_us: Option<u64>,
+    /// What the watchdog does on an overrun.
+    #[serde(default)]
+    pub on_overrun: OnOverrun,
+    /// Built-in handlers registered at start (`[[group.handler]]`).
+    #[serde(default, rename = "handler")]
+    pub handlers: Vec<HandlerConfig>,
+    /// Lane borrowing: lower lanes (by name) whose idle threads this lane may borrow when all
+    /// of its own threads are busy; each lent thread runs at this lane's priority for one
+    /// event. Empty (the default): no borrowing.
+    #[serde(default)]
+    pub borrow_from: Vec<String>,
+    /// The most threads borrowed at once, over all `borrow_from` lanes (default 1 when
+    /// `borrow_from` is set; refused without it).
+    #[serde(default)]
+    pub max_borrowed: Option<usize>,
+    /// The group's kind: `None` for a Leader/Followers group over its handle set; `Some` for a
+    /// **bound** group (`[group.bound]`), whose threads serve a [`BoundPool`](crate::bound::BoundPool)
+    /// over one connection to a back-end. See [`BoundGroup`].
+    #[serde(default)]
+    pub bound: Option<BoundGroup>,
+}
+
+/// A bound group (`[group.bound]`, [`GroupConfig::bound`]): the runtime connects to `connect`
+/// in [`Runtime::new`](crate::Runtime::new) and runs a
+/// [`BoundPool`](crate::bound::BoundPool) over that one connection. Its `threads` are spawned
+/// and set up like any group's (policy, priority, CPUs, pre-faulted stack) and `serve` the
+/// pool: they lead (reading replies and handing each to its waiter) or follow, and run the
+/// handlers registered on the group's registry (the pool's unbound handles). Calls to the
+/// back-end are made with waiters of [`Lane::bound_pool`](crate::Lane::bound_pool), by
+/// those handlers or by any other thread.
+///
+/// The pool takes the group's `promotion` (not `"concurrent"`), `max_handles` and
+/// `buffer_bytes`; the other sizes are here. A connection that fails (the back-end closes it,
+/// a malformed frame) is not re-established: calls fail with its error while the threads go on
+/// serving the group's handlers, until the runtime is shut down. The overrun watchdog does not
+/// watch a bound group (`budget_us` is refused), and the post-warm-up allocation and fault
+/// counts are not measured on its threads.
+///
+/// ```toml
+/// [[group]]
+/// name = "front"
+/// policy = "fifo"
+/// priority = 20
+/// threads = 4
+/// [group.bound]
+/// connect = "127.0.0.1:7100"
+/// max_waiters = 64
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundGroup {
+    /// The back-end's address (`"127.0.0.1:7100"`): an explicit address and port.
+    #[serde(deserialize_with = "named::connect")]
+    pub connect: SocketAddr,
+    /// Waiter slots: at least one per thread of the group (the runtime leases those), plus one
+    /// per handler or outside thread that calls the back-end. 1..=[`MAX_WAITERS`](crate::bound::MAX_WAITERS).
+    #[serde(default = "BoundGroup::default_max_waiters")]
+    pub max_waiters: usize,
+    /// Largest reply body (bytes); each waiter slot preallocates one.
+    /// 1..=[`MAX_BODY`](crate::bound::MAX_BODY).
+    #[serde(default = "BoundGroup::default_max_body")]
+    pub max_body: usize,
+    /// How deeply unbound handlers may nest on one thread (at least 1).
+    #[serde(default = "BoundGroup::default_max_nesting")]
+    pub max_nesting: u32,
+}
+
+impl BoundGroup {
+    /// A bound group's settings for the back-end at `connect`, with the defaults of
+    /// [`BoundConfig`](crate::bound::BoundConfig): 64 waiters, 4 KiB replies, nesting 2.
+    pub fn new(connect: SocketAddr) -> BoundGroup {
+        BoundGroup {
+            connect,
+            max_waiters: Self::default_max_waiters(),
+            max_body: Self::default_max_body(),
+            max_nesting: Self::default_max_nesting(),
+        }
+    }
+    fn default_max_waiters() -> usize {
+        crate::bound::BoundConfig::default().max_waiters
+    }
+    fn default_max_body() -> usize {
+        crate::bound::BoundConfig::default().max_body
+    }
+    fn default_max_nesting() -> u32 {
+        crate::bound::BoundConfig::default().max_nesting
+    }
+
+    /// The pool of a bound group `g` whose [`GroupConfig::bound`] is `self`: the sizes of
+    /// `self`, the group's promotion, handle table and buffer size.
+    pub(crate) fn pool_config(&self, g: &GroupConfig) -> crate::bound::BoundConfig {
+        crate::bound::BoundConfig {
+            max_waiters: self.max_waiters,
+            max_body: self.max_body,
+            promotion: g.promotion,
+            max_handles: g.max_handles,
+            buffer_bytes: g.buffer_bytes,
+            max_nesting: self.max_nesting,
+        }
+    }
+}
+
+/// Default number of pool threads per group.
+const DEFAULT_THREADS: usize = 2;
+/// Default per-thread buffer size.
+pub const DEFAULT_BUFFER_BYTES: usize = 64 * 1024;
+/// Default handle table size.
+pub const DEFAULT_MAX_HANDLES: usize = 1024;
+/// Default pool thread stack size.
+pub const DEFAULT_STACK_BYTES: usize = 256 * 1024;
+
+impl GroupConfig {
+    /// A group of the given scheduling `policy` and `priority`, with defaults for the rest:
+    /// 2 threads, all CPUs, priority promotion, 64 KiB buffers, 1024 handles, 256 KiB stacks,
+    /// no watchdog, no built-in handlers.
+    ///
+    /// `priority` is 1..=99 for [`Policy::Fifo`], [`Policy::Rr`] and [`Policy::Deadline`], and
+    /// must be 0 for [`Policy::Other`]. A [`Policy::Deadline`] group also needs
+    /// [`deadline`](Self::deadline) set before the configuration is validated.
+    ///
+    /// ```
+    /// use lfrt::{GroupConfig, Policy};
+    /// let control = GroupConfig::new("control", Policy::Fifo, 80);
+    /// let batch = GroupConfig::new("batch", Policy::Other, 0);
+    /// assert_eq!((control.policy, batch.priority), (Policy::Fifo, 0));
+    /// ```
+    pub fn new(name: impl Into<String>, policy: Policy, priority: u8) -> GroupConfig {
+        GroupConfig {
+            name: name.into(),
+            priority,
+            policy,
+            deadline: None,
+            threads: DEFAULT_THREADS,
+            cpus: None,
+            promotion: Promotion::Priority,
+            thread_priorities: None,
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
+            max_handles: DEFAULT_MAX_HANDLES,
+            stack_bytes: DEFAULT_STACK_BYTES,
+            budget_us: None,
+            on_overrun: OnOverrun::Report,
+            handlers: Vec::new(),
+            bound: None,
+            borrow_from: Vec::new(),
+            max_borrowed: None,
+        }
+    }
+
+    // serde's `default = "…"` takes a function, not a constant.
+    fn default_threads() -> usize {
+        DEFAULT_THREADS
+    }
+    fn default_buffer_bytes() -> usize {
+        DEFAULT_BUFFER_BYTES
+    }
+    fn default_max_handles() -> usize {
+        DEFAULT_MAX_HANDLES
+    }
+    fn default_stack_bytes() -> usize {
+        DEFAULT_STACK_BYTES
+    }
+
+    /// Priority of thread `i` of the group.
+    pub fn thread_priority(&self, i: usize) -> u8 {
+        self.thread_priorities
+            .as_ref()
+            .and_then(|p| p.get(i).copied())
+            .unwrap_or(self.priority)
+    }
+
+    /// Whether the group asks for a real-time policy.
+    pub fn is_rt(&self) -> bool {
+        self.policy != Policy::Other
+    }
+
+    /// Handles the group's built-in handlers register (one per timer of a `timer` handler).
+    pub(crate) fn configured_handles(&self) -> usize {
+        self.handlers
+            .iter()
+            .map(|h| {
+                if let HandlerConfig::Timer { count, .. } = h {
+                    *count
+                } else {
+                    1
+                }
+            })
+            .sum()
+    }
+
+    /// Timer expiries per second that the group's built-in timers deliver, all together.
+    pub fn timer_events_per_sec(&self) -> f64 {
+        self.handlers
+            .iter()
+            .map(|h| match *h {
+                HandlerConfig::Timer {
+                    interval_us,
+                    count,
+                    distance_us,
+                } => (0..count as u64)
+                    .map(|k| {
+                        let period = interval_us.saturating_add(k.saturating_mul(distance_us));
+                        1e6 / period.max(1) as f64
+                    })
+                    .sum(),
+                _ => 0.0,
+            })
+            .sum()
+    }
+}
+
+/// The whole runtime: global settings and its groups.
+///
+/// In a file the global settings sit in a `[runtime]` table and the groups in `[[group]]`
+/// tables; both may be left out (and then validation asks for a group).
+///
+/// # Examples
+/// ```
+/// use lfrt::{GroupConfig, Policy, RtMode, RuntimeConfig};
+/// let cfg = RuntimeConfig {
+///     rt: RtMode::Required, // refuse to run without SCHED_FIFO
+///     lock_memory: true,
+///     metrics: None,
+///     groups: vec![GroupConfig::new("control", Policy::Fifo, 80)],
+///     bands: Vec::new(), // [[band]]: priority bands on one port
+/// };
+/// # let _ = cfg;
+/// ```
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(from = "Document")]
+pub struct RuntimeConfig {
+    /// Real-time mode.
+    pub rt: RtMode,
+    /// `mlockall(MCL_CURRENT | MCL_FUTURE)` before the pool starts.
+    pub lock_memory: bool,
+    /// Where the `lfrt` command serves live metrics in Prometheus text format
+    /// (`metrics = "127.0.0.1:9464"`); `None`: not served. The runtime itself never reads it:
+    /// the exporter lives in the tools crate, on a thread that is not a pool thread. Validation
+    /// asks for an explicit port and address (no wildcard), not colliding with a `tcp-echo`
+    /// handler's, and bindable now.
+    pub metrics: Option<SocketAddr>,
+    /// The groups, highest priority first or in any order.
+    pub groups: Vec<GroupConfig>,
+    /// Priority bands on shared ports (`[[band]]`), served by the groups they name.
+    pub bands: Vec<BandConfig>,
+}
+
+/// The layout of a configuration file, which nests [`RuntimeConfig`]'s global settings in a
+/// `[runtime]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Document {
+    #[serde(default)]
+    runtime: Settings,
+    #[serde(default)]
+    group: Vec<GroupConfig>,
+    #[serde(default)]
+    band: Vec<BandConfig>,
+}
+
+/// The `[runtime]` table.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    #[serde(default)]
+    rt: RtMode,
+    #[serde(default)]
+    lock_memory: bool,
+    #[serde(default, deserialize_with = "named::metrics")]
+    metrics: Option<SocketAddr>,
+}
+
+impl From<Document> for RuntimeConfig {
+    fn from(d: Document) -> RuntimeConfig {
+        RuntimeConfig {
+            rt: d.runtime.rt,
+            lock_memory: d.runtime.lock_memory,
+            metrics: d.runtime.metrics,
+            groups: d.group,
+            bands: d.band,
+        }
+    }
+}
