@@ -113,11 +113,14 @@ pub use sources::source::{Notifier, Timer};
 pub use sync::pi_mutex::{PiMutex, PiMutexGuard};
 pub use sys::net::{Datagram, DatagramBatch};
 
+/// (With the `tools` feature: the measuring side's hooks, not a service's API.)
+///
 /// The few Linux facilities the tools and tests share with the runtime: scheduling and its
 /// read-back, affinity, termination signals, the monotonic and thread CPU clocks, resource
 /// usage, and the memory limits a configuration is checked against. They are the same functions
 /// the runtime itself uses, so a harness sets a thread's policy and reads it back exactly as a
 /// pool thread does.
+#[cfg(feature = "tools")]
 pub mod os {
     pub use crate::sys::mem::{
         children_cpu_ns, mem_total, process_usage, thread_cpu_ns, thread_minor_faults, MemLock,

@@ -31,8 +31,10 @@ pub use band::{BandClassify, BandConfig, BandHandler, BandPlan};
 
 pub(crate) use check::addresses_collide;
 pub use check::{Invalid, Section};
+pub(crate) use document::named;
+#[cfg(feature = "toml")]
+pub(crate) use document::split_named;
 pub use document::*;
-pub(crate) use document::{named, split_named};
 #[cfg(feature = "toml")]
 pub use file::{line, load, parse};
 pub use memory::{Bytes, GroupMemory};

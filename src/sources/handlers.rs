@@ -59,7 +59,16 @@ impl LogLimit {
 /// lfrt::handlers::cpu_work(200_000); // 200 µs of this thread's CPU
 /// println!("burnt {} ns", lfrt::os::thread_cpu_ns() - t0);
 /// ```
+///
+/// A measurement tool's hook, not a service's API: only with the `tools` feature.
+#[cfg(feature = "tools")]
 pub fn cpu_work(ns: u64) {
+    burn_cpu(ns);
+}
+
+/// [`cpu_work`]'s body, which the built-in handlers' `work_us` uses with or without the
+/// `tools` feature.
+pub(crate) fn burn_cpu(ns: u64) {
     if ns == 0 {
         return;
     }
@@ -71,7 +80,7 @@ pub fn cpu_work(ns: u64) {
 }
 
 fn busy_work(us: u64) {
-    cpu_work(us.saturating_mul(1000));
+    burn_cpu(us.saturating_mul(1000));
 }
 
 /// Echoes each datagram verbatim to its sender, after `work_us` of busy work.

@@ -106,7 +106,10 @@ pub fn children_cpu_ns() -> u64 {
 /// # Examples
 /// ```
 /// let t0 = lfrt::os::thread_cpu_ns();
-/// lfrt::handlers::cpu_work(100_000);
+/// let mut x = 0u64;
+/// for i in 0..100_000u64 {
+///     x = std::hint::black_box(x.wrapping_add(i));
+/// }
 /// println!("{} ns of this thread's CPU", lfrt::os::thread_cpu_ns() - t0);
 /// ```
 pub fn thread_cpu_ns() -> u64 {

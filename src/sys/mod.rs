@@ -3,6 +3,11 @@
 //! The rest of the crate sees small safe functions returning `io::Result`; nothing outside `sys`
 //! names `libc`. Calls that can run on a pool thread's dispatch path (`epoll`, `futex`,
 //! `clock_gettime`, `read`/`write` on timerfd and eventfd) never allocate.
+//!
+//! * **Owns:** every `libc`/`nix` call. **May use:** nothing else of the crate.
+//! * A few functions serve only the measuring side, through `lfrt::os` (the `tools` feature);
+//!   without it they are unused, which is expected.
+#![cfg_attr(not(feature = "tools"), allow(dead_code))]
 
 /// Calls a `libc` function and turns a negative return into `io::Error::last_os_error()`.
 macro_rules! syscall {
