@@ -87,8 +87,10 @@ mod sources;
 mod sync;
 
 pub mod bound;
+pub mod task;
 pub use observe::telemetry;
 pub use sources::{band, handlers, inbox, stream, timer};
+pub use task::time;
 
 #[cfg(feature = "toml")]
 pub use config::{

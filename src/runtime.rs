@@ -13,6 +13,8 @@ use crate::observe::telemetry::{self, Sample, Telemetry};
 use crate::sources::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
 use crate::sources::source::Timer;
 use crate::sys::{self, futex, mem};
+use crate::task::executor::Executor;
+use crate::task::{SpawnError, Spawner};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::sync::mpsc::Receiver;
@@ -134,6 +136,8 @@ pub struct Runtime {
     /// A [`Stopper`] or [`MetricsHandle`] was taken: its group list is fixed, so
     /// [`Runtime::add_group`] is refused.
     handed_out: AtomicBool,
+    /// Each group's task spawner (`max_tasks > 0`), by group index.
+    spawners: Vec<Option<Spawner>>,
 }
 
 impl fmt::Debug for Runtime {
@@ -193,6 +197,7 @@ impl Runtime {
             counting: alloc_count::is_active(),
             stopped: Arc::new(AtomicU32::new(0)),
             handed_out: AtomicBool::new(false),
+            spawners: Vec::new(),
         };
         for gc in groups {
             rt.push_group(gc)?;
@@ -217,6 +222,11 @@ impl Runtime {
         };
         let gi = self.groups.len();
         let g = Group::new(gi as u16, gc.clone())?;
+        let tasks = if gc.max_tasks > 0 {
+            Some(add_executor(&g, &gc, gi)?)
+        } else {
+            None
+        };
         let mut producers = Vec::new();
         let mut cons = Vec::new();
         for _ in 0..gc.threads {
@@ -270,7 +280,8 @@ impl Runtime {
         self.cfg.groups.push(gc);
         let group = Arc::new(g);
         self.groups.push(group.clone());
-        Ok(Lane { group })
+        self.spawners.push(tasks.clone());
+        Ok(Lane { group, tasks })
     }
 
     /// Adds a group (a lane) to a runtime that has not started and returns its [`Lane`]: the
@@ -332,8 +343,11 @@ impl Runtime {
     /// # Ok::<(), lfrt::Error>(())
     /// ```
     pub fn lane(&self, name: &str) -> Result<Lane, Error> {
-        match self.groups.iter().find(|g| g.cfg.name == name) {
-            Some(g) => Ok(Lane { group: g.clone() }),
+        match self.groups.iter().position(|g| g.cfg.name == name) {
+            Some(i) => Ok(Lane {
+                group: self.groups[i].clone(),
+                tasks: self.spawners[i].clone(),
+            }),
             None => Err(Error::UnknownLane {
                 name: name.to_owned(),
                 known: self.groups.iter().map(|g| g.cfg.name.clone()).collect(),
@@ -850,6 +864,16 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("a panic with a non-string payload")
 }
 
+/// Builds the executor of group `gi` and registers its two handles (task doorbell, timer).
+fn add_executor(group: &Group, gc: &GroupConfig, gi: usize) -> Result<Spawner, Error> {
+    let ex = Executor::new(&gc.name, gc.max_tasks, gc.task_bytes)
+        .map_err(|e| Error::config(format!("group[{gi}].max_tasks"), e.to_string()))?;
+    let registry = group.registry();
+    registry.register(ex.turn)?;
+    registry.register(ex.clock)?;
+    Ok(ex.spawner)
+}
+
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.shutdown();
@@ -885,6 +909,7 @@ impl Drop for Runtime {
 #[derive(Clone)]
 pub struct Lane {
     group: Arc<Group>,
+    tasks: Option<Spawner>,
 }
 
 impl Lane {
@@ -919,6 +944,43 @@ impl Lane {
     /// ```
     pub fn bound_pool(&self) -> Option<BoundPool> {
         self.group.bound.as_ref().map(|b| b.pool.clone())
+    }
+
+    /// Spawns `future` onto this lane at task priority 0: it is polled by the lane's pool
+    /// threads, at the lane's policy and priority (see [`crate::task`]). The shortcut of
+    /// [`spawner`](Self::spawner)`()?.spawn(future)`.
+    ///
+    /// # Errors
+    /// The future is handed back ([`SpawnError`]): too large for a slot, the task table is
+    /// full, the runtime shut down, or the group has `max_tasks = 0` ([`SpawnError::Closed`]).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// let mut cfg = GroupConfig::new("control", Policy::Fifo, 80);
+    /// cfg.max_tasks = 16;
+    /// let control = rt.add_group(cfg)?;
+    /// rt.start()?;
+    /// let answer = control.spawn(async { 6 * 7 }).unwrap();
+    /// assert_eq!(answer.wait(), Ok(42));
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn spawn<F>(&self, future: F) -> Result<crate::task::JoinHandle<F::Output>, SpawnError<F>>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match &self.tasks {
+            Some(s) => s.spawn(future),
+            None => Err(SpawnError::Closed(future)),
+        }
+    }
+
+    /// This lane's task spawner (clone it into other threads), or `None` if the group has
+    /// `max_tasks = 0`.
+    pub fn spawner(&self) -> Option<Spawner> {
+        self.tasks.clone()
     }
 
     /// The group's name, as configured.
