@@ -435,3 +435,74 @@ fn zero_allocations_tasks() {
         st.polls, st.turns, m[0].dispatched
     );
 }
+
+/// A tokio task posts requests into a lane task's channel (`send().await` waits while the
+/// 2-value channel is full) and awaits each reply, computed on the lane, through a
+/// preallocated reply slot. Every request is answered exactly once, on a lane thread.
+#[test]
+fn a_tokio_task_sends_to_a_lane_and_awaits_replies_computed_there() {
+    use lfrt::task::{channel, ReplySender, ReplySlots};
+    let _l = util::rt_lock();
+    const N: u64 = 2_000;
+    let mut rt = lanes(&[("rt", 10, 1)], 4, None);
+    rt.start().unwrap();
+    let lane = rt.lane("rt").unwrap();
+    let lane_tids = lane_tids(&rt, 0);
+    let (tx, mut rx) = channel::<(u64, ReplySender<(u64, i32)>)>(2);
+    let server = lane
+        .spawn(async move {
+            let mut served = 0u64;
+            while let Some((x, reply)) = rx.recv().await {
+                reply.send((x * 3, lfrt::os::gettid()));
+                served += 1;
+            }
+            served
+        })
+        .unwrap();
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let replies = ReplySlots::<(u64, i32)>::new(8);
+    let sum = tokio.block_on(async move {
+        let clients: Vec<_> = (0..4u64)
+            .map(|c| {
+                let (tx, replies) = (tx.clone(), replies.clone());
+                tokio::spawn(async move {
+                    let mut tids = Vec::new();
+                    let mut sum = 0;
+                    for i in 0..N / 4 {
+                        let (rtx, rrx) = replies.take().expect("a free reply slot");
+                        tx.send((c * N + i, rtx)).await;
+                        let (v, tid) = rrx.await.expect("answered");
+                        assert_eq!(v, 3 * (c * N + i));
+                        sum += v;
+                        tids.push(tid);
+                    }
+                    (sum, tids)
+                })
+            })
+            .collect();
+        drop(tx);
+        let mut sum = 0;
+        for c in clients {
+            let (s, tids) = c.await.unwrap();
+            sum += s;
+            assert!(
+                tids.iter().all(|t| lane_tids.contains(t)),
+                "a reply computed off the lane"
+            );
+        }
+        sum
+    });
+    let want: u64 = (0..4u64)
+        .flat_map(|c| (0..N / 4).map(move |i| 3 * (c * N + i)))
+        .sum();
+    assert_eq!(sum, want);
+    assert_eq!(
+        server.wait(),
+        Ok(N),
+        "the channel ended when the senders were dropped"
+    );
+    rt.shutdown().unwrap();
+}

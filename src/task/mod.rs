@@ -65,10 +65,14 @@
 //! The join waker is kept under a priority-inheriting lock. Deadlines arm the lane's timerfd
 //! under a priority-inheriting lock (one `timerfd_settime`).
 
+mod channel;
 pub(crate) mod executor;
 pub(crate) mod state;
 pub mod time;
 
+pub use channel::{
+    channel, Full, Receiver, Recv, ReplyReceiver, ReplySender, ReplySlots, Sender, Sending,
+};
 pub use executor::{
     yield_now, JoinError, JoinHandle, SpawnError, Spawner, TaskStats, YieldNow, MAX_TASKS,
     POLLS_PER_TURN, TASK_ALIGN,
