@@ -90,7 +90,7 @@ pub mod bound;
 pub mod task;
 pub use observe::telemetry;
 pub use sources::{band, handlers, inbox, stream, timer};
-pub use task::time;
+pub use task::{net, time};
 
 #[cfg(feature = "toml")]
 pub use config::{

@@ -866,9 +866,9 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
 
 /// Builds the executor of group `gi` and registers its two handles (task doorbell, timer).
 fn add_executor(group: &Group, gc: &GroupConfig, gi: usize) -> Result<Spawner, Error> {
-    let ex = Executor::new(&gc.name, gc.max_tasks, gc.task_bytes)
-        .map_err(|e| Error::config(format!("group[{gi}].max_tasks"), e.to_string()))?;
     let registry = group.registry();
+    let ex = Executor::new(&gc.name, gc.max_tasks, gc.task_bytes, registry.clone())
+        .map_err(|e| Error::config(format!("group[{gi}].max_tasks"), e.to_string()))?;
     registry.register(ex.turn)?;
     registry.register(ex.clock)?;
     Ok(ex.spawner)

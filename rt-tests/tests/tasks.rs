@@ -506,3 +506,70 @@ fn a_tokio_task_sends_to_a_lane_and_awaits_replies_computed_there() {
     );
     rt.shutdown().unwrap();
 }
+
+/// UDP and TCP echo as lane tasks (`lfrt::net`): every datagram and every byte comes back,
+/// and an idle socket does not fire (the lane's dispatch count stays put while no client
+/// sends: the handle is suspended while no task waits).
+#[test]
+fn net_echo_tasks_serve_loopback_clients_and_idle_sockets_stay_quiet() {
+    use std::io::{Read, Write};
+    let _l = util::rt_lock();
+    let mut rt = lanes(&[("net", 10, 2)], 8, None);
+    rt.start().unwrap();
+    let lane = rt.lane("net").unwrap();
+    let sp = lane.spawner().unwrap();
+    let udp = lfrt::net::UdpSocket::bind(&sp, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let udp_addr = udp.local_addr().unwrap();
+    let _udp_task = lane
+        .spawn(async move {
+            let mut buf = [0u8; 256];
+            loop {
+                let (n, from) = udp.recv_from(&mut buf).await.unwrap();
+                udp.send_to(&buf[..n], from).await.unwrap();
+            }
+        })
+        .unwrap();
+    let listener = lfrt::net::TcpListener::bind(&sp, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let tcp_addr = listener.local_addr().unwrap();
+    let _tcp_task = lane
+        .spawn(async move {
+            let (conn, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 256];
+            loop {
+                let n = conn.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    return;
+                }
+                conn.write_all(&buf[..n]).await.unwrap();
+            }
+        })
+        .unwrap();
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    for i in 0..500u32 {
+        client.send_to(&i.to_le_bytes(), udp_addr).unwrap();
+        let (n, _) = client.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &i.to_le_bytes());
+    }
+    let mut tcp = std::net::TcpStream::connect(tcp_addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    for i in 0..200u32 {
+        let msg = format!("line {i}\n");
+        tcp.write_all(msg.as_bytes()).unwrap();
+        let mut got = vec![0u8; msg.len()];
+        tcp.read_exact(&mut got).unwrap();
+        assert_eq!(got, msg.as_bytes());
+    }
+    let before = rt.metrics()[0].dispatched;
+    std::thread::sleep(Duration::from_millis(50));
+    let idle = rt.metrics()[0].dispatched - before;
+    assert!(
+        idle <= 2,
+        "{idle} dispatches while idle: a socket handle keeps firing"
+    );
+    drop(tcp);
+    rt.shutdown().unwrap();
+}

@@ -1,6 +1,6 @@
 //! A lane's task table, its wakers, and the two event handlers that run it on the lane.
 
-use crate::engine::handler::{Context as LaneContext, Disposition, Event, EventHandler};
+use crate::engine::handler::{Context as LaneContext, Disposition, Event, EventHandler, Registry};
 use crate::sync::Mutex;
 use crate::sys::{self, fd::EventFd, fd::TimerFd, mem};
 use crate::task::state::{self, Start, TaskState};
@@ -533,6 +533,8 @@ impl std::error::Error for JoinError {}
 #[derive(Clone)]
 pub struct Spawner {
     shared: Arc<Shared>,
+    /// The lane's handle registry: where `lfrt::net` sockets register their readiness.
+    pub(crate) registry: Registry,
 }
 
 impl fmt::Debug for Spawner {
@@ -783,7 +785,12 @@ pub(crate) struct Executor {
 
 impl Executor {
     /// `max_tasks` slots of `task_bytes` each, allocated and pre-faulted now.
-    pub(crate) fn new(lane: &str, max_tasks: usize, task_bytes: usize) -> io::Result<Executor> {
+    pub(crate) fn new(
+        lane: &str,
+        max_tasks: usize,
+        task_bytes: usize,
+        registry: Registry,
+    ) -> io::Result<Executor> {
         if max_tasks == 0 || max_tasks > MAX_TASKS || task_bytes == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -855,7 +862,7 @@ impl Executor {
             shared: shared.clone(),
         };
         Ok(Executor {
-            spawner: Spawner { shared },
+            spawner: Spawner { shared, registry },
             turn: Box::new(turn),
             clock: Box::new(clock),
         })
@@ -1046,10 +1053,10 @@ mod tests {
     }
 
     fn lane(max_tasks: usize, task_bytes: usize) -> Lane {
-        let ex = Executor::new("test", max_tasks, task_bytes).unwrap();
         let registry = Registry {
             set: Arc::new(Handles::new(4).unwrap()),
         };
+        let ex = Executor::new("test", max_tasks, task_bytes, registry.clone()).unwrap();
         Lane {
             spawner: ex.spawner,
             turn: ex.turn,

@@ -67,6 +67,7 @@
 
 mod channel;
 pub(crate) mod executor;
+pub mod net;
 pub(crate) mod state;
 pub mod time;
 
