@@ -191,6 +191,9 @@ pub(crate) struct Shared {
     /// The instant the timerfd is armed for (`u64::MAX`: disarmed); the lock orders
     /// `timerfd_settime` calls.
     armed: Mutex<u64>,
+    /// A copy of `armed` readable without the lock: a turn compares the clock with it before
+    /// every poll and wakes the tasks whose deadline passed itself (see `expire`).
+    next_deadline: AtomicU64,
     closed: AtomicBool,
     counters: Counters,
 }
@@ -292,7 +295,44 @@ impl Shared {
         let mut armed = self.armed.lock();
         if at_ns < *armed {
             *armed = at_ns;
+            self.next_deadline.store(at_ns, SeqCst);
             let _ = self.timer.set_abs(at_ns, 0);
+        }
+    }
+
+    /// Wakes every task whose deadline is at or before `now` and re-arms the timer for the
+    /// next one. Run by the timer's handler when the timerfd fires, and by a turn before each
+    /// poll once the earliest deadline passed, so that a timed task competes by priority at
+    /// every poll boundary instead of waiting for the turn to end (up to `POLLS_PER_TURN`
+    /// polls). Both may run at once: each deadline is taken by one CAS.
+    fn expire(&self, now: u64) {
+        // Disarmed from here on: a deadline added after this point arms the timer itself; one
+        // added before is in its slot and seen by the scan below.
+        {
+            let mut armed = self.armed.lock();
+            *armed = u64::MAX;
+            self.next_deadline.store(u64::MAX, SeqCst);
+        }
+        let mut next = u64::MAX;
+        for slot in self.slots.iter() {
+            let d = slot.deadline.load(SeqCst);
+            if d == u64::MAX {
+                continue;
+            }
+            if d <= now {
+                if slot
+                    .deadline
+                    .compare_exchange(d, u64::MAX, SeqCst, Relaxed)
+                    .is_ok()
+                {
+                    self.wake(slot.index, state::generation(slot.state.load()));
+                }
+            } else {
+                next = next.min(d);
+            }
+        }
+        if next != u64::MAX {
+            self.arm_timer(next);
         }
     }
 
@@ -839,6 +879,7 @@ impl Executor {
                 doorbell,
                 timer,
                 armed: Mutex::new(u64::MAX),
+                next_deadline: AtomicU64::new(u64::MAX),
                 closed: AtomicBool::new(false),
                 counters: Counters::default(),
             }
@@ -945,7 +986,11 @@ impl EventHandler for Turn {
         self.shared.rung.store(false, SeqCst);
         self.shared.counters.turns.fetch_add(1, Relaxed);
         for _ in 0..POLLS_PER_TURN {
-            // Before every poll, so a task woken by the previous one competes by priority.
+            // Before every poll, so a task woken by the previous one, or whose deadline just
+            // passed, competes by priority.
+            if self.shared.next_deadline.load(Relaxed) <= sys::now_ns() {
+                self.shared.expire(sys::now_ns());
+            }
             self.drain();
             match self.heap.pop() {
                 Some((_, _, i)) => self.run(i),
@@ -978,31 +1023,7 @@ impl EventHandler for Clock {
     fn handle(&mut self, _event: &Event, _ctx: &mut LaneContext) -> Disposition {
         let s = &*self.shared;
         let _ = s.timer.read();
-        // Disarmed from here on: a deadline added after this point arms the timer itself; one
-        // added before is in its slot and seen by the scan below.
-        *s.armed.lock() = u64::MAX;
-        let now = sys::now_ns();
-        let mut next = u64::MAX;
-        for slot in s.slots.iter() {
-            let d = slot.deadline.load(SeqCst);
-            if d == u64::MAX {
-                continue;
-            }
-            if d <= now {
-                if slot
-                    .deadline
-                    .compare_exchange(d, u64::MAX, SeqCst, Relaxed)
-                    .is_ok()
-                {
-                    s.wake(slot.index, state::generation(slot.state.load()));
-                }
-            } else {
-                next = next.min(d);
-            }
-        }
-        if next != u64::MAX {
-            s.arm_timer(next);
-        }
+        s.expire(sys::now_ns());
         Disposition::Rearm
     }
 }
@@ -1045,6 +1066,7 @@ mod tests {
     use crate::engine::handle_set::Token;
     use crate::engine::handler::{Handles, Registry};
     use std::sync::Mutex as StdMutex;
+    use std::time::Duration;
 
     struct Lane {
         spawner: Spawner,
@@ -1404,6 +1426,37 @@ mod tests {
         assert!(l.turn());
         assert!(dropped.load(SeqCst), "the unclaimed output was dropped");
         assert_eq!(l.free_slots(), 1);
+    }
+
+    /// A task whose `lfrt::time` deadline passed is woken by the next turn itself, before
+    /// that turn's first poll, and so is polled ahead of lower tasks already queued (the timer
+    /// handler, not run here, would only come after the turn).
+    #[test]
+    fn a_turn_wakes_expired_deadlines_before_it_polls() {
+        let mut l = lane(8, 256);
+        let order = Arc::new(StdMutex::new(Vec::new()));
+        let o = order.clone();
+        let deadline = sys::now_ns() + 1_000_000;
+        let _timed = l
+            .spawner
+            .spawn_with_priority(5, async move {
+                crate::task::time::sleep_until(deadline).await;
+                o.lock().unwrap().push("timed");
+            })
+            .unwrap();
+        assert!(l.turn(), "registers the deadline");
+        std::thread::sleep(Duration::from_millis(2));
+        let lows: Vec<_> = (0..3)
+            .map(|_| {
+                let o = order.clone();
+                l.spawner
+                    .spawn_with_priority(0, async move { o.lock().unwrap().push("low") })
+                    .unwrap()
+            })
+            .collect();
+        assert!(l.turn());
+        assert_eq!(*order.lock().unwrap(), ["timed", "low", "low", "low"]);
+        drop(lows);
     }
 
     #[test]
