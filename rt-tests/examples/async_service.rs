@@ -103,7 +103,7 @@ async fn feed_task(mut prices: Receiver<i64>, control: Sender<Command>) {
     let mut n = 0u64;
     while let Some(p) = prices.recv().await {
         n += 1;
-        if n % 100 == 0 {
+        if n.is_multiple_of(100) {
             control.send(Command::Target(p)).await;
         }
     }

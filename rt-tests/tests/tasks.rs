@@ -388,14 +388,14 @@ fn zero_allocations_tasks() {
                 p.wait().await;
                 d.store(i + 1, Release);
                 q.set();
-                if i % 64 == 0 {
+                if i.is_multiple_of(64) {
                     let child = sp
                         .spawn_with_priority(5, async move { i * 2 })
                         .ok()
                         .unwrap();
                     assert_eq!(child.await, Ok(i * 2));
                 }
-                if i % 256 == 0 {
+                if i.is_multiple_of(256) {
                     lfrt::time::sleep(Duration::from_micros(100)).await;
                 }
             }

@@ -1252,12 +1252,15 @@ mod tests {
         }
     }
 
-    fn parked() -> (
+    /// A [`Parked`] future and the test's ends of it: its waker, its `done` flag, its polls.
+    type ParkedParts = (
         Parked,
         Arc<StdMutex<Option<Waker>>>,
         Arc<AtomicBool>,
         Arc<AtomicU64>,
-    ) {
+    );
+
+    fn parked() -> ParkedParts {
         let w = Arc::new(StdMutex::new(None));
         let d = Arc::new(AtomicBool::new(false));
         let p = Arc::new(AtomicU64::new(0));
