@@ -17,8 +17,8 @@
 //! *Senders*: a sender that found the queue full queues its waker, issues a `SeqCst` fence and
 //! tries again; the receiver pops a value, issues a `SeqCst` fence and wakes one queued
 //! sender. Either the retry finds the free place, or the receiver finds the waker. A sender
-//! whose waker does not fit the waiter queue (more waiting senders than `capacity`) yields
-//! (wakes itself) and tries again on its next poll.
+//! whose waker does not fit the waiter queue (more waiting senders than `capacity`) tries
+//! again 100 µs later on its lane's timer (a lane task) or yields (any other executor).
 //!
 //! # Real-time contract
 //! The queue, the waiter queue and the reply slots are allocated by [`channel`] and
@@ -37,6 +37,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 pub use crate::sources::inbox::Full;
+use crate::sys;
+use crate::task::executor::lane_task;
+
+/// How long a lane task whose waker found no place among the waiting senders waits before it
+/// tries again.
+const RETRY_NS: u64 = 100_000;
 
 struct Chan<T> {
     queue: ArrayQueue<T>,
@@ -174,8 +180,13 @@ impl<T: Send> Future for Sending<'_, T> {
             Err(v) => v,
         };
         if self.chan.senders.push(cx.waker().clone()).is_err() {
-            // More waiting senders than places: try again on the next poll.
-            cx.waker().wake_by_ref();
+            // More waiting senders than places: try again later. A lane task retries after
+            // RETRY_NS on its lane's timer (an immediate self-wake would spin at the lane's
+            // FIFO priority and could starve the receiver); anything else yields.
+            match lane_task(cx.waker()) {
+                Some((ex, index, _)) => ex.add_deadline(index, sys::now_ns() + RETRY_NS),
+                None => cx.waker().wake_by_ref(),
+            }
             self.value = Some(v);
             return Poll::Pending;
         }
