@@ -31,3 +31,8 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 # model sets preemption bound 3 itself (under a second in all).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p lfrt --release --lib task::state::loom_tests -- --test-threads=1 "$@"
+
+# Reply slots (src/task/channel.rs): the replying or vanishing sender against the receiver;
+# released exactly once, a sent value dropped exactly once (exhaustive, two threads).
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo test -p lfrt --release --lib task::channel::reply_loom_tests -- --test-threads=1 "$@"

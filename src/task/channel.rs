@@ -32,7 +32,7 @@ use std::fmt;
 use std::future::Future;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::sync::atomic::{fence, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -288,8 +288,46 @@ const SENT: u8 = 2;
 const RECEIVER_GONE: u8 = 3;
 const SENDER_GONE: u8 = 4;
 
+/// A reply slot's state word: who of the sender and the receiver acts last, and so frees the
+/// slot. Each side makes one compare-and-swap from `WAITING`; the side whose CAS fails found
+/// the other side done and releases (the loom model `reply_loom_tests` checks: exactly one
+/// release, a sent value dropped exactly once).
+struct ReplyState(crate::sync::atomic::AtomicU32);
+
+impl ReplyState {
+    fn new() -> ReplyState {
+        ReplyState(crate::sync::atomic::AtomicU32::new(u32::from(FREE)))
+    }
+    fn load(&self) -> u8 {
+        self.0.load(crate::sync::atomic::Ordering::Acquire) as u8
+    }
+    fn store(&self, s: u8) {
+        self.0
+            .store(u32::from(s), crate::sync::atomic::Ordering::Release);
+    }
+    fn from_waiting(&self, to: u8) -> bool {
+        use crate::sync::atomic::Ordering::{AcqRel, Acquire};
+        self.0
+            .compare_exchange(u32::from(WAITING), u32::from(to), AcqRel, Acquire)
+            .is_ok()
+    }
+    /// The value is written: true if the receiver waits for it; false if the receiver is
+    /// gone (the sender drops the value and releases).
+    fn sent(&self) -> bool {
+        self.from_waiting(SENT)
+    }
+    /// The sender goes without a reply: true if it must release (the receiver is gone).
+    fn sender_dropped(&self) -> bool {
+        !self.from_waiting(SENDER_GONE)
+    }
+    /// The receiver goes: true if it must release (the sender has sent or gone).
+    fn receiver_dropped(&self) -> bool {
+        !self.from_waiting(RECEIVER_GONE)
+    }
+}
+
 struct ReplyCell<T> {
-    state: AtomicU8,
+    state: ReplyState,
     value: UnsafeCell<MaybeUninit<T>>,
     waker: Mutex<Option<Waker>>,
 }
@@ -346,7 +384,7 @@ impl<T: Send> ReplySlots<T> {
             replies: Arc::new(Replies {
                 cells: (0..n)
                     .map(|_| ReplyCell {
-                        state: AtomicU8::new(FREE),
+                        state: ReplyState::new(),
                         value: UnsafeCell::new(MaybeUninit::uninit()),
                         waker: Mutex::new(None),
                     })
@@ -359,7 +397,7 @@ impl<T: Send> ReplySlots<T> {
     /// A free reply slot as a sender/receiver pair; `None` if all are in use.
     pub fn take(&self) -> Option<(ReplySender<T>, ReplyReceiver<T>)> {
         let i = self.replies.free.pop()?;
-        self.replies.cells[i as usize].state.store(WAITING, Release);
+        self.replies.cells[i as usize].state.store(WAITING);
         Some((
             ReplySender {
                 replies: self.replies.clone(),
@@ -377,12 +415,12 @@ impl<T> Replies<T> {
     /// The second of the pair to let go returns the slot.
     fn release(&self, index: u32) {
         let c = &self.cells[index as usize];
-        if c.state.load(Acquire) == SENT {
+        if c.state.load() == SENT {
             // SAFETY: the value was sent and never received; both sides are gone.
             unsafe { (*c.value.get()).assume_init_drop() };
         }
         drop(c.waker.lock().take());
-        c.state.store(FREE, Release);
+        c.state.store(FREE);
         let _ = self.free.push(index);
     }
 }
@@ -405,15 +443,15 @@ impl<T> ReplySender<T> {
         let c = &self.replies.cells[self.index as usize];
         // SAFETY: only this sender writes the value, once (it is consumed).
         unsafe { (*c.value.get()).write(value) };
-        match c.state.compare_exchange(WAITING, SENT, AcqRel, Acquire) {
-            Ok(_) => {
+        match c.state.sent() {
+            true => {
                 let w = c.waker.lock().take();
                 if let Some(w) = w {
                     w.wake();
                 }
                 std::mem::forget(self);
             }
-            Err(_) => {
+            false => {
                 // The receiver is gone: drop the value, return the slot.
                 // SAFETY: written just above, never read.
                 unsafe { (*c.value.get()).assume_init_drop() };
@@ -427,17 +465,13 @@ impl<T> ReplySender<T> {
 impl<T> Drop for ReplySender<T> {
     fn drop(&mut self) {
         let c = &self.replies.cells[self.index as usize];
-        match c
-            .state
-            .compare_exchange(WAITING, SENDER_GONE, AcqRel, Acquire)
-        {
-            Ok(_) => {
-                let w = c.waker.lock().take();
-                if let Some(w) = w {
-                    w.wake();
-                }
+        if c.state.sender_dropped() {
+            self.replies.release(self.index); // the receiver is gone
+        } else {
+            let w = c.waker.lock().take();
+            if let Some(w) = w {
+                w.wake();
             }
-            Err(_) => self.replies.release(self.index), // RECEIVER_GONE
         }
     }
 }
@@ -465,17 +499,17 @@ impl<T> Future for ReplyReceiver<T> {
                 // SAFETY: SENT (acquired): the value is written; we take it once and mark
                 // the slot so neither `release` nor a second poll reads it again.
                 let v = unsafe { (*c.value.get()).assume_init_read() };
-                c.state.store(SENDER_GONE, Release);
+                c.state.store(SENDER_GONE);
                 Some(Some(v))
             }
             SENDER_GONE => Some(None),
             _ => None,
         };
-        if let Some(r) = done(c.state.load(Acquire)) {
+        if let Some(r) = done(c.state.load()) {
             return Poll::Ready(r);
         }
         *c.waker.lock() = Some(cx.waker().clone());
-        match done(c.state.load(Acquire)) {
+        match done(c.state.load()) {
             Some(r) => Poll::Ready(r),
             None => Poll::Pending,
         }
@@ -485,12 +519,63 @@ impl<T> Future for ReplyReceiver<T> {
 impl<T> Drop for ReplyReceiver<T> {
     fn drop(&mut self) {
         let c = &self.replies.cells[self.index as usize];
-        match c
-            .state
-            .compare_exchange(WAITING, RECEIVER_GONE, AcqRel, Acquire)
-        {
-            Ok(_) => {}                                 // the sender frees the slot
-            Err(_) => self.replies.release(self.index), // SENT or SENDER_GONE: we are second
+        if c.state.receiver_dropped() {
+            self.replies.release(self.index); // SENT or SENDER_GONE: we are second
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod reply_loom_tests {
+    use super::*;
+    use loom::sync::atomic::AtomicUsize;
+    use loom::sync::Arc;
+
+    /// The sender (replying, or dropped without a reply) against the receiver (looking once,
+    /// then dropped): the slot is released exactly once, and a sent value is dropped exactly
+    /// once (taken by the receiver, or dropped by whoever releases).
+    #[test]
+    fn a_reply_slot_is_released_once_and_its_value_dropped_once() {
+        for replies in [true, false] {
+            loom::model(move || {
+                let st = Arc::new(ReplyState::new());
+                st.store(WAITING);
+                let releases = Arc::new(AtomicUsize::new(0));
+                let drops = Arc::new(AtomicUsize::new(0));
+                let release = |st: &ReplyState, releases: &AtomicUsize, drops: &AtomicUsize| {
+                    if st.load() == SENT {
+                        drops.fetch_add(1, SeqCst); // the unclaimed value
+                    }
+                    releases.fetch_add(1, SeqCst);
+                };
+                let (s2, r2, d2) = (st.clone(), releases.clone(), drops.clone());
+                let sender = loom::thread::spawn(move || {
+                    if replies {
+                        if !s2.sent() {
+                            d2.fetch_add(1, SeqCst); // receiver gone: drop it ourselves
+                            r2.fetch_add(1, SeqCst);
+                        }
+                    } else if s2.sender_dropped() {
+                        release(&s2, &r2, &d2);
+                    }
+                });
+                // The receiver looks once (a poll), then is dropped.
+                if st.load() == SENT {
+                    drops.fetch_add(1, SeqCst); // taken
+                    st.store(SENDER_GONE);
+                }
+                if st.receiver_dropped() {
+                    release(&st, &releases, &drops);
+                }
+                sender.join().unwrap();
+                assert_eq!(
+                    releases.load(SeqCst),
+                    1,
+                    "released {} times",
+                    releases.load(SeqCst)
+                );
+                assert_eq!(drops.load(SeqCst), usize::from(replies));
+            });
         }
     }
 }
