@@ -305,7 +305,7 @@ impl ReplyState {
         self.0
             .store(u32::from(s), crate::sync::atomic::Ordering::Release);
     }
-    fn from_waiting(&self, to: u8) -> bool {
+    fn leave_waiting(&self, to: u8) -> bool {
         use crate::sync::atomic::Ordering::{AcqRel, Acquire};
         self.0
             .compare_exchange(u32::from(WAITING), u32::from(to), AcqRel, Acquire)
@@ -314,15 +314,15 @@ impl ReplyState {
     /// The value is written: true if the receiver waits for it; false if the receiver is
     /// gone (the sender drops the value and releases).
     fn sent(&self) -> bool {
-        self.from_waiting(SENT)
+        self.leave_waiting(SENT)
     }
     /// The sender goes without a reply: true if it must release (the receiver is gone).
     fn sender_dropped(&self) -> bool {
-        !self.from_waiting(SENDER_GONE)
+        !self.leave_waiting(SENDER_GONE)
     }
     /// The receiver goes: true if it must release (the sender has sent or gone).
     fn receiver_dropped(&self) -> bool {
-        !self.from_waiting(RECEIVER_GONE)
+        !self.leave_waiting(RECEIVER_GONE)
     }
 }
 
