@@ -1060,7 +1060,8 @@ impl Future for YieldNow {
     }
 }
 
-#[cfg(test)]
+// Not under loom: these drive the real executor, whose state words are loom atomics there.
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::engine::handle_set::Token;
