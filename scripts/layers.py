@@ -41,7 +41,7 @@ def modules():
 
 def strip_tests(text):
     # Test modules may reach anywhere; the architecture is the non-test code.
-    m = re.search(r"^#\[cfg\(test\)\]\s*\n\s*mod tests", text, re.M)
+    m = re.search(r"^#\[cfg\((?:test|all\(test, not\(loom\)\))\)\]\s*\n\s*mod tests", text, re.M)
     text = text if not m else text[: m.start()]
     # Comments and doc links do not make an edge.
     return "\n".join(line.split("//")[0] for line in text.splitlines())
