@@ -26,3 +26,15 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 # lenders, a vacancy and arrivals; no event stranded while the lane is busy.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p lfrt --release --lib borrow::loom_tests -- --test-threads=1 "$@"
+
+# Lane tasks' state word (src/task/state.rs): two wakers against the poller (no lost wake, no
+# overlapping polls, queued at most once), completion against the join handle (freed exactly
+# once, an awaiting handle is woken), and a stale waker against the slot's reuse. The 3-thread
+# model sets preemption bound 3 itself (under a second in all).
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo test -p lfrt --release --lib task::state::loom_tests -- --test-threads=1 "$@"
+
+# Reply slots (src/task/channel.rs): the replying or vanishing sender against the receiver;
+# released exactly once, a sent value dropped exactly once (exhaustive, two threads).
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo test -p lfrt --release --lib task::channel::reply_loom_tests -- --test-threads=1 "$@"

@@ -214,6 +214,14 @@ pub struct GroupConfig {
     /// over one connection to a back-end. See [`BoundGroup`].
     #[serde(default)]
     pub bound: Option<BoundGroup>,
+    /// Task slots of the lane's async executor ([`Lane::spawn`](crate::Lane::spawn)); 0 (the
+    /// default): the lane runs no tasks and has no executor handles. 0..=65536.
+    #[serde(default)]
+    pub max_tasks: usize,
+    /// Bytes of one task slot: the largest future (or output) a task may have. Alignment is
+    /// 64. 64..=1048576, default 512.
+    #[serde(default = "GroupConfig::default_task_bytes")]
+    pub task_bytes: usize,
 }
 
 /// A bound group (`[group.bound]`, [`GroupConfig::bound`]): the runtime connects to `connect`
@@ -296,6 +304,8 @@ impl BoundGroup {
     }
 }
 
+/// Default size of a task slot (`task_bytes`).
+const DEFAULT_TASK_BYTES: usize = 512;
 /// Default number of pool threads per group.
 const DEFAULT_THREADS: usize = 2;
 /// Default per-thread buffer size.
@@ -339,7 +349,13 @@ impl GroupConfig {
             bound: None,
             borrow_from: Vec::new(),
             max_borrowed: None,
+            max_tasks: 0,
+            task_bytes: DEFAULT_TASK_BYTES,
         }
+    }
+
+    fn default_task_bytes() -> usize {
+        DEFAULT_TASK_BYTES
     }
 
     // serde's `default = "…"` takes a function, not a constant.
@@ -380,7 +396,8 @@ impl GroupConfig {
                     1
                 }
             })
-            .sum()
+            .sum::<usize>()
+            + if self.max_tasks > 0 { 2 } else { 0 }
     }
 
     /// Timer expiries per second that the group's built-in timers deliver, all together.

@@ -31,6 +31,7 @@ use super::*;
 #[derive(Clone)]
 pub struct Lane {
     pub(super) group: Arc<Group>,
+    pub(super) tasks: Option<Spawner>,
 }
 
 impl Lane {
@@ -67,6 +68,43 @@ impl Lane {
         let served = self.group.served.as_ref()?;
         let lane = served.as_any().downcast_ref::<BoundLane>()?;
         Some(lane.pool.clone())
+    }
+
+    /// Spawns `future` onto this lane at task priority 0: it is polled by the lane's pool
+    /// threads, at the lane's policy and priority (see [`crate::task`]). The shortcut of
+    /// [`spawner`](Self::spawner)`()?.spawn(future)`.
+    ///
+    /// # Errors
+    /// The future is handed back ([`SpawnError`]): too large for a slot, the task table is
+    /// full, the runtime shut down, or the group has `max_tasks = 0` ([`SpawnError::Closed`]).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// let mut rt = Runtime::new(RuntimeConfig::default())?;
+    /// let mut cfg = GroupConfig::new("control", Policy::Fifo, 80);
+    /// cfg.max_tasks = 16;
+    /// let control = rt.add_group(cfg)?;
+    /// rt.start()?;
+    /// let answer = control.spawn(async { 6 * 7 }).unwrap();
+    /// assert_eq!(answer.wait(), Ok(42));
+    /// # Ok::<(), lfrt::Error>(())
+    /// ```
+    pub fn spawn<F>(&self, future: F) -> Result<crate::task::JoinHandle<F::Output>, SpawnError<F>>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match &self.tasks {
+            Some(s) => s.spawn(future),
+            None => Err(SpawnError::Closed(future)),
+        }
+    }
+
+    /// This lane's task spawner (clone it into other threads), or `None` if the group has
+    /// `max_tasks = 0`.
+    pub fn spawner(&self) -> Option<Spawner> {
+        self.tasks.clone()
     }
 
     /// The group's name, as configured.

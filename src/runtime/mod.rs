@@ -34,6 +34,8 @@ use crate::observe::telemetry::{self, Sample, Telemetry};
 use crate::sources::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
 use crate::sources::source::Timer;
 use crate::sys::{self, futex, mem};
+use crate::task::executor::Executor;
+use crate::task::{SpawnError, Spawner};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::sync::mpsc::Receiver;
@@ -133,6 +135,8 @@ pub struct Runtime {
     /// A [`Stopper`] or [`MetricsHandle`] was taken: its group list is fixed, so
     /// [`Runtime::add_group`] is refused.
     handed_out: AtomicBool,
+    /// Each group's task spawner (`max_tasks > 0`), by group index.
+    spawners: Vec<Option<Spawner>>,
 }
 
 impl fmt::Debug for Runtime {
@@ -192,6 +196,7 @@ impl Runtime {
             counting: alloc_count::is_active(),
             stopped: Arc::new(AtomicU32::new(0)),
             handed_out: AtomicBool::new(false),
+            spawners: Vec::new(),
         };
         for gc in groups {
             rt.push_group(gc)?;
@@ -225,6 +230,11 @@ impl Runtime {
             None => None,
         };
         let g = Group::new(gi as u16, gc.engine_spec(), served)?;
+        let tasks = if gc.max_tasks > 0 {
+            Some(add_executor(&g, &gc, gi)?)
+        } else {
+            None
+        };
         let mut producers = Vec::new();
         let mut cons = Vec::new();
         for _ in 0..gc.threads {
@@ -278,7 +288,8 @@ impl Runtime {
         self.cfg.groups.push(gc);
         let group = Arc::new(g);
         self.groups.push(group.clone());
-        Ok(Lane { group })
+        self.spawners.push(tasks.clone());
+        Ok(Lane { group, tasks })
     }
 
     /// Adds a group (a lane) to a runtime that has not started and returns its [`Lane`]: the
@@ -344,8 +355,11 @@ impl Runtime {
     /// # Ok::<(), lfrt::Error>(())
     /// ```
     pub fn lane(&self, name: &str) -> Result<Lane, Error> {
-        match self.groups.iter().find(|g| g.spec.name == name) {
-            Some(g) => Ok(Lane { group: g.clone() }),
+        match self.groups.iter().position(|g| g.spec.name == name) {
+            Some(i) => Ok(Lane {
+                group: self.groups[i].clone(),
+                tasks: self.spawners[i].clone(),
+            }),
             None => Err(Error::UnknownLane {
                 name: name.to_owned(),
                 known: self.groups.iter().map(|g| g.spec.name.clone()).collect(),
@@ -376,6 +390,16 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("a panic with a non-string payload")
+}
+
+/// Builds the executor of group `gi` and registers its two handles (task doorbell, timer).
+fn add_executor(group: &Group, gc: &GroupConfig, gi: usize) -> Result<Spawner, Error> {
+    let registry = group.registry();
+    let ex = Executor::new(&gc.name, gc.max_tasks, gc.task_bytes, registry.clone())
+        .map_err(|e| Error::config(format!("group[{gi}].max_tasks"), e.to_string()))?;
+    registry.register(ex.turn)?;
+    registry.register(ex.clock)?;
+    Ok(ex.spawner)
 }
 
 #[cfg(test)]

@@ -160,6 +160,20 @@ impl RuntimeConfig {
                 format!("{}: must be 1..=1048576", g.max_handles),
             ));
         }
+        if g.max_tasks > crate::task::MAX_TASKS {
+            return Err(bad(
+                gi,
+                "max_tasks",
+                format!("{}: must be 0..=65536", g.max_tasks),
+            ));
+        }
+        if g.task_bytes < 64 || g.task_bytes > 1 << 20 {
+            return Err(bad(
+                gi,
+                "task_bytes",
+                format!("{}: must be 64..=1048576", g.task_bytes),
+            ));
+        }
         if g.stack_bytes < 64 * 1024 || g.stack_bytes > 64 << 20 {
             return Err(bad(
                 gi,

@@ -1,0 +1,80 @@
+//! Async tasks on lanes: `async fn` polled by a lane's pool threads, at the lane's policy and
+//! priority, with no allocation per spawn, poll, wake or completion.
+//!
+//! * **Owns:** a lane's task table and ready set (`executor.rs`), the per-task state machine
+//!   (`state.rs`) and lane time ([`time`]).
+//! * **May use:** the engine's handler interface (`engine::handler`), `sync`, `sys`, `observe`
+//!   and `error`. **Must never use:** `config`, `runtime` or the engine's internals; the
+//!   runtime builds an executor for each group with `max_tasks > 0` and registers its two
+//!   handlers with the group, like any event source.
+//!
+//! ```text
+//!  any thread (lane, plain, tokio)          the lane's pool (ONESHOT: one turn at a time)
+//!  ───────────────────────────────          ─────────────────────────────────────────────
+//!  Spawner::spawn(f) ─ write f into a free slot ─┐
+//!  waker.wake() ── state CAS: IDLE→SCHEDULED ────┼─push─▶ [ready queue] ──drain──▶ heap by
+//!                    (RUNNING→NOTIFIED: no push) │        lock-free,            (priority,
+//!                                                │        max_tasks             FIFO seq)
+//!                  first push since last turn: ──┘                                  │ pop ≤ 16
+//!                  eventfd += 1 ─────────── the doorbell handle fires ─▶ Turn: poll each task
+//!  lfrt::time: slot deadline ── timerfd (abs) ── fires ─▶ Clock: wake tasks whose deadline passed
+//! ```
+//!
+//! # What runs where
+//! A task is polled only by a pool thread of the lane it was spawned on, inside that lane's
+//! *turn* handler: the lane's task doorbell (an eventfd) is one handle in the lane's handle
+//! set, armed `EPOLLONESHOT`, so one of the lane's threads runs a turn at a time, and a task
+//! is polled by at most one thread at a time (also enforced by its state word, `state.rs`).
+//! Waking a task from any thread — another lane, a plain thread, a tokio task, a signal-free
+//! timer — only schedules it: one CAS, one lock-free push, at most one `write(2)`. A wake
+//! never polls on the waker's thread.
+//!
+//! # Priority rules
+//! * Between lanes: the kernel's. A lane's tasks run at the lane's SCHED_FIFO priority, so a
+//!   runnable task of a higher lane preempts every lower lane's task.
+//! * Within a lane: a turn drains newly woken tasks into a heap before *every* poll and polls
+//!   the highest task priority first ([`Spawner::spawn_with_priority`]), FIFO among equal
+//!   priorities (by the moment they became runnable). Polling is cooperative: a running poll
+//!   is never preempted by a higher task of the same lane; the higher task is polled next.
+//! * **Bounded work per turn**: a turn polls at most [`POLLS_PER_TURN`] tasks, then rings its
+//!   own doorbell (if tasks remain) and returns, so the lane's other handles get their events
+//!   dispatched between turns (the re-armed doorbell queues behind them in epoll's ready
+//!   list). A single poll is bounded only by the task itself: a task that never yields holds
+//!   its thread, and the lane's overrun watchdog (`budget_us`) reports or demotes it exactly
+//!   as it does a handler.
+//!
+//! # Limits and refusals
+//! * `max_tasks` slots per lane (TOML `max_tasks`, default 0: no task table), each
+//!   `task_bytes` long (default 512) at alignment [`TASK_ALIGN`]. The storage is one
+//!   allocation made and pre-faulted when the lane is added.
+//! * [`Spawner::spawn`] refuses, handing the future back: a future (or output) larger than a
+//!   slot or aligned above 64 ([`SpawnError::TooLarge`], naming both sizes); a full table
+//!   ([`SpawnError::Full`]); a lane without a task table or after shutdown
+//!   ([`SpawnError::Closed`]). Each is counted in [`TaskStats`].
+//!
+//! # Failures
+//! * A panicking task is caught, counted ([`TaskStats::panicked`]); its future is dropped,
+//!   its slot freed, its handle gives [`JoinError::Panicked`]; other tasks are unaffected.
+//! * Shutdown ([`Runtime::shutdown_within`](crate::Runtime::shutdown_within)): after the
+//!   lane's threads returned, every unfinished task is cancelled (its future dropped, its
+//!   handle gives [`JoinError::Cancelled`]) in task priority order, highest first.
+//!
+//! # Real-time contract
+//! After the lane is built: spawn is a lock-free pop and push plus a move into the slot;
+//! a poll, a wake, a waker clone or drop (one `Arc` count) and a completion make no allocation.
+//! The join waker is kept under a priority-inheriting lock. Deadlines arm the lane's timerfd
+//! under a priority-inheriting lock (one `timerfd_settime`).
+
+mod channel;
+pub(crate) mod executor;
+pub mod net;
+pub(crate) mod state;
+pub mod time;
+
+pub use channel::{
+    channel, Full, Receiver, Recv, ReplyReceiver, ReplySender, ReplySlots, Sender, Sending,
+};
+pub use executor::{
+    yield_now, JoinError, JoinHandle, SpawnError, Spawner, TaskStats, YieldNow, MAX_TASKS,
+    POLLS_PER_TURN, TASK_ALIGN,
+};

@@ -1,0 +1,347 @@
+//! Sockets for lane tasks: UDP, TCP listener and TCP stream with `async` receive, send and
+//! accept, whose readiness comes from the lane's own handle set (no thread of their own).
+//!
+//! Each socket is one handle in its lane's handle set, registered when the socket is made
+//! (`bind`, `accept`), for readability. The protocol keeps a readable socket from firing
+//! while nobody waits:
+//! * a task tries the nonblocking call; on `WouldBlock` it stores its waker (one reader slot
+//!   per socket) and **resumes** the handle (re-adds it to epoll, level triggered,
+//!   `EPOLLONESHOT`): if the socket is readable already, it fires at once;
+//! * the handle's handler wakes the waiting task and **suspends** its own handle (it is not
+//!   re-armed when the handler returns), so it fires again only after a task met
+//!   `WouldBlock` again.
+//!
+//! Sending rarely blocks; a send that meets `WouldBlock` (a full socket buffer) retries
+//! after 100 µs on the lane's timer rather than waiting for writability (a socket is nearly
+//! always writable, so a level-triggered wait for it would fire at once, a spin).
+//!
+//! No wake-up is lost: the handler takes the wakers under their lock after the event, and a
+//! `resume` from another thread waits for a running handler to return (the handle set's
+//! entry lock) before it re-adds the handle; a task that stored its waker and then resumed
+//! therefore either finds the handle suspended (and re-arms it) or armed.
+//!
+//! A second task receiving on the same socket replaces the first one's
+//! waker; the replaced waker is woken (a spurious wake-up, never a lost one).
+//!
+//! # Real-time contract
+//! Making a socket registers one handler (one `Box`, the registry's allocation); receiving,
+//! sending and accepting readiness make no allocation: a `WouldBlock` costs one
+//! `epoll_ctl(ADD)` (resume) and the event one `epoll_ctl(DEL)` (suspend); a blocked send
+//! one `timerfd_settime`.
+
+use crate::engine::handler::Registry;
+use crate::engine::handler::{Context as LaneContext, Disposition, Event, EventHandler, Interest};
+use crate::engine::word::Token;
+use crate::sync::Mutex;
+use crate::sys;
+use crate::task::executor::lane_task;
+use crate::task::Spawner;
+use std::fmt;
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Waker};
+
+/// How long a writer that met `WouldBlock` waits before it tries again (lane timer).
+const WRITE_RETRY_NS: u64 = 100_000;
+
+/// The readiness state a socket shares with its handler.
+struct Readiness {
+    readers: Mutex<Option<Waker>>,
+    token: OnceLock<Token>,
+    registry: Registry,
+}
+
+fn store(slot: &Mutex<Option<Waker>>, w: &Waker) {
+    let old = {
+        let mut g = slot.lock();
+        match &*g {
+            Some(o) if o.will_wake(w) => return,
+            _ => g.replace(w.clone()),
+        }
+    };
+    if let Some(o) = old {
+        o.wake(); // replaced: wake it rather than lose it
+    }
+}
+
+impl Readiness {
+    /// A nonblocking call returned `WouldBlock`: wait for the handle's next event.
+    fn wait(&self, slot: &Mutex<Option<Waker>>, cx: &mut Context<'_>) {
+        store(slot, cx.waker());
+        if let Some(t) = self.token.get() {
+            let _ = self.registry.resume(*t);
+        }
+    }
+}
+
+struct Shared<S> {
+    sock: S,
+    ready: Readiness,
+}
+
+/// The socket's handler in the lane's handle set.
+struct Source<S>(Arc<Shared<S>>);
+
+impl<S: AsFd + Send + Sync + 'static> EventHandler for Source<S> {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.0.sock.as_fd()
+    }
+    fn interest(&self) -> Interest {
+        // Readable only: a socket is writable nearly always, so waiting for it in a level-
+        // triggered set would fire at once on every resume (a spin at FIFO priority).
+        // Writers that meet `WouldBlock` retry on the lane timer instead (module docs).
+        Interest::READABLE
+    }
+    fn handle(&mut self, event: &Event, ctx: &mut LaneContext) -> Disposition {
+        // Suspend first (applied when we return), then wake: a task woken now that meets
+        // WouldBlock again resumes after we returned.
+        let _ = ctx.registry().suspend(event.token());
+        let w = self.0.ready.readers.lock().take();
+        if let Some(w) = w {
+            w.wake();
+        }
+        Disposition::Rearm
+    }
+}
+
+/// Registers `sock` with the lane of `lane`; the handle starts suspended until a task waits.
+fn register<S: AsFd + Send + Sync + 'static>(
+    lane: &Spawner,
+    sock: S,
+) -> io::Result<Arc<Shared<S>>> {
+    let shared = Arc::new(Shared {
+        sock,
+        ready: Readiness {
+            readers: Mutex::new(None),
+            token: OnceLock::new(),
+            registry: lane.registry.clone(),
+        },
+    });
+    let token = lane
+        .registry
+        .register(Box::new(Source(shared.clone())))
+        .map_err(io::Error::other)?;
+    let _ = shared.ready.token.set(token);
+    Ok(shared)
+}
+
+/// Runs the nonblocking `op` until it stops saying `WouldBlock`, waiting on the lane between.
+fn poll_io<S, T>(
+    sh: &Shared<S>,
+    write: bool,
+    cx: &mut Context<'_>,
+    mut op: impl FnMut(&S) -> io::Result<T>,
+) -> Poll<io::Result<T>> {
+    let slot = &sh.ready.readers;
+    match op(&sh.sock) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            if write {
+                // Retry after WRITE_RETRY on the lane's timer (outside a lane task: yield).
+                match lane_task(cx.waker()) {
+                    Some((ex, index, _)) => {
+                        ex.add_deadline(index, sys::now_ns() + WRITE_RETRY_NS);
+                    }
+                    None => cx.waker().wake_by_ref(),
+                }
+            } else {
+                sh.ready.wait(slot, cx);
+            }
+            Poll::Pending
+        }
+        r => Poll::Ready(r),
+    }
+}
+
+fn deregister<S>(sh: &Shared<S>) {
+    if let Some(t) = sh.ready.token.get() {
+        let _ = sh.ready.registry.deregister(*t);
+    }
+}
+
+/// A UDP socket for lane tasks.
+///
+/// # Examples
+/// ```no_run
+/// # async fn echo(lane: lfrt::task::Spawner) -> std::io::Result<()> {
+/// let sock = lfrt::net::UdpSocket::bind(&lane, "127.0.0.1:7000".parse().unwrap())?;
+/// let mut buf = [0u8; 1500];
+/// loop {
+///     let (n, from) = sock.recv_from(&mut buf).await?;
+///     sock.send_to(&buf[..n], from).await?;
+/// }
+/// # }
+/// ```
+pub struct UdpSocket(Arc<Shared<std::net::UdpSocket>>);
+
+impl fmt::Debug for UdpSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("UdpSocket").field(&self.0.sock).finish()
+    }
+}
+
+impl UdpSocket {
+    /// Binds `addr` and registers the socket with `lane`'s handle set.
+    ///
+    /// # Errors
+    /// The bind's error, or the registry's (e.g. the lane's handle table is full).
+    pub fn bind(lane: &Spawner, addr: SocketAddr) -> io::Result<UdpSocket> {
+        Self::from_std(lane, std::net::UdpSocket::bind(addr)?)
+    }
+
+    /// Takes over a bound std socket (made nonblocking here).
+    ///
+    /// # Errors
+    /// As [`bind`](Self::bind).
+    pub fn from_std(lane: &Spawner, sock: std::net::UdpSocket) -> io::Result<UdpSocket> {
+        sock.set_nonblocking(true)?;
+        Ok(UdpSocket(register(lane, sock)?))
+    }
+
+    /// The local address.
+    ///
+    /// # Errors
+    /// `getsockname`'s.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.0.sock.local_addr()
+    }
+
+    /// Receives one datagram, waiting on the lane until one arrives.
+    ///
+    /// # Errors
+    /// The socket's error.
+    pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        poll_fn(|cx| poll_io(&self.0, false, cx, |s| s.recv_from(buf))).await
+    }
+
+    /// Sends one datagram, waiting on the lane while the socket's buffer is full.
+    ///
+    /// # Errors
+    /// The socket's error.
+    pub async fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
+        poll_fn(|cx| poll_io(&self.0, true, cx, |s| s.send_to(buf, to))).await
+    }
+}
+
+impl Drop for UdpSocket {
+    /// Removes the socket's handle from the lane (closing the socket).
+    fn drop(&mut self) {
+        deregister(&self.0);
+    }
+}
+
+/// A TCP listener for lane tasks; accepted streams are registered with the same lane.
+pub struct TcpListener {
+    shared: Arc<Shared<std::net::TcpListener>>,
+    lane: Spawner,
+}
+
+impl fmt::Debug for TcpListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TcpListener")
+            .field(&self.shared.sock)
+            .finish()
+    }
+}
+
+impl TcpListener {
+    /// Binds `addr` and registers the listener with `lane`'s handle set.
+    ///
+    /// # Errors
+    /// The bind's error, or the registry's.
+    pub fn bind(lane: &Spawner, addr: SocketAddr) -> io::Result<TcpListener> {
+        let l = std::net::TcpListener::bind(addr)?;
+        l.set_nonblocking(true)?;
+        Ok(TcpListener {
+            shared: register(lane, l)?,
+            lane: lane.clone(),
+        })
+    }
+
+    /// The local address.
+    ///
+    /// # Errors
+    /// `getsockname`'s.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.shared.sock.local_addr()
+    }
+
+    /// Accepts one connection, waiting on the lane until one arrives; the stream is
+    /// registered with the same lane (one handler allocation per connection).
+    ///
+    /// # Errors
+    /// `accept`'s error, or the registry's (the lane's handle table is full: the connection
+    /// is closed).
+    pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let (s, from) = poll_fn(|cx| poll_io(&self.shared, false, cx, |l| l.accept())).await?;
+        s.set_nonblocking(true)?;
+        Ok((TcpStream(register(&self.lane, s)?), from))
+    }
+}
+
+impl Drop for TcpListener {
+    fn drop(&mut self) {
+        deregister(&self.shared);
+    }
+}
+
+/// A TCP stream for lane tasks.
+pub struct TcpStream(Arc<Shared<std::net::TcpStream>>);
+
+impl fmt::Debug for TcpStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TcpStream").field(&self.0.sock).finish()
+    }
+}
+
+impl TcpStream {
+    /// Reads into `buf`, waiting on the lane until bytes (or the end of the stream, `Ok(0)`)
+    /// arrive.
+    ///
+    /// # Errors
+    /// The socket's error.
+    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::io::Read;
+        poll_fn(|cx| poll_io(&self.0, false, cx, |mut s| s.read(buf))).await
+    }
+
+    /// Writes from `buf`, waiting on the lane while the socket's buffer is full; returns the
+    /// bytes written (maybe fewer than `buf.len()`).
+    ///
+    /// # Errors
+    /// The socket's error.
+    pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        use std::io::Write;
+        poll_fn(|cx| poll_io(&self.0, true, cx, |mut s| s.write(buf))).await
+    }
+
+    /// Writes all of `buf`.
+    ///
+    /// # Errors
+    /// The socket's error; `WriteZero` if the socket accepts no more bytes.
+    pub async fn write_all(&self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.write(buf).await? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                n => buf = &buf[n..],
+            }
+        }
+        Ok(())
+    }
+
+    /// The peer's address.
+    ///
+    /// # Errors
+    /// `getpeername`'s.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.0.sock.peer_addr()
+    }
+}
+
+impl Drop for TcpStream {
+    fn drop(&mut self) {
+        deregister(&self.0);
+    }
+}

@@ -1,0 +1,385 @@
+//! The state word of one task slot: which thread may touch the future, and who frees the slot.
+//!
+//! ```text
+//!                 spawn                      start (pop)              poll: Pending
+//!   FREE ──────────────────▶ SCHEDULED ─────────────────▶ RUNNING ────────────────▶ IDLE
+//!    ▲                           ▲  ▲                      │   │ wake                  │
+//!    │                           │  └── poll: Pending ─────┼── NOTIFIED                │
+//!    │                           │      (re-queued)        │   (while running)         │
+//!    │                           └─────────── wake ────────┼───────────────────────────┘
+//!    │ free (generation + 1)                               │ poll: Ready / panicked /
+//!    └──────────────── COMPLETE ◀──────────────────────────┘ cancelled
+//! ```
+//!
+//! One `u32`: the slot's 16-bit **generation** in the high half, flags in the low half. A
+//! waker names `(slot, generation)`; every transition that a waker or a handle can cause
+//! first compares the generation, so a waker left over from an earlier task of the same
+//! slot never schedules the slot's new task (until the generation wraps: see below).
+//!
+//! Invariants (each transition is one compare-and-swap on this word, so they hold at every
+//! instant; the loom models in `task::executor::loom_tests` check them):
+//! * **polled by at most one thread**: only [`start`](TaskState::start) sets `RUNNING`, and it
+//!   requires `SCHEDULED` and clears it; `SCHEDULED` is set again only when `RUNNING` is clear
+//!   ([`wake`](TaskState::wake)) or by the poller itself as it clears `RUNNING`
+//!   ([`pending`](TaskState::pending));
+//! * **in the ready set at most once**: the thread whose transition sets `SCHEDULED` pushes the
+//!   slot, and only [`start`](TaskState::start) clears it, after the slot was popped; so the
+//!   ready queue never holds more than `max_tasks` entries;
+//! * **exactly-once wake-up**: a wake of a live, unfinished task either schedules it (it was
+//!   idle), or finds it already scheduled (the coming poll sees the waker's writes: the
+//!   waker's CAS releases, `start`'s CAS acquires), or marks it `NOTIFIED` while it runs, and
+//!   the poller then re-schedules it as it returns `Pending`. No wake is lost and a wake
+//!   causes at most one extra poll;
+//! * **freed exactly once**: a finished task's slot is freed by whichever of the completing
+//!   poller and the [`JoinHandle`](super::JoinHandle) acts second: completion sets `COMPLETE`
+//!   and reads `HANDLE` in one CAS, dropping the handle clears `HANDLE` and reads `COMPLETE`
+//!   in one RMW.
+//!
+//! Not guaranteed: a waker that outlives 65 536 reuses of its slot aliases the slot's current
+//! task again; it then causes one spurious poll, which the `Future` contract allows.
+
+use crate::sync::atomic::{AtomicU32, Ordering::*};
+
+/// In the ready queue or the polling thread's heap; a poll is owed.
+pub(crate) const SCHEDULED: u32 = 1 << 0;
+/// A thread is polling (or cancelling) the future.
+pub(crate) const RUNNING: u32 = 1 << 1;
+/// Woken while `RUNNING`: the poller re-schedules the task when the poll returns `Pending`.
+pub(crate) const NOTIFIED: u32 = 1 << 2;
+/// The future is gone; the outcome bits below are final.
+pub(crate) const COMPLETE: u32 = 1 << 3;
+/// A [`JoinHandle`](super::JoinHandle) still refers to the task.
+pub(crate) const HANDLE: u32 = 1 << 4;
+/// [`JoinHandle::cancel`](super::JoinHandle::cancel) was called.
+pub(crate) const CANCEL: u32 = 1 << 5;
+/// The slot holds a task (set at spawn, cleared when the slot is freed).
+pub(crate) const LIVE: u32 = 1 << 6;
+/// Outcome: the output is stored in the slot, not yet taken.
+pub(crate) const OUTPUT: u32 = 1 << 7;
+/// Outcome: the future panicked.
+pub(crate) const PANICKED: u32 = 1 << 8;
+
+const GEN_SHIFT: u32 = 16;
+const FLAGS: u32 = (1 << GEN_SHIFT) - 1;
+
+/// The generation of a state word.
+pub(crate) fn generation(s: u32) -> u16 {
+    (s >> GEN_SHIFT) as u16
+}
+
+/// How the poller found the task when it took it from the ready set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum Start {
+    /// Poll it.
+    Poll(u16),
+    /// Cancellation was requested: drop the future instead.
+    Cancel(u16),
+}
+
+/// A task slot's state word (module docs).
+#[derive(Debug)]
+pub(crate) struct TaskState(AtomicU32);
+
+impl TaskState {
+    /// A free slot of generation 0.
+    pub(crate) fn new() -> TaskState {
+        TaskState(AtomicU32::new(0))
+    }
+
+    pub(crate) fn load(&self) -> u32 {
+        self.0.load(Acquire)
+    }
+
+    /// CAS loop: applies `f` until it succeeds or `f` declines; returns the word `f` saw last
+    /// and whether it was changed.
+    fn update(&self, f: impl Fn(u32) -> Option<u32>) -> (u32, bool) {
+        let mut s = self.0.load(Acquire);
+        loop {
+            let Some(n) = f(s) else { return (s, false) };
+            match self.0.compare_exchange(s, n, AcqRel, Acquire) {
+                Ok(_) => return (s, true),
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    /// A free slot becomes a scheduled task (the spawner owns the free slot exclusively; the
+    /// release store publishes the future written before it). Returns the task's generation.
+    pub(crate) fn spawn(&self, with_handle: bool) -> u16 {
+        let s = self.0.load(Relaxed);
+        assert_eq!(s & FLAGS, 0, "inconsistent task state at spawn: {s:#x}");
+        let handle = if with_handle { HANDLE } else { 0 };
+        self.0.store(s | LIVE | SCHEDULED | handle, Release);
+        generation(s)
+    }
+
+    /// A wake of generation `gen`: true if the caller must push the slot into the ready set.
+    pub(crate) fn wake(&self, gen: u16) -> bool {
+        let (s, changed) = self.update(|s| {
+            if generation(s) != gen || s & LIVE == 0 || s & COMPLETE != 0 {
+                None // stale or finished: no poll will come
+            } else if s & (SCHEDULED | NOTIFIED) != 0 {
+                // A poll is owed already. Still an RMW (writing the same word), not a plain
+                // load: it releases the waker's earlier writes into the word's modification
+                // order, so the owed poll, whose `start` RMW comes later in that order,
+                // acquires them. A plain load here loses the wake's data (the loom model
+                // `every_wake_is_followed_by_a_poll_and_polls_never_overlap` finds it).
+                Some(s)
+            } else if s & RUNNING != 0 {
+                Some(s | NOTIFIED)
+            } else {
+                Some(s | SCHEDULED)
+            }
+        });
+        // `s` is the word our CAS replaced: we set SCHEDULED iff it was neither running nor
+        // scheduled.
+        changed && s & (RUNNING | SCHEDULED | NOTIFIED) == 0
+    }
+
+    /// The poller took the slot from the ready set: `SCHEDULED` → `RUNNING`.
+    pub(crate) fn start(&self) -> Start {
+        let (s, _) = self.update(|s| Some((s & !SCHEDULED) | RUNNING));
+        assert!(
+            s & SCHEDULED != 0 && s & (RUNNING | COMPLETE) == 0 && s & LIVE != 0,
+            "inconsistent task state at start: {s:#x}"
+        );
+        if s & CANCEL != 0 {
+            Start::Cancel(generation(s))
+        } else {
+            Start::Poll(generation(s))
+        }
+    }
+
+    /// The poll returned `Pending`: true if the task was woken meanwhile and the caller must
+    /// push it into the ready set again.
+    pub(crate) fn pending(&self) -> bool {
+        let (s, _) = self.update(|s| {
+            if s & NOTIFIED != 0 {
+                Some((s & !(RUNNING | NOTIFIED)) | SCHEDULED)
+            } else {
+                Some(s & !RUNNING)
+            }
+        });
+        debug_assert!(s & RUNNING != 0, "pending without running: {s:#x}");
+        s & NOTIFIED != 0
+    }
+
+    /// The future is gone with `outcome` (`OUTPUT`, `PANICKED` or 0 for cancelled). Returns
+    /// true if no handle refers to the task: the caller drops the output and frees the slot.
+    pub(crate) fn complete(&self, outcome: u32) -> bool {
+        let (s, _) =
+            self.update(|s| Some((s & !(RUNNING | NOTIFIED | SCHEDULED)) | COMPLETE | outcome));
+        debug_assert!(s & COMPLETE == 0, "completed twice: {s:#x}");
+        s & HANDLE == 0
+    }
+
+    /// Completes a task that no thread is polling (shutdown, or a spawn that lost the race
+    /// with it): `Some(free_now)` if this call completed it, `None` if it was already
+    /// complete, running or not of generation `gen`.
+    pub(crate) fn complete_unpolled(&self, gen: u16) -> Option<bool> {
+        let (s, changed) = self.update(|s| {
+            if generation(s) != gen || s & LIVE == 0 || s & (COMPLETE | RUNNING) != 0 {
+                None
+            } else {
+                Some((s & !(SCHEDULED | NOTIFIED)) | COMPLETE)
+            }
+        });
+        changed.then_some(s & HANDLE == 0)
+    }
+
+    /// Requests cancellation of generation `gen`; true if the task is live and unfinished
+    /// (the caller then wakes it so the poller sees the request).
+    pub(crate) fn cancel(&self, gen: u16) -> bool {
+        let (_, changed) = self.update(|s| {
+            if generation(s) != gen || s & LIVE == 0 || s & (COMPLETE | CANCEL) != 0 {
+                None
+            } else {
+                Some(s | CANCEL)
+            }
+        });
+        changed
+    }
+
+    /// The handle lets go: true if the task is complete, so the caller frees the slot.
+    pub(crate) fn release_handle(&self) -> bool {
+        let s = self.0.fetch_and(!HANDLE, AcqRel);
+        debug_assert!(s & HANDLE != 0, "handle released twice: {s:#x}");
+        s & COMPLETE != 0
+    }
+
+    /// The output was taken by the handle.
+    pub(crate) fn output_taken(&self) {
+        self.0.fetch_and(!OUTPUT, AcqRel);
+    }
+
+    /// Frees a complete slot: the next task gets the next generation.
+    pub(crate) fn free(&self) {
+        let s = self.0.load(Acquire);
+        assert!(
+            s & COMPLETE != 0 && s & (RUNNING | SCHEDULED | HANDLE) == 0,
+            "inconsistent task state at free: {s:#x}"
+        );
+        let gen = generation(s).wrapping_add(1);
+        self.0.store(u32::from(gen) << GEN_SHIFT, Release);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::AtomicUsize;
+    use loom::sync::{Arc, Mutex};
+    use std::collections::VecDeque;
+
+    /// The ready queue of the model: checks "in the ready set at most once" at every push.
+    #[derive(Default)]
+    struct Ready(Mutex<VecDeque<u32>>);
+    impl Ready {
+        fn push(&self) {
+            let mut q = self.0.lock().unwrap();
+            assert!(q.is_empty(), "the slot was queued twice");
+            q.push_back(0);
+        }
+        fn pop(&self) -> bool {
+            self.0.lock().unwrap().pop_front().is_some()
+        }
+    }
+
+    /// One poll as the executor makes it: `start`, read what the wakers produced, `pending`.
+    /// `polling` catches two overlapping polls.
+    fn poll(st: &TaskState, ready: &Ready, polling: &AtomicUsize, produced: &AtomicUsize) -> usize {
+        assert!(matches!(st.start(), Start::Poll(0)));
+        assert_eq!(polling.fetch_add(1, SeqCst), 0, "two threads poll the task");
+        let seen = produced.load(SeqCst);
+        polling.fetch_sub(1, SeqCst);
+        if st.pending() {
+            ready.push();
+        }
+        seen
+    }
+
+    /// Two wakers on other threads against the polling thread: every wake is followed by a
+    /// poll that sees the waker's write (none is lost), a poll never overlaps another, and the
+    /// task is never queued twice.
+    ///
+    /// Preemption bound 3: three threads (two wakers and the poller) each make two or three
+    /// steps that matter; unbounded the model runs for many minutes.
+    #[test]
+    fn every_wake_is_followed_by_a_poll_and_polls_never_overlap() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let st = Arc::new(TaskState::new());
+            let ready = Arc::new(Ready::default());
+            let polling = Arc::new(AtomicUsize::new(0));
+            let produced = Arc::new(AtomicUsize::new(0));
+            assert_eq!(st.spawn(false), 0);
+            ready.push();
+            let wakers: Vec<_> = (0..2)
+                .map(|_| {
+                    let (st, ready, produced) = (st.clone(), ready.clone(), produced.clone());
+                    loom::thread::spawn(move || {
+                        produced.fetch_add(1, SeqCst);
+                        if st.wake(0) {
+                            ready.push();
+                        }
+                    })
+                })
+                .collect();
+            let mut last = 0;
+            // The executor runs concurrently with the wakers, then drains what they left.
+            if ready.pop() {
+                last = poll(&st, &ready, &polling, &produced);
+            }
+            for w in wakers {
+                w.join().unwrap();
+            }
+            while ready.pop() {
+                last = poll(&st, &ready, &polling, &produced);
+            }
+            assert_eq!(
+                last, 2,
+                "a wake was lost: the last poll missed a waker's write"
+            );
+        });
+    }
+
+    /// Completion against the handle letting go: exactly one of them frees the slot.
+    #[test]
+    fn a_finished_task_is_freed_exactly_once() {
+        loom::model(|| {
+            let st = Arc::new(TaskState::new());
+            let _ = st.spawn(true);
+            assert!(matches!(st.start(), Start::Poll(0)));
+            let frees = Arc::new(AtomicUsize::new(0));
+            let (st2, frees2) = (st.clone(), frees.clone());
+            let handle = loom::thread::spawn(move || {
+                if st2.release_handle() {
+                    frees2.fetch_add(1, SeqCst);
+                }
+            });
+            if st.complete(OUTPUT) {
+                frees.fetch_add(1, SeqCst);
+            }
+            handle.join().unwrap();
+            assert_eq!(frees.load(SeqCst), 1);
+        });
+    }
+
+    /// A handle registering its waker against the completing poller (the protocol of
+    /// `JoinHandle::poll` and `Shared::finish`): the handle either sees the task complete or
+    /// its waker is taken and woken.
+    #[test]
+    fn an_awaiting_handle_is_not_forgotten() {
+        loom::model(|| {
+            let st = Arc::new(TaskState::new());
+            let _ = st.spawn(true);
+            assert!(matches!(st.start(), Start::Poll(0)));
+            let joiner = Arc::new(Mutex::new(false)); // "a waker is registered"
+            let (st2, joiner2) = (st.clone(), joiner.clone());
+            let handle = loom::thread::spawn(move || {
+                if st2.load() & COMPLETE != 0 {
+                    return true;
+                }
+                *joiner2.lock().unwrap() = true;
+                st2.load() & COMPLETE != 0
+            });
+            assert!(!st.complete(OUTPUT), "the handle is still there");
+            let woken = std::mem::replace(&mut *joiner.lock().unwrap(), false);
+            let saw_complete = handle.join().unwrap();
+            assert!(
+                saw_complete || woken,
+                "the awaiting handle would sleep forever"
+            );
+        });
+    }
+
+    /// A waker of the slot's previous task, racing with its completion, the slot's release
+    /// and the next spawn, never schedules the slot (which would queue the new task twice).
+    #[test]
+    fn a_stale_waker_never_schedules_a_reused_slot() {
+        loom::model(|| {
+            let st = Arc::new(TaskState::new());
+            let ready = Arc::new(Ready::default());
+            let _ = st.spawn(false);
+            assert!(ready.pop() || true);
+            assert!(matches!(st.start(), Start::Poll(0)));
+            let (st2, ready2) = (st.clone(), ready.clone());
+            let stale = loom::thread::spawn(move || {
+                let scheduled = st2.wake(0);
+                if scheduled {
+                    ready2.push();
+                }
+                scheduled
+            });
+            // Generation 0 finishes with no handle: free, then generation 1 is spawned.
+            if st.complete(OUTPUT) {
+                st.free();
+            }
+            assert_eq!(st.spawn(false), 1);
+            ready.push();
+            assert!(!stale.join().unwrap(), "a stale wake scheduled the slot");
+        });
+    }
+}

@@ -1,0 +1,166 @@
+//! Time for lane tasks: [`sleep_until`], [`sleep`] and [`interval`], backed by the lane's own
+//! timerfd (no thread of their own).
+//!
+//! Each task slot keeps the earliest deadline its task waits for; the lane's timerfd is armed
+//! (`TFD_TIMER_ABSTIME`) for the earliest deadline of all slots. When it fires, the lane's
+//! timer handler scans the slots (`max_tasks` atomic loads), wakes every task whose deadline
+//! passed, and re-arms the timerfd for the next one. A task that waits for several deadlines
+//! at once is woken at the earliest; the others register again when polled.
+//!
+//! Instants are `CLOCK_MONOTONIC` nanoseconds ([`crate::os::now_ns`]), as for callback timers.
+//!
+//! # Panics
+//! These futures must be polled by a lane task (they find the lane through the task's
+//! waker); polled anywhere else they panic with a message saying so.
+
+use crate::sys;
+use crate::task::executor::lane_task;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// Completes at `deadline_ns` (`CLOCK_MONOTONIC` ns) or later.
+///
+/// # Examples
+/// ```no_run
+/// # async fn step() {
+/// let next = lfrt::os::now_ns() + 1_000_000;
+/// lfrt::time::sleep_until(next).await; // inside a lane task
+/// # }
+/// ```
+pub fn sleep_until(deadline_ns: u64) -> Sleep {
+    Sleep { deadline_ns }
+}
+
+/// Completes after `d` (from now).
+pub fn sleep(d: Duration) -> Sleep {
+    sleep_until(sys::now_ns().saturating_add(d.as_nanos() as u64))
+}
+
+/// The future of [`sleep_until`] and [`sleep`].
+#[derive(Debug)]
+#[must_use = "futures do nothing unless awaited"]
+pub struct Sleep {
+    deadline_ns: u64,
+}
+
+impl Sleep {
+    /// The instant it completes at.
+    pub fn deadline_ns(&self) -> u64 {
+        self.deadline_ns
+    }
+}
+
+/// Registers `deadline_ns` with the lane of the task polling with `cx`; `Ready` if it passed.
+fn poll_deadline(deadline_ns: u64, cx: &mut Context<'_>) -> Poll<()> {
+    if sys::now_ns() >= deadline_ns {
+        return Poll::Ready(());
+    }
+    let Some((shared, index, _)) = lane_task(cx.waker()) else {
+        panic!("lfrt::time futures must be polled by a task spawned on a lane (Lane::spawn)");
+    };
+    shared.add_deadline(index, deadline_ns);
+    // A deadline that passed meanwhile has armed the timerfd in the past: it fires at once.
+    Poll::Pending
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        poll_deadline(self.deadline_ns, cx)
+    }
+}
+
+/// One tick of an [`Interval`], as a callback timer's
+/// [`TimerEvent`](crate::timer::TimerEvent) reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tick {
+    /// When this tick was due (`CLOCK_MONOTONIC` ns).
+    pub due_ns: u64,
+    /// Whole periods that passed with no tick of their own: the task (or the lane) was busy
+    /// for that long. The next tick is due at the next period boundary after now.
+    pub missed: u64,
+}
+
+/// Periodic ticks at fixed period boundaries (no drift): tick `k` is due at
+/// `first_ns + k × period`.
+///
+/// # Examples
+/// ```no_run
+/// # async fn control_loop() {
+/// let mut every_ms = lfrt::time::interval(std::time::Duration::from_millis(1));
+/// loop {
+///     let tick = every_ms.tick().await;
+///     let late_ns = lfrt::os::now_ns() - tick.due_ns;
+///     if tick.missed > 0 { /* overran `missed` periods */ }
+///     # let _ = late_ns; break;
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Interval {
+    next_ns: u64,
+    period_ns: u64,
+}
+
+/// Ticks every `period`, the first one `period` from now.
+///
+/// # Panics
+/// If `period` is zero.
+pub fn interval(period: Duration) -> Interval {
+    let p = period.as_nanos() as u64;
+    interval_at(sys::now_ns().saturating_add(p), period)
+}
+
+/// Ticks every `period`, the first one at `first_ns`.
+///
+/// # Panics
+/// If `period` is zero.
+pub fn interval_at(first_ns: u64, period: Duration) -> Interval {
+    let period_ns = period.as_nanos() as u64;
+    assert!(period_ns > 0, "an interval needs a period above zero");
+    Interval {
+        next_ns: first_ns,
+        period_ns,
+    }
+}
+
+impl Interval {
+    /// Waits for the next tick.
+    pub fn tick(&mut self) -> TickFuture<'_> {
+        TickFuture { interval: self }
+    }
+
+    /// When the next tick is due.
+    pub fn next_ns(&self) -> u64 {
+        self.next_ns
+    }
+}
+
+/// The future of [`Interval::tick`].
+#[derive(Debug)]
+#[must_use = "futures do nothing unless awaited"]
+pub struct TickFuture<'a> {
+    interval: &'a mut Interval,
+}
+
+impl Future for TickFuture<'_> {
+    type Output = Tick;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Tick> {
+        let iv = &mut *self.interval;
+        match poll_deadline(iv.next_ns, cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => {
+                let now = sys::now_ns();
+                let due = iv.next_ns;
+                let expired = 1 + now.saturating_sub(due) / iv.period_ns;
+                iv.next_ns = due.saturating_add(expired * iv.period_ns);
+                Poll::Ready(Tick {
+                    due_ns: due,
+                    missed: expired - 1,
+                })
+            }
+        }
+    }
+}
