@@ -55,8 +55,8 @@
 
 use crate::engine::group::Group;
 use crate::engine::handle_set::Wait;
-use crate::engine::handler::{self, Context, Dispatched, Event};
-use crate::engine::leader::{Joined, Promoted};
+use crate::engine::handler::{self, Context, Dispatched, Event, Handles};
+use crate::engine::leader::{Joined, Lead, Promoted, MAX_BATCH};
 use crate::engine::slot::ThreadSlot;
 use crate::observe::alloc_count;
 use crate::observe::metrics::Counters;
@@ -88,6 +88,7 @@ impl PoolThread<'_> {
     pub(super) fn run(&mut self, time_shared: bool) {
         let group = self.group;
         let c = &group.counters;
+        let mut batch = [(0u32, 0u64); MAX_BATCH];
         loop {
             // A handle stays disarmed until its handler returns. Under time-sharing the
             // scheduler can preempt a sibling in the middle of its handler (typically: this
@@ -101,26 +102,38 @@ impl PoolThread<'_> {
             if group.protocol.join(self.idx, self.slot.priority) == Joined::Shutdown {
                 return;
             }
-            // Leader: wait for one event on the handle set. ONESHOT disarms its handle.
-            let (word, readiness) = match group.handles.wait() {
-                Ok(Wait::Event { token, readiness }) => (Ok(token), readiness),
-                Ok(Wait::Link { borrower }) => (Err(borrower), 0),
-                Ok(Wait::BoundConnection) => unreachable!("only a bound pool's set"),
-                Ok(Wait::Shutdown) => {
-                    group.protocol.resign(self.idx);
-                    continue;
-                }
-                Ok(Wait::Interrupted) => continue, // still the leader: join() returns Leader again
-                Err(e) => {
-                    self.epoll_failed(&e);
-                    group.protocol.resign(self.idx);
-                    continue;
+            // Leader: the next event of the batch the previous leader left (the role passes
+            // on in the same lock), or a wait on the handle set for as many events as there
+            // are idle threads to take them. ONESHOT disarms every handle a wait reports.
+            let (ready, promoted) = match group.protocol.lead(self.idx) {
+                Lead::Take(ready, promoted) => (ready, promoted),
+                Lead::Wait { max } => {
+                    let n = match group.handles.wait_many(&mut batch[..max]) {
+                        Ok(0) => continue, // EINTR: still the leader
+                        Ok(n) => n,
+                        Err(e) => {
+                            self.epoll_failed(&e);
+                            group.protocol.resign(self.idx);
+                            continue;
+                        }
+                    };
+                    let got = &batch[..n];
+                    if got
+                        .iter()
+                        .any(|&r| matches!(Handles::decode(r), Wait::Shutdown))
+                    {
+                        // The group stops: whatever else the wait reported is not dispatched.
+                        group.protocol.resign(self.idx);
+                        continue;
+                    }
+                    // Promote before processing, so the handle set is never left without a
+                    // leader while there is a follower; the rest of the batch goes with the
+                    // role.
+                    (got[0], group.protocol.promote_with(self.idx, &got[1..]))
                 }
             };
             let woke_ns = sys::now_ns();
-            // Promote before processing, so the handle set is never left without a leader
-            // while there is a follower.
-            match group.protocol.promote(self.idx) {
+            match promoted {
                 Promoted::Follower(_) => Counters::add(&c.promotions, 1),
                 Promoted::Vacant => {
                     Counters::add(&c.vacant, 1);
@@ -130,11 +143,13 @@ impl PoolThread<'_> {
                     }
                 }
             }
-            match word {
-                Ok(token) => {
+            match Handles::decode(ready) {
+                Wait::Event { token, readiness } => {
                     self.process(group, token, readiness, woke_ns);
                 }
-                Err(to) => self.lend(group, to, woke_ns),
+                Wait::Link { borrower } => self.lend(group, borrower, woke_ns),
+                Wait::BoundConnection => unreachable!("only a bound pool's set"),
+                Wait::Shutdown | Wait::Interrupted => unreachable!("filtered above"),
             }
         }
     }

@@ -248,15 +248,32 @@ impl<H: ?Sized> HandleSet<H> {
     /// `Wait::Interrupted`.
     pub(crate) fn wait_timeout(&self, timeout_ms: i32) -> io::Result<Wait> {
         match self.epoll.wait_one(timeout_ms) {
-            Ok(Some((readiness, data))) => Ok(match Word::decode(data) {
-                Word::Handle(token) => Wait::Event { token, readiness },
-                Word::Link { borrower } => Wait::Link { borrower },
-                Word::BoundConnection => Wait::BoundConnection,
-                Word::Shutdown => Wait::Shutdown,
-            }),
+            Ok(Some(ready)) => Ok(Self::decode(ready)),
             Ok(None) => Ok(Wait::Interrupted),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Wait::Interrupted),
             Err(e) => Err(e),
+        }
+    }
+
+    /// The leader's wait for up to `out.len()` events at once (blocks until there is one),
+    /// each `(readiness, data word)`, to be [`decode`](Self::decode)d when taken. Returns how
+    /// many; 0 after `EINTR`. Every handle it reports is disarmed (ONESHOT) until its dispatch
+    /// re-arms it, so events a leader leaves in its batch (`leader.rs`) are reported by no
+    /// other wait meanwhile.
+    pub(crate) fn wait_many(&self, out: &mut [(u32, u64)]) -> io::Result<usize> {
+        match self.epoll.wait_many(-1, out) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+            r => r,
+        }
+    }
+
+    /// What one reported `(readiness, data word)` stands for.
+    pub(crate) fn decode((readiness, data): (u32, u64)) -> Wait {
+        match Word::decode(data) {
+            Word::Handle(token) => Wait::Event { token, readiness },
+            Word::Link { borrower } => Wait::Link { borrower },
+            Word::BoundConnection => Wait::BoundConnection,
+            Word::Shutdown => Wait::Shutdown,
         }
     }
 
@@ -418,5 +435,88 @@ impl<H: ?Sized> HandleSet<H> {
 
     pub(crate) fn len(&self) -> usize {
         self.slots.len() - self.free.lock().len()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn ready(fd: &EventFd) {
+        fd.write(1).unwrap();
+    }
+
+    /// A leader's batch (`leader.rs`) holds events the wait reported and nobody has dispatched
+    /// yet. If the handler of one event closes another handle of the batch and a new handle
+    /// reuses its slot, the batch's event for the closed handle must be dropped as stale: it
+    /// must neither reach the new handler nor be lost for the new handle's own events.
+    #[test]
+    fn a_batched_event_of_a_closed_and_reused_handle_is_stale() {
+        let set: HandleSet<str> = HandleSet::new(4).unwrap();
+        let (a, b, c) = (
+            EventFd::new().unwrap(),
+            EventFd::new().unwrap(),
+            EventFd::new().unwrap(),
+        );
+        let ta = set
+            .register(Box::from("a"), a.as_fd().as_raw_fd(), epoll::IN)
+            .unwrap();
+        let tb = set
+            .register(Box::from("b"), b.as_fd().as_raw_fd(), epoll::IN)
+            .unwrap();
+        ready(&a);
+        ready(&b);
+        let mut batch = [(0, 0); 4];
+        let n = set.wait_many(&mut batch).unwrap();
+        assert_eq!(n, 2, "both handles reported by one wait");
+        let tokens: Vec<Token> = batch[..n]
+            .iter()
+            .map(|&r| match HandleSet::<str>::decode(r) {
+                Wait::Event { token, .. } => token,
+                w => panic!("unexpected {w:?}"),
+            })
+            .collect();
+        assert!(tokens.contains(&ta) && tokens.contains(&tb));
+
+        // a's handler runs first: it closes b, and c takes b's slot.
+        let mut tc = None;
+        let ran = set.dispatch(ta, |h| {
+            assert_eq!(h, "a");
+            a.read().unwrap();
+            assert!(set.deregister(tb));
+            tc = Some(
+                set.register(Box::from("c"), c.as_fd().as_raw_fd(), epoll::IN)
+                    .unwrap(),
+            );
+            ((), Next::Rearm(epoll::IN))
+        });
+        assert!(matches!(ran, Ran::Ran { rearmed: true, .. }));
+        let tc = tc.unwrap();
+        assert_eq!(tc.index(), tb.index(), "c reuses b's slot");
+        assert_ne!(tc, tb, "with a new generation");
+
+        // b's event, still in the batch, is stale: c's handler does not run.
+        let stale_before = set.stale.load(Relaxed);
+        let ran: Ran<()> = set.dispatch(tb, |h| panic!("{h}'s handler ran for b's event"));
+        assert_eq!(ran, Ran::Stale);
+        assert_eq!(
+            set.stale.load(Relaxed),
+            stale_before + 1,
+            "counted as stale"
+        );
+
+        // c's own readiness is reported and dispatched normally.
+        ready(&c);
+        let n = set.wait_many(&mut batch).unwrap();
+        assert_eq!(n, 1);
+        assert!(matches!(
+            HandleSet::<str>::decode(batch[0]),
+            Wait::Event { token, .. } if token == tc
+        ));
+        let ran = set.dispatch(tc, |h| {
+            assert_eq!(h, "c");
+            ((), Next::Close)
+        });
+        assert!(matches!(ran, Ran::Ran { rearmed: false, .. }));
     }
 }

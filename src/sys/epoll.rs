@@ -56,6 +56,29 @@ impl Epoll {
         self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
     }
 
+    /// Blocks until at least one handle is ready (or `timeout_ms` passed); fills `out` with
+    /// up to `out.len()` `(events, data)` pairs and returns how many.
+    ///
+    /// `EINTR` is returned to the caller (as `ErrorKind::Interrupted`), never retried here.
+    pub(crate) fn wait_many(&self, timeout_ms: i32, out: &mut [(u32, u64)]) -> io::Result<usize> {
+        const MAX: usize = 16;
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; MAX];
+        let max = out.len().min(MAX);
+        if max == 0 {
+            return Ok(0);
+        }
+        let n = syscall!(epoll_wait(
+            self.fd.as_raw_fd(),
+            evs.as_mut_ptr(),
+            max as libc::c_int,
+            timeout_ms
+        ))? as usize;
+        for (o, e) in out.iter_mut().zip(&evs[..n]) {
+            *o = (e.events, e.u64);
+        }
+        Ok(n)
+    }
+
     /// Blocks until one handle is ready; returns `(events, data)`.
     ///
     /// `EINTR` is returned to the caller (as `ErrorKind::Interrupted`), never retried here.
