@@ -2,6 +2,20 @@
 //! process → rejoin), the concurrent loop, and the processing of one event. The lender's turn
 //! is in `lend.rs`, a thread's set-up in `thread.rs`.
 //!
+//! # The Leader/Followers loop
+//!
+//! ```text
+//!   join ─► lead: an event of the batch? ──yes──────────────► (role already handed on) ─┐
+//!              │ no                                                                       │
+//!              ▼                                                                          ▼
+//!           epoll_wait(up to 1 + followers) ─► promote_with(rest) ─────────────► process ─► join
+//! ```
+//!
+//! A leader takes as many events per wait as there are idle threads to take them; what it does
+//! not process itself is the batch, which passes on with the role (`leader.rs`). The follower
+//! it promotes is woken at once if the batch holds an event, otherwise only when the handle set
+//! turns ready (its parker's link): a lone event costs no wake-up of a second thread.
+//!
 //! # Concurrent mode (`promotion = "concurrent"`)
 //!
 //! The POSA2 variant *Relaxing Serialization Constraints*: an epoll set whose handles are all
@@ -48,8 +62,9 @@
 //!
 //! # Real-time safety of the loop
 //! No allocation, no formatting, no logging, no user-space lock other than PI locks (the
-//! group's, and a borrower's while lent); it blocks only in `epoll_wait` (as leader), `futex`
-//! (as follower) or the handler. Lane borrowing adds the kernel's epoll locks of the lanes it
+//! group's, and a borrower's while lent); it blocks only in `epoll_wait` (as leader, directly
+//! on the handle set or, promoted, through its parker's link; as follower, on its parker) or
+//! the handler. Lane borrowing adds the kernel's epoll locks of the lanes it
 //! links, which are not priority-inheriting (`borrow.rs`). A test counts the
 //! allocations of 100,000 dispatches for every event source and promotion order.
 

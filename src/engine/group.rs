@@ -126,9 +126,26 @@ impl Group {
             .iter()
             .map(|&(sched, priority)| ThreadSlot::new(sched, priority))
             .collect();
+        // A Leader/Followers pool's followers park linked to its handle set, so a promotion
+        // with nothing ready wakes nobody (`leader.rs`). Concurrent mode and bound groups do
+        // not run the protocol's promotions: plain futex parkers.
+        let protocol = if served.is_none() && spec.promotion != Promotion::Concurrent {
+            Protocol::linked(
+                spec.threads.len(),
+                spec.promotion,
+                (),
+                handles.epoll_fd().as_raw_fd(),
+            )
+            .map_err(|e| Error::Io {
+                context: "creating the group's follower parkers (an epoll set and an eventfd per thread)",
+                source: e,
+            })?
+        } else {
+            Protocol::new(spec.threads.len(), spec.promotion)
+        };
         Ok(Group {
             index,
-            protocol: Protocol::new(spec.threads.len(), spec.promotion),
+            protocol,
             handles,
             served,
             counters: Counters::default(),

@@ -5,20 +5,33 @@
 //! Each pool thread cycles through three roles:
 //!
 //! ```text
-//!            join(): no leader                 event detected: promote()
+//!            join(): no leader                 event(s) detected: promote()
 //!   ┌────────────────────────────► LEADER ─────────────────────────────► PROCESSING
 //!   │                                ▲                                        │
-//!   │     join(): leader present     │ promoted (unparked by the leader)      │ handler returned:
-//!   └──────────────► FOLLOWER ───────┘                                        │ join() again
-//!                       ▲─────────────────────────────────────────────────────┘
+//!   │     join(): leader present     │ promoted: woken when the handle set    │ handler returned:
+//!   └──────────────► FOLLOWER ───────┘ has an event (its link), or at once    │ join() again
+//!                       ▲                for an event of the batch            │
+//!                       └─────────────────────────────────────────────────────┘
 //! ```
 //!
 //! State, all under one priority-inheritance lock (threads of different priorities share it):
-//! `leader: Option<thread>`, the [`FollowerQueue`] of parked threads, `shutdown`, and the
-//! variant's own state `X` ([`State::ext`]).
+//! `leader: Option<thread>`, the [`FollowerQueue`] of parked threads, `shutdown`, the leader's
+//! [`Batch`], and the variant's own state `X` ([`State::ext`]).
+//!
+//! **What a promotion costs.** The pattern promotes a follower *before* the leader processes
+//! its event, so that the handle set is never left without a leader while a thread is idle.
+//! Waking the follower on every event would cost a context switch (and, across CPUs, an
+//! inter-processor interrupt) per event even when no second event comes. So a promotion hands
+//! the role over under the lock and wakes the new leader only when it has something to lead
+//! for: the unbound pool's followers park *linked* to the handle set (`sync/parker.rs`: a
+//! thread's own epoll set holds its token eventfd and, one-shot, the handle set's epoll fd), and
+//! promoting one arms its link. It is the leader from that moment, waiting on the handle set
+//! through the link: the kernel wakes it for the next event, or at once if one is ready, and
+//! not at all if the old leader finishes first. A leader that took several events in one wait
+//! leaves the others in the batch, and the follower it promotes is woken at once to take them.
 //!
 //! **Unbound** associations (`group.rs`, `X = ()`): any thread handles any event, so a thread
-//! waits only for the leader role: [`join`](Protocol::join), [`promote`](Protocol::promote),
+//! waits only for the leader role: [`join`](Protocol::join), [`promote_with`](Protocol::promote_with),
 //! [`resign`](Protocol::resign), [`shutdown`](Protocol::shutdown).
 //!
 //! **Bound** associations (`bound/table.rs`, the pattern's *Variants*): a thread waits for *its
@@ -57,8 +70,19 @@
 //!   as a promotion or hand-off gives it a token; the thread then finds its state under the lock
 //!   (it may lead or have its reply), and the left-over token ends its *next* park at once. The
 //!   join loop re-checks under the lock after every park, so such a wake-up only costs a loop.
-//!   Unbound threads never park with a deadline, so every token they receive is the one meant
-//!   for the park it ends;
+//!   Unbound threads never park with a deadline; their linked parkers can still return
+//!   spuriously (a link that fired after its thread had already been woken another way, or
+//!   `EINTR`), which the same re-check absorbs;
+//! * **no lost wake-up through a link**: a leader parked on its link waits for the handle set
+//!   to turn ready, so it must never be the only way to an event that the set does not report:
+//!   every event is either in the kernel's ready list (the link reports it: armed while one is
+//!   ready, `EPOLL_CTL_MOD` reports it at once) or in the batch (whoever receives a role with a
+//!   non-empty batch is woken at once, `wake_leader`); shutdown is a level-triggered event of
+//!   the set. The `linked_*` models check it (a mutant that never arms the link deadlocks);
+//! * **each event of a batch is taken exactly once**: the batch belongs to the leader role and
+//!   is read and written only under the lock by the thread that holds the role (`lead`,
+//!   `promote_with`); a leader waits on the handle set only with an empty batch, and for at
+//!   most one event more than the followers queued (`batch_*` models);
 //! * **no starvation while a thread is idle**: a ready handle is taken within one dispatch of
 //!   some idle thread of its lane, in every promotion mode and with borrowing. An idle thread
 //!   is the leader, a follower or about to join; by the invariant above, while one is idle the
@@ -224,7 +248,7 @@ impl Batch {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub(crate) enum Lead {
-    /// An event of the batch, taken; the role already passed on (as [`Protocol::promote`]).
+    /// An event of the batch, taken; the role already passed on (as [`Protocol::promote_with`]).
     Take(Ready, Promoted),
     /// The batch is empty: wait on the handle set for at most `max` events, then call
     /// [`Protocol::promote_with`]. `max` is one more than the followers queued, so that a
@@ -349,6 +373,63 @@ impl<X: Variant> Protocol<X> {
         }
     }
 
+    /// Like [`with`](Self::with), with each thread's parker linked to the handle set whose
+    /// epoll fd is `handles` (`sync/parker.rs`): a follower promoted while nothing is ready
+    /// is not woken until something is.
+    pub(crate) fn linked(
+        threads: usize,
+        promotion: Promotion,
+        ext: X,
+        handles: std::os::fd::RawFd,
+    ) -> std::io::Result<Protocol<X>> {
+        #[cfg(not(loom))]
+        let parkers = (0..threads)
+            .map(|_| Parker::linked(handles))
+            .collect::<std::io::Result<Box<[Parker]>>>()?;
+        // Loom builds run the engine's code, not its system calls: futex-model parkers.
+        #[cfg(loom)]
+        let parkers = {
+            let _ = handles;
+            (0..threads).map(|_| Parker::new()).collect()
+        };
+        Ok(Protocol {
+            state: Mutex::new(State {
+                leader: None,
+                followers: FollowerQueue::new(threads, promotion),
+                shutdown: false,
+                batch: Batch::default(),
+                ext,
+            }),
+            parkers,
+        })
+    }
+
+    /// Loom: like [`linked`](Self::linked), the parkers linked to the model set `r`.
+    #[cfg(all(test, loom))]
+    pub(crate) fn linked_model(
+        threads: usize,
+        promotion: Promotion,
+        ext: X,
+        r: &loom::sync::Arc<crate::sync::Readiness>,
+    ) -> Protocol<X> {
+        Protocol {
+            state: Mutex::new(State {
+                leader: None,
+                followers: FollowerQueue::new(threads, promotion),
+                shutdown: false,
+                batch: Batch::default(),
+                ext,
+            }),
+            parkers: (0..threads).map(|t| Parker::linked(r, t)).collect(),
+        }
+    }
+
+    /// Loom: the parkers, for the model set to fire their links.
+    #[cfg(all(test, loom))]
+    pub(crate) fn parkers(&self) -> &[Parker] {
+        &self.parkers
+    }
+
     /// Locks the state (for a variant's own transitions).
     pub(crate) fn lock(&self) -> MutexGuard<'_, State<X>> {
         self.state.lock()
@@ -360,6 +441,22 @@ impl<X: Variant> Protocol<X> {
     pub(crate) fn wake(&self, t: Option<u16>) {
         if let Some(t) = t {
             self.parkers[t as usize].unpark();
+        }
+    }
+
+    /// Wakes thread `t`, just handed the leader role under the lock, when there is something
+    /// to lead for: at once if the batch it inherits holds events (`batched`), otherwise when
+    /// the handle set has a ready event (a linked parker's link, `sync/parker.rs`; a futex
+    /// parker is woken at once). Until then the new leader waits on the handle set through its
+    /// link, so a promotion with nothing ready wakes nobody.
+    fn wake_leader(&self, t: Option<u16>, batched: bool) {
+        if let Some(t) = t {
+            let p = &self.parkers[t as usize];
+            if batched {
+                p.unpark();
+            } else {
+                p.unpark_on_readiness();
+            }
         }
     }
 
@@ -377,8 +474,9 @@ impl<X: Variant> Protocol<X> {
             let until = match check(&mut st) {
                 Check::Done(r) => {
                     let next = st.leave(me);
+                    let batched = st.batch.len > 0;
                     drop(st);
-                    self.wake(next);
+                    self.wake_leader(next, batched);
                     return Outcome::Done(r);
                 }
                 Check::Wait { until } => until,
@@ -424,7 +522,7 @@ impl<X: Variant> Protocol<X> {
 
     /// The leader took `1 + rest.len()` events from one wait: it keeps the first to process,
     /// leaves `rest` in the batch and hands the role on, *before* it processes (as
-    /// [`promote`](Self::promote)). The follower it wakes takes the batch's first event without
+    /// [`promote_with`](Self::promote_with)). The follower it wakes takes the batch's first event without
     /// waiting on the handle set.
     pub(crate) fn promote_with(&self, me: u16, rest: &[Ready]) -> Promoted {
         let mut st = self.state.lock();
@@ -432,9 +530,10 @@ impl<X: Variant> Protocol<X> {
         debug_assert_eq!(st.batch.len, 0, "a wait while the batch held events");
         st.batch.put(rest);
         let p = st.promote();
+        let batched = st.batch.len > 0;
         drop(st);
         // After the lock: the follower re-locks on wake-up; its token is not lost.
-        self.wake(p.follower());
+        self.wake_leader(p.follower(), batched);
         p
     }
 
@@ -446,8 +545,9 @@ impl<X: Variant> Protocol<X> {
         match st.batch.take() {
             Some(e) => {
                 let p = st.promote();
+                let batched = st.batch.len > 0;
                 drop(st);
-                self.wake(p.follower());
+                self.wake_leader(p.follower(), batched);
                 Lead::Take(e, p)
             }
             None => Lead::Wait {
@@ -461,8 +561,9 @@ impl<X: Variant> Protocol<X> {
     pub(crate) fn resign(&self, me: u16) {
         let mut st = self.state.lock();
         let next = st.leave(me);
+        let batched = st.batch.len > 0;
         drop(st);
-        self.wake(next);
+        self.wake_leader(next, batched);
     }
 
     /// Sets the shutdown flag, lets the variant record it (`f`, e.g. fail pending requests),
@@ -665,6 +766,119 @@ mod loom_tests {
     #[test]
     fn batch_three_threads_bounded() {
         bounded(2, || batches(3, 3));
+    }
+
+    // ----- linked parkers: a promotion with nothing ready wakes nobody ------------------------
+
+    /// A model handle set for linked parkers: the events ready now (a wait takes up to `max`
+    /// of them, each exactly once), shutdown (level-triggered: ready for ever once set), and
+    /// the readiness the parkers' links watch. `post` both wakes a direct waiter (the leader
+    /// in its wait) and fires armed links, as the kernel does for a nested epoll set.
+    struct LinkedSet {
+        q: LMutex<(VecDeque<u8>, bool)>,
+        cv: Condvar,
+        readiness: Arc<crate::sync::Readiness>,
+    }
+
+    impl LinkedSet {
+        fn post(&self, p: &Protocol, e: u8) {
+            self.q.lock().unwrap().0.push_back(e);
+            self.cv.notify_all();
+            self.readiness.post(p.parkers());
+        }
+
+        fn shut(&self, p: &Protocol) {
+            self.q.lock().unwrap().1 = true;
+            self.cv.notify_all();
+            self.readiness.post(p.parkers());
+        }
+
+        /// Blocks until something is ready; up to `max` events, or `None` at shutdown.
+        fn wait(&self, max: usize) -> Option<Vec<u8>> {
+            let mut g = self.q.lock().unwrap();
+            loop {
+                if !g.0.is_empty() {
+                    let k = g.0.len().min(max);
+                    let got: Vec<u8> = g.0.drain(..k).collect();
+                    for _ in 0..k {
+                        self.readiness.take();
+                    }
+                    return Some(got);
+                }
+                if g.1 {
+                    return None;
+                }
+                g = self.cv.wait(g).unwrap();
+            }
+        }
+    }
+
+    /// Two pool threads with linked parkers; a client posts events one at a time, each after
+    /// the previous one was processed or not (loom chooses), then shuts down once all were
+    /// processed. A follower promoted while nothing is ready is woken only by its link: if any
+    /// event could be left without a leader woken for it, loom reports the deadlock.
+    fn linked(n_events: u8, promotion: Promotion) {
+        let r = crate::sync::Readiness::new(2);
+        let p = Arc::new(Protocol::linked_model(2, promotion, (), &r));
+        let set = Arc::new(LinkedSet {
+            q: LMutex::new((VecDeque::new(), false)),
+            cv: Condvar::new(),
+            readiness: r,
+        });
+        let done = Arc::new(AtomicUsize::new(0));
+        let leaders = Arc::new(AtomicUsize::new(0));
+        let worker = |me: u16| {
+            let (p, set, done, leaders) = (p.clone(), set.clone(), done.clone(), leaders.clone());
+            loom::thread::spawn(move || {
+                while p.join(me, 1) == Joined::Leader {
+                    let e = match p.lead(me) {
+                        Lead::Take((_, e), _) => e as u8,
+                        Lead::Wait { max } => {
+                            assert_eq!(leaders.fetch_add(1, SeqCst), 0, "two waiters");
+                            let got = set.wait(max);
+                            leaders.fetch_sub(1, SeqCst);
+                            match got {
+                                None => {
+                                    p.resign(me);
+                                    continue;
+                                }
+                                Some(got) => {
+                                    let rest: Vec<Ready> =
+                                        got[1..].iter().map(|&e| (0, u64::from(e))).collect();
+                                    let _ = p.promote_with(me, &rest);
+                                    got[0]
+                                }
+                            }
+                        }
+                    };
+                    let bit = 1usize << e;
+                    assert_eq!(done.fetch_or(bit, SeqCst) & bit, 0, "event {e} twice");
+                }
+            })
+        };
+        let hs = [worker(0), worker(1)];
+        for e in 0..n_events {
+            set.post(&p, e);
+            loom::thread::yield_now();
+        }
+        while done.load(SeqCst) != (1 << n_events) - 1 {
+            loom::thread::yield_now();
+        }
+        p.shutdown();
+        set.shut(&p);
+        for h in hs {
+            h.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn linked_parkers_lose_no_event() {
+        bounded(2, || linked(2, Promotion::Priority));
+    }
+
+    #[test]
+    fn linked_parkers_lose_no_event_fifo() {
+        bounded(2, || linked(2, Promotion::Fifo));
     }
 
     // ----- no starvation while a thread is idle ----------------------------------------------

@@ -34,7 +34,7 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     pub(crate) use loom::sync::MutexGuard;
-    use loom::sync::{Condvar, Mutex as LMutex};
+    use loom::sync::{Arc, Condvar, Mutex as LMutex};
 
     #[derive(Debug)]
     pub(crate) struct Mutex<T>(LMutex<T>);
@@ -54,11 +54,48 @@ mod imp {
     /// ([`time_out`](Parker::time_out), called by a model thread at a point loom chooses). A
     /// timer that fires before the owner parks ends its next timed park at once, as a deadline
     /// that has already passed does; untimed parks ignore the timer.
+    ///
+    /// A parker [`linked`](Parker::linked) to a model handle set ([`Readiness`]) stands in for
+    /// the engine's linked parker: [`unpark_on_readiness`](Parker::unpark_on_readiness) arms
+    /// its link, which the set fires (an unpark) when it turns ready, or at once if it is.
     #[derive(Debug)]
     pub(crate) struct Parker {
         /// `(token present, timer fired)`.
         state: LMutex<(bool, bool)>,
         cv: Condvar,
+        link: Option<(Arc<Readiness>, usize)>,
+    }
+
+    /// The model of a handle set's readiness as the linked parkers see it: how many events are
+    /// ready, and whose link is armed, under one lock (the kernel's `ep->lock`).
+    #[derive(Debug)]
+    pub(crate) struct Readiness {
+        state: LMutex<(usize, Vec<bool>)>,
+    }
+
+    impl Readiness {
+        pub(crate) fn new(threads: usize) -> Arc<Readiness> {
+            Arc::new(Readiness {
+                state: LMutex::new((0, vec![false; threads])),
+            })
+        }
+
+        /// An event turned ready: fires (and disarms) every armed link.
+        pub(crate) fn post(&self, parkers: &[Parker]) {
+            let mut s = self.state.lock().unwrap();
+            s.0 += 1;
+            for (i, armed) in s.1.iter_mut().enumerate() {
+                if std::mem::replace(armed, false) {
+                    parkers[i].unpark();
+                }
+            }
+        }
+
+        /// A wait took an event.
+        pub(crate) fn take(&self) {
+            let mut s = self.state.lock().unwrap();
+            s.0 -= 1;
+        }
     }
 
     impl Parker {
@@ -66,6 +103,14 @@ mod imp {
             Parker {
                 state: LMutex::new((false, false)),
                 cv: Condvar::new(),
+                link: None,
+            }
+        }
+        /// Thread `me`'s parker, linked to the model set `r`.
+        pub(crate) fn linked(r: &Arc<Readiness>, me: usize) -> Self {
+            Parker {
+                link: Some((r.clone(), me)),
+                ..Parker::new()
             }
         }
         pub(crate) fn park(&self) {
@@ -88,6 +133,21 @@ mod imp {
             self.state.lock().unwrap().0 = true;
             self.cv.notify_one();
         }
+        /// Arms the link (unpark when the set is ready; at once if it is); unlinked: unpark.
+        pub(crate) fn unpark_on_readiness(&self) {
+            match &self.link {
+                None => self.unpark(),
+                Some((r, me)) => {
+                    let mut s = r.state.lock().unwrap();
+                    if s.0 > 0 {
+                        drop(s);
+                        self.unpark();
+                    } else {
+                        s.1[*me] = true;
+                    }
+                }
+            }
+        }
         /// The owner's deadline passes (models only).
         #[cfg(test)]
         pub(crate) fn time_out(&self) {
@@ -97,6 +157,8 @@ mod imp {
     }
 }
 
+#[cfg(loom)]
+pub(crate) use imp::Readiness;
 pub(crate) use imp::{Mutex, MutexGuard, Parker};
 
 /// The atomics of protocols checked by loom models (`borrow.rs`): std's, or loom's under

@@ -1,34 +1,91 @@
-//! A per-thread futex parker: the follower's own synchronizer ("specific notification").
+//! A per-thread parker: the follower's own synchronizer ("specific notification").
 //!
 //! Conceptually each parker holds a token that is initially absent. `unpark` makes the token
 //! present; `park` waits until it is present and consumes it. An `unpark` that happens before
 //! the matching `park` is therefore never lost.
 //!
-//! States of the futex word: `EMPTY` (no token, nobody asleep), `PARKED` (owner asleep or about
-//! to sleep), `NOTIFIED` (token present).
+//! Two kinds:
+//! * a **futex** parker (the bound pool's threads, and any protocol built without a handle
+//!   set): states of the futex word `EMPTY` (no token, nobody asleep), `PARKED` (owner asleep
+//!   or about to sleep), `NOTIFIED` (token present);
+//! * a parker **linked to a handle set** (the unbound Leader/Followers threads): the thread
+//!   sleeps in `epoll_wait` on a small epoll set of its own that holds an eventfd (the token:
+//!   edge-triggered, so each `unpark` is one event, and never read) and the handle set's own
+//!   epoll fd, registered `EPOLLONESHOT` without interest (the *link*). [`unpark_on_readiness`]
+//!   arms the link: the owner then wakes as soon as the handle set has a ready event (at once if
+//!   it has one now, since `EPOLL_CTL_MOD` checks readiness), and not before. A follower promoted
+//!   that way is the leader at once, waiting on the handle set through its link, and no thread
+//!   is woken until there is an event to lead for (`leader.rs`).
+//!
+//! [`unpark_on_readiness`]: Parker::unpark_on_readiness
 
+// Loom builds park on the model in `sync/mod.rs`; this one is compiled but unused there.
+#![cfg_attr(loom, allow(dead_code))]
+
+use crate::sys::epoll::{self, Epoll};
+use crate::sys::fd::EventFd;
 use crate::sys::futex;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering::*};
 
 const EMPTY: u32 = 0;
 const PARKED: u32 = 1;
 const NOTIFIED: u32 = 2;
 
+/// Data word of the token's eventfd in a linked parker's set.
+const BELL: u64 = 0;
+/// Data word of the handle set's epoll fd (the link) in a linked parker's set.
+const LINK: u64 = 1;
+
+/// A linked parker's epoll set, its token eventfd and the handle set it links to.
+#[derive(Debug)]
+struct Link {
+    set: Epoll,
+    bell: EventFd,
+    handles: RawFd,
+}
+
 /// A single-owner parker; any thread may `unpark` it.
 #[derive(Debug)]
 pub(crate) struct Parker {
     state: AtomicU32,
+    link: Option<Link>,
 }
 
 impl Parker {
+    /// A futex parker.
     pub(crate) fn new() -> Parker {
         Parker {
             state: AtomicU32::new(EMPTY),
+            link: None,
         }
     }
 
+    /// A parker linked to the handle set whose epoll fd is `handles` (module docs). The fd
+    /// must outlive the parker (the group owns both).
+    pub(crate) fn linked(handles: RawFd) -> io::Result<Parker> {
+        let set = Epoll::new()?;
+        let bell = EventFd::new()?;
+        set.add(bell.as_fd().as_raw_fd(), epoll::IN | epoll::ET, BELL)?;
+        // No interest until armed: ONESHOT alone never reports.
+        set.add(handles, epoll::ONESHOT, LINK)?;
+        Ok(Parker {
+            state: AtomicU32::new(EMPTY),
+            link: Some(Link { set, bell, handles }),
+        })
+    }
+
     /// Blocks until the token is present, then consumes it. Only the owner thread calls this.
+    /// A linked parker may also return for its link (the handle set turned ready) or a
+    /// signal: its callers re-check their state after every park.
     pub(crate) fn park(&self) {
+        if let Some(l) = &self.link {
+            // One event: the token (consumed by returning, edge-triggered) or the link (its
+            // ONESHOT disarmed by the report). EINTR: a spurious return.
+            let _ = l.set.wait_one(-1);
+            return;
+        }
         // Fast path: the token arrived already. Acquire pairs with the Release in `unpark`, so
         // writes made before `unpark` (e.g. "you are the leader now") are visible after return.
         if self
@@ -62,6 +119,14 @@ impl Parker {
     /// Returns `true` if the token was consumed, `false` on timeout (the token stays absent;
     /// an `unpark` racing with the timeout is not lost: it is either consumed here or kept).
     pub(crate) fn park_until(&self, deadline_ns: u64) -> bool {
+        if let Some(l) = &self.link {
+            let now = crate::sys::now_ns();
+            let left_ms = deadline_ns.saturating_sub(now).div_ceil(1_000_000);
+            return matches!(
+                l.set.wait_one(left_ms.min(i32::MAX as u64) as i32),
+                Ok(Some(_))
+            );
+        }
         if self
             .state
             .compare_exchange(NOTIFIED, EMPTY, Acquire, Relaxed)
@@ -100,10 +165,38 @@ impl Parker {
 
     /// Makes the token present and wakes the owner if it sleeps.
     pub(crate) fn unpark(&self) {
+        if let Some(l) = &self.link {
+            // Release: the eventfd write is a full barrier in the kernel, and the woken owner
+            // re-locks the protocol state, which orders what the waker wrote before it.
+            if l.bell.write(1).is_err() {
+                // Only at a counter of 2^64 - 2 writes; the link still wakes it for events.
+                let _ = l.bell.read();
+                let _ = l.bell.write(1);
+            }
+            return;
+        }
         match self.state.swap(NOTIFIED, Release) {
             EMPTY | NOTIFIED => {}
             PARKED => futex::wake(&self.state, 1),
             s => panic!("inconsistent parker state: {s}"),
+        }
+    }
+
+    /// A linked parker: wake the owner when its handle set has a ready event, at once if it
+    /// has one now (arms the link, `EPOLL_CTL_MOD` with `EPOLLIN | EPOLLONESHOT`). A futex
+    /// parker: [`unpark`](Self::unpark).
+    pub(crate) fn unpark_on_readiness(&self) {
+        match &self.link {
+            Some(l) => {
+                if l.set
+                    .modify(l.handles, epoll::IN | epoll::ONESHOT, LINK)
+                    .is_err()
+                {
+                    // Cannot happen for a live set; an eager wake is always correct.
+                    self.unpark();
+                }
+            }
+            None => self.unpark(),
         }
     }
 }
@@ -163,6 +256,41 @@ mod tests {
         assert!(
             !a.0.park_until(0) && !a.1.park_until(0),
             "a token was left over"
+        );
+    }
+
+    /// A linked parker: a token given before the park is kept; promoted (armed) while its
+    /// handle set has nothing ready, it is not woken; the set turning ready wakes it, once
+    /// (the link is one-shot); armed while the set is ready, it wakes at once.
+    #[test]
+    fn a_linked_parker_wakes_for_its_token_and_for_readiness_only() {
+        let handles = Epoll::new().unwrap();
+        let ev = EventFd::new().unwrap();
+        handles.add(ev.as_fd().as_raw_fd(), epoll::IN, 7).unwrap();
+        let p = Parker::linked(handles.as_fd().as_raw_fd()).unwrap();
+        let soon = || crate::sys::now_ns() + 50_000_000;
+
+        p.unpark();
+        assert!(
+            p.park_until(soon() + 10_000_000_000),
+            "the early token was lost"
+        );
+        assert!(!p.park_until(soon()), "the token was not consumed");
+
+        p.unpark_on_readiness();
+        assert!(!p.park_until(soon()), "woken with nothing ready");
+        ev.write(1).unwrap();
+        assert!(
+            p.park_until(soon() + 10_000_000_000),
+            "not woken by readiness"
+        );
+        assert!(!p.park_until(soon()), "a one-shot link fired twice");
+
+        // The set is still ready (the eventfd was not read): arming wakes at once.
+        p.unpark_on_readiness();
+        assert!(
+            p.park_until(soon() + 10_000_000_000),
+            "armed while ready, not woken"
         );
     }
 }

@@ -13,6 +13,8 @@ pub(crate) const RDHUP: u32 = libc::EPOLLRDHUP as u32;
 pub(crate) const HUP: u32 = libc::EPOLLHUP as u32;
 /// Error condition (`EPOLLERR`).
 pub(crate) const ERR: u32 = libc::EPOLLERR as u32;
+/// Edge-triggered: one event per change of readiness (`EPOLLET`).
+pub(crate) const ET: u32 = libc::EPOLLET as u32;
 /// Disarm after one event (`EPOLLONESHOT`).
 pub(crate) const ONESHOT: u32 = libc::EPOLLONESHOT as u32;
 
