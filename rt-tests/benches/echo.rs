@@ -20,7 +20,8 @@
 //! ```text
 //! cargo bench --bench echo -- [--duration 5s] [--threads 2] [--ports 4] [--window 8]
 //!                             [--work 0,5,50] [--fifo PRIO] [--pin] [--json FILE] [--quick]
-//!                             [--arch lfrt,lfrt-cc,lfrt-dg,hsha,tokio] [--gen-threads N]
+//!                             [--arch lfrt,lfrt-cc,lfrt-dg,hsha,tokio,tokio-fifo]
+//!                             [--gen-threads N]
 //!                             [--clients unbatched,batched]
 //! ```
 //! Per architecture and handler work: throughput, RTT p50/p99/p99.9, context switches per
@@ -28,7 +29,9 @@
 //! per-port fairness from the generator's per-port counts (least-served port / mean per port;
 //! issue 13 asks for >= 0.95).
 //! Servers run SCHED_OTHER by default (apples to apples, and the SCHED_OTHER load generator
-//! is never starved); `--fifo PRIO` runs every server thread at SCHED_FIFO PRIO instead.
+//! is never starved); `--fifo PRIO` runs the lfrt and HS/HA server threads at SCHED_FIFO PRIO
+//! instead. `tokio` stays at SCHED_OTHER, as tokio services run (the yardstick of issue 22);
+//! `tokio-fifo` puts its workers at PRIO too.
 //! When stderr is a terminal, a bar shows `cell k/n` (one cell per architecture and work) and
 //! the time left ([`rt_tests::progress`]).
 
@@ -113,7 +116,12 @@ enum Arch {
     /// datagram, as HS/HA and tokio do: the difference to `Lfrt` is syscall batching alone.
     LfrtPerDatagram,
     Hsha,
+    /// A tokio multi-thread runtime as tokio users run it: its workers at `SCHED_OTHER`, even
+    /// with `--fifo` (the yardstick the lfrt lanes are compared with).
     Tokio,
+    /// The same tokio runtime with every worker at `SCHED_FIFO` `--fifo` (same policy as the
+    /// lfrt servers: what real-time priority alone does to it).
+    TokioFifo,
 }
 
 impl Arch {
@@ -124,6 +132,7 @@ impl Arch {
             Arch::LfrtPerDatagram => "lfrt-dg",
             Arch::Hsha => "hsha",
             Arch::Tokio => "tokio",
+            Arch::TokioFifo => "tokio-fifo",
         }
     }
 }
@@ -192,6 +201,7 @@ fn parse_opts() -> Opts {
                         "lfrt-dg" => Arch::LfrtPerDatagram,
                         "hsha" => Arch::Hsha,
                         "tokio" => Arch::Tokio,
+                        "tokio-fifo" => Arch::TokioFifo,
                         other => panic!("unknown --arch {other}"),
                     })
                     .collect()
@@ -294,8 +304,13 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
             }
         }
         Arch::Hsha => hsha_server(socks, ports, o, work_us),
-        Arch::Tokio => {
-            let (fifo, pin) = (o.fifo, o.pin);
+        Arch::Tokio | Arch::TokioFifo => {
+            let fifo = if arch == Arch::TokioFifo {
+                Some(o.fifo.expect("tokio-fifo needs --fifo PRIO"))
+            } else {
+                None
+            };
+            let pin = o.pin;
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(o.threads)
                 .enable_io()
