@@ -41,7 +41,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         groups: vec![control],
         ..RuntimeConfig::default()
     })?;
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/iceoryx2-sensor.toml");
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../configs/iceoryx2-sensor.toml"
+    );
     let cfg = lfrt_iceoryx2::Config::load(file.as_ref())?;
     let sub = &cfg.subscribers[0];
     let node = lfrt_iceoryx2::node()?;
@@ -70,7 +73,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t.samples, t.notifications, t.coalesced, t.turns,
         out_of_order.load(Relaxed), worst_ns.load(Relaxed) / 1000, status.success()
     );
-    println!("control: pool_allocations={:?} dispatched={}", m[0].pool_allocations, m[0].dispatched);
+    println!(
+        "control: pool_allocations={:?} dispatched={}",
+        m[0].pool_allocations, m[0].dispatched
+    );
     Ok(())
 }
 
@@ -80,7 +86,11 @@ fn sensor(service: &str, count: u64, period_us: u64) -> Result<(), Box<dyn std::
     let imu = lfrt_iceoryx2::Publisher::<Imu>::create(&node, service)?;
     for seq in 0..count {
         let stamp_ns = lfrt::os::now_ns();
-        imu.publish(Imu { seq, stamp_ns, accel: [0.0, 0.0, 9.81] })?;
+        imu.publish(Imu {
+            seq,
+            stamp_ns,
+            accel: [0.0, 0.0, 9.81],
+        })?;
         std::thread::sleep(Duration::from_micros(period_us));
     }
     Ok(())

@@ -158,10 +158,7 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
                 return Err(err(
                     Some(n.span().start),
                     field("samples_per_turn"),
-                    format!(
-                        "must be 1 to {MAX_SAMPLES_PER_TURN}, not {}",
-                        n.get_ref()
-                    ),
+                    format!("must be 1 to {MAX_SAMPLES_PER_TURN}, not {}", n.get_ref()),
                 ))
             }
         };

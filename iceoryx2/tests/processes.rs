@@ -39,7 +39,12 @@ fn example() -> PathBuf {
 
 fn sensor(service: &str, count: u64, period_us: u64) -> Child {
     Command::new(example())
-        .args(["sensor", service, &count.to_string(), &period_us.to_string()])
+        .args([
+            "sensor",
+            service,
+            &count.to_string(),
+            &period_us.to_string(),
+        ])
         .spawn()
         .unwrap()
 }
@@ -67,7 +72,8 @@ fn a_dead_publisher_is_counted_without_spinning_and_a_restarted_one_is_served() 
         r.fetch_add(1, Relaxed);
     })
     .unwrap();
-    sub.register(&rt.lane("control").unwrap().registry()).unwrap();
+    sub.register(&rt.lane("control").unwrap().registry())
+        .unwrap();
     rt.start().unwrap();
 
     // A publisher that would run for 100 s, killed once it has delivered.
@@ -81,9 +87,15 @@ fn a_dead_publisher_is_counted_without_spinning_and_a_restarted_one_is_served() 
     let turns = stats.totals().turns;
     std::thread::sleep(Duration::from_millis(300));
     let idle_turns = stats.totals().turns - turns;
-    assert!(idle_turns <= 2, "{idle_turns} turns after the publisher died");
+    assert!(
+        idle_turns <= 2,
+        "{idle_turns} turns after the publisher died"
+    );
 
-    assert!(lfrt_iceoryx2::sweep_dead_nodes(&node) >= 1, "no dead node found");
+    assert!(
+        lfrt_iceoryx2::sweep_dead_nodes(&node) >= 1,
+        "no dead node found"
+    );
     assert!(
         util::wait_until(10, || stats.totals().publishers_dead == 1),
         "{:?}",

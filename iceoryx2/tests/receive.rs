@@ -35,8 +35,7 @@ fn lane(threads: usize) -> Runtime {
 /// crate's `Publisher::create` would use iceoryx2's default of 2).
 /// Keep the returned factory: the service lives while a factory or port of it does.
 fn service_with_buffer(node: &lfrt_iceoryx2::Node, name: &str, buffer: usize) -> impl Sized {
-    node
-        .service_builder(&name.try_into().unwrap())
+    node.service_builder(&name.try_into().unwrap())
         .publish_subscribe::<u64>()
         .subscriber_max_buffer_size(buffer)
         .create()
@@ -107,7 +106,11 @@ fn every_sample_arrives_in_order_turns_are_bounded_and_the_lane_allocates_nothin
         "a burst's 10 notifications are read at once: {after:?}"
     );
     assert_eq!(
-        (after.receive_errors, after.listener_errors, after.resume_errors),
+        (
+            after.receive_errors,
+            after.listener_errors,
+            after.resume_errors
+        ),
         (0, 0, 0)
     );
     assert_eq!(
@@ -209,10 +212,14 @@ fn toml_errors_name_the_line_and_field() {
             want
         );
     }
-    let unknown = lfrt_iceoryx2::Config::parse("[[subscriber]]\nservice = \"a\"\nlane = \"c\"\nbatch = 3\n")
-        .unwrap_err()
-        .to_string();
-    assert!(unknown.starts_with("4: ") && unknown.contains("batch"), "{unknown}");
+    let unknown =
+        lfrt_iceoryx2::Config::parse("[[subscriber]]\nservice = \"a\"\nlane = \"c\"\nbatch = 3\n")
+            .unwrap_err()
+            .to_string();
+    assert!(
+        unknown.starts_with("4: ") && unknown.contains("batch"),
+        "{unknown}"
+    );
 }
 
 /// A table naming a lane the runtime does not have is refused at registration, pointing at the

@@ -24,7 +24,11 @@ fn runtime(lanes: &[(&str, u8)]) -> Result<Runtime, lfrt::Error> {
         g.threads = 1;
         g
     });
-    Runtime::new(RuntimeConfig { rt: RtMode::BestEffort, groups: groups.collect(), ..Default::default() })
+    Runtime::new(RuntimeConfig {
+        rt: RtMode::BestEffort,
+        groups: groups.collect(),
+        ..Default::default()
+    })
 }
 
 fn config(name: &str) -> Result<Config, lfrt_zenoh::Error> {
@@ -47,10 +51,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     let outbox = bridge.start()?;
     rt.start()?;
-    let mut robot = std::process::Command::new(std::env::current_exe()?).arg("robot").spawn()?;
+    let mut robot = std::process::Command::new(std::env::current_exe()?)
+        .arg("robot")
+        .spawn()?;
     bridge.wait_for_peers(1, Duration::from_secs(10))?;
     std::thread::sleep(Duration::from_millis(300)); // the robot's subscriptions arrive
-    let (mv, log) = (outbox.key("robot/cmd/move").unwrap(), outbox.key("robot/cmd/log").unwrap());
+    let (mv, log) = (
+        outbox.key("robot/cmd/move").unwrap(),
+        outbox.key("robot/cmd/log").unwrap(),
+    );
     for _ in 0..COMMANDS {
         let _ = outbox.put(mv, &lfrt::os::now_ns().to_le_bytes());
         let _ = outbox.put(log, b"operator: moved");
@@ -63,8 +72,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let robot_ok = robot.wait()?.success();
     let m = rt.shutdown()?;
     let totals = bridge.close()?;
-    println!("operator: telemetry={} worst_round_trip_us={} robot_exit={robot_ok}", seen.load(Relaxed), worst_us.load(Relaxed));
-    println!("operator: display pool_allocations={:?}\n{totals}", m[0].pool_allocations);
+    println!(
+        "operator: telemetry={} worst_round_trip_us={} robot_exit={robot_ok}",
+        seen.load(Relaxed),
+        worst_us.load(Relaxed)
+    );
+    println!(
+        "operator: display pool_allocations={:?}\n{totals}",
+        m[0].pool_allocations
+    );
     Ok(())
 }
 
@@ -73,7 +89,11 @@ fn robot() -> Result<(), Box<dyn std::error::Error>> {
     let mut rt = runtime(&[("control", 80), ("bulk", 10)])?;
     let mut bridge = Bridge::open(&config("zenoh-robot.toml")?)?;
     let outbox: Arc<OnceLock<lfrt_zenoh::Outbox>> = Arc::default();
-    let (ob, moves, logs) = (outbox.clone(), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (ob, moves, logs) = (
+        outbox.clone(),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
     let (m2, l2) = (moves.clone(), logs.clone());
     bridge.route(&rt, "control", move |cmd, _ctx| {
         m2.fetch_add(1, Relaxed);
@@ -93,8 +113,13 @@ fn robot() -> Result<(), Box<dyn std::error::Error>> {
     std::thread::sleep(Duration::from_millis(200)); // the last telemetry leaves
     let m = rt.shutdown()?;
     let totals = bridge.close()?;
-    println!("robot: moves={} logs={} control pool_allocations={:?} bulk pool_allocations={:?}",
-        moves.load(Relaxed), logs.load(Relaxed), m[0].pool_allocations, m[1].pool_allocations);
+    println!(
+        "robot: moves={} logs={} control pool_allocations={:?} bulk pool_allocations={:?}",
+        moves.load(Relaxed),
+        logs.load(Relaxed),
+        m[0].pool_allocations,
+        m[1].pool_allocations
+    );
     println!("{totals}");
     Ok(())
 }

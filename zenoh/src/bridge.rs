@@ -286,13 +286,12 @@ fn zenoh_config(cfg: &Config) -> Result<zenoh::Config, Error> {
     let mut z = zenoh::Config::default();
     let json = |v: &[String]| serde_json_array(v);
     let set = |z: &mut zenoh::Config, key: &str, value: String| {
-        z.insert_json5(key, &value)
-            .map_err(|e| Error::Config {
-                file: None,
-                line: None,
-                field: format!("session ({key})"),
-                message: e.to_string(),
-            })
+        z.insert_json5(key, &value).map_err(|e| Error::Config {
+            file: None,
+            line: None,
+            field: format!("session ({key})"),
+            message: e.to_string(),
+        })
     };
     let mode = match cfg.session.mode {
         Mode::Peer => "\"peer\"",
@@ -361,7 +360,9 @@ impl Bridge {
             return Err(Error::Route(format!("no [[route]] has lane = \"{lane}\"")));
         };
         if self.routes[i].is_some() {
-            return Err(Error::Route(format!("route[{i}] (lane {lane}) has a handler already")));
+            return Err(Error::Route(format!(
+                "route[{i}] (lane {lane}) has a handler already"
+            )));
         }
         let rc = &self.cfg.routes[i];
         let target = rt.lane(lane).map_err(|e| Error::Config {
@@ -373,24 +374,29 @@ impl Bridge {
         let slots = Arc::new(Slots::new(rc.capacity, MAX_KEY_BYTES + rc.max_payload));
         let stats = self.stats.clone();
         let mine = slots.clone();
-        let (inbox, poster) = Inbox::new(rc.capacity, rc.batch, Order::Fifo, move |d: Delivery, ctx: &mut Context| {
-            let _give_back = GiveBack(&mine, d.slot);
-            // SAFETY: the slot's index came through the inbox, so this delivery owns it until
-            // `_give_back` returns it; the writer's borrow ended before it posted.
-            let bytes = unsafe { mine.read(d.slot) };
-            let key = std::str::from_utf8(&bytes[..d.key_len as usize]).unwrap_or("");
-            let payload = &bytes[MAX_KEY_BYTES..MAX_KEY_BYTES + d.len as usize];
-            handler(
-                &Received {
-                    key,
-                    priority: PRIORITIES[d.priority as usize],
-                    payload,
-                    received_ns: d.received_ns,
-                },
-                ctx,
-            );
-            stats.delivered[d.priority as usize].fetch_add(1, Relaxed);
-        })
+        let (inbox, poster) = Inbox::new(
+            rc.capacity,
+            rc.batch,
+            Order::Fifo,
+            move |d: Delivery, ctx: &mut Context| {
+                let _give_back = GiveBack(&mine, d.slot);
+                // SAFETY: the slot's index came through the inbox, so this delivery owns it until
+                // `_give_back` returns it; the writer's borrow ended before it posted.
+                let bytes = unsafe { mine.read(d.slot) };
+                let key = std::str::from_utf8(&bytes[..d.key_len as usize]).unwrap_or("");
+                let payload = &bytes[MAX_KEY_BYTES..MAX_KEY_BYTES + d.len as usize];
+                handler(
+                    &Received {
+                        key,
+                        priority: PRIORITIES[d.priority as usize],
+                        payload,
+                        received_ns: d.received_ns,
+                    },
+                    ctx,
+                );
+                stats.delivered[d.priority as usize].fetch_add(1, Relaxed);
+            },
+        )
         .map_err(Error::Io)?;
         target.registry().register(Box::new(inbox))?;
         self.routes[i] = Some(Route {

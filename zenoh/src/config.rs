@@ -69,7 +69,12 @@ impl Threads {
     /// assert!(t.zenoh_runtime().starts_with("(rx: (worker_threads: 2, max_blocking_threads: 4)"));
     /// ```
     pub fn zenoh_runtime(&self) -> String {
-        let one = |n: usize| format!("(worker_threads: {n}, max_blocking_threads: {})", self.max_blocking);
+        let one = |n: usize| {
+            format!(
+                "(worker_threads: {n}, max_blocking_threads: {})",
+                self.max_blocking
+            )
+        };
         format!(
             "(rx: {}, tx: {}, app: {}, acc: {}, net: {})",
             one(self.rx),
@@ -116,8 +121,9 @@ pub struct PublishConfig {
     pub key: String,
     /// Its priority (default `"data"`).
     pub priority: Priority,
-    /// `congestion = "drop"` (default: Zenoh drops the sample when its queue is full) or
-    /// `"block"` (the publisher thread waits; lanes never do).
+    /// `congestion = "block"` (default: when Zenoh's queue is full the publisher thread waits,
+    /// lanes never do, and a full outbox is counted) or `"drop"` (Zenoh drops the sample
+    /// without telling anyone: only for data whose loss does not matter).
     pub block: bool,
     /// Send without batching (`express`, default true).
     pub express: bool,
@@ -307,8 +313,8 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
         field: "(document)".into(),
         message: e.message().to_owned(),
     })?;
-    let number = |v: &Option<Spanned<i64>>, field: String, min: i64, max: i64, default: usize| {
-        match v {
+    let number =
+        |v: &Option<Spanned<i64>>, field: String, min: i64, max: i64, default: usize| match v {
             None => Ok(default),
             Some(n) if (min..=max).contains(n.get_ref()) => Ok(*n.get_ref() as usize),
             Some(n) => Err(err(
@@ -316,10 +322,11 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
                 field,
                 format!("must be {min} to {max}, not {}", n.get_ref()),
             )),
-        }
-    };
-    let key_expr = |k: &Spanned<String>, field: String, wild: bool| {
-        match zenoh::key_expr::KeyExpr::try_from(k.get_ref().as_str()) {
+        };
+    let key_expr =
+        |k: &Spanned<String>, field: String, wild: bool| match zenoh::key_expr::KeyExpr::try_from(
+            k.get_ref().as_str(),
+        ) {
             Err(e) => Err(err(
                 k.span().start,
                 field,
@@ -331,8 +338,7 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
                 format!("`{}`: a publication key has no wildcards", k.get_ref()),
             )),
             Ok(_) => Ok(k.get_ref().clone()),
-        }
-    };
+        };
 
     let session = match doc.session {
         None => SessionConfig {
@@ -367,7 +373,13 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
             app: number(&t.app, "threads.app".into(), 1, 64, d.app)?,
             acc: number(&t.acc, "threads.acc".into(), 1, 64, d.acc)?,
             net: number(&t.net, "threads.net".into(), 1, 64, d.net)?,
-            max_blocking: number(&t.max_blocking, "threads.max_blocking".into(), 1, 512, d.max_blocking)?,
+            max_blocking: number(
+                &t.max_blocking,
+                "threads.max_blocking".into(),
+                1,
+                512,
+                d.max_blocking,
+            )?,
         },
     };
 
@@ -376,7 +388,11 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
     for (i, r) in doc.route.into_iter().enumerate() {
         let field = |k: &str| format!("route[{i}].{k}");
         if r.lane.get_ref().is_empty() {
-            return Err(err(r.lane.span().start, field("lane"), "must name a lane".into()));
+            return Err(err(
+                r.lane.span().start,
+                field("lane"),
+                "must name a lane".into(),
+            ));
         }
         if r.priorities.get_ref().is_empty() {
             return Err(err(
@@ -392,7 +408,11 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
                 return Err(err(
                     name.span().start,
                     field("priorities"),
-                    format!("`{}` is not a Zenoh priority ({})", name.get_ref(), all.join(", ")),
+                    format!(
+                        "`{}` is not a Zenoh priority ({})",
+                        name.get_ref(),
+                        all.join(", ")
+                    ),
                 ));
             };
             let slot = &mut routed[p as usize - 1];
@@ -428,7 +448,11 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
         let field = |k: &str| format!("publish[{i}].{k}");
         let key = key_expr(&p.key, field("key"), false)?;
         if publish.iter().any(|q| q.key == key) {
-            return Err(err(p.key.span().start, field("key"), format!("`{key}` is listed twice")));
+            return Err(err(
+                p.key.span().start,
+                field("key"),
+                format!("`{key}` is listed twice"),
+            ));
         }
         let priority = match &p.priority {
             None => Priority::Data,
@@ -441,7 +465,7 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
             })?,
         };
         let block = match &p.congestion {
-            None => false,
+            None => true,
             Some(c) if c.get_ref() == "drop" => false,
             Some(c) if c.get_ref() == "block" => true,
             Some(c) => {
@@ -464,8 +488,20 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
     let outbox = match doc.outbox {
         None => od,
         Some(o) => OutboxConfig {
-            capacity: number(&o.capacity, "outbox.capacity".into(), 1, 1 << 20, od.capacity)?,
-            max_payload: number(&o.max_payload, "outbox.max_payload".into(), 1, 1 << 24, od.max_payload)?,
+            capacity: number(
+                &o.capacity,
+                "outbox.capacity".into(),
+                1,
+                1 << 20,
+                od.capacity,
+            )?,
+            max_payload: number(
+                &o.max_payload,
+                "outbox.max_payload".into(),
+                1,
+                1 << 24,
+                od.max_payload,
+            )?,
         },
     };
 

@@ -39,7 +39,8 @@ impl Slots {
     pub(crate) fn new(count: usize, bytes: usize) -> Slots {
         let count = count.max(1);
         let bytes = bytes.max(1);
-        let storage: Box<[UnsafeCell<u8>]> = (0..count * bytes).map(|_| UnsafeCell::new(0)).collect();
+        let storage: Box<[UnsafeCell<u8>]> =
+            (0..count * bytes).map(|_| UnsafeCell::new(0)).collect();
         let free = ArrayQueue::new(count);
         for i in 0..count {
             let _ = free.push(i as u32);

@@ -49,7 +49,11 @@ pub fn zenoh_threads() -> Vec<ZenohThread> {
         return out;
     };
     for entry in dir.flatten() {
-        let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(tid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         let Ok(comm) = fs::read_to_string(entry.path().join("comm")) else {

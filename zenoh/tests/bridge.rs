@@ -160,7 +160,12 @@ priority = "interactive-high"
             bridge.totals()
         );
     }
-    put(&peer, "test/cmd/chat", Priority::InteractiveLow, b"nobody routes this");
+    put(
+        &peer,
+        "test/cmd/chat",
+        Priority::InteractiveLow,
+        b"nobody routes this",
+    );
     assert!(util::wait_until(10, || bridge.totals().unrouted[2] == 1));
     assert!(
         util::wait_until(10, || acks.load(Relaxed) == n),
@@ -172,7 +177,11 @@ priority = "interactive-high"
     let t_final = bridge.close().unwrap();
     drop(peer);
     eprintln!("{t_final}");
-    assert_eq!(wrong_lane.load(Relaxed), 0, "a sample reached the wrong lane");
+    assert_eq!(
+        wrong_lane.load(Relaxed),
+        0,
+        "a sample reached the wrong lane"
+    );
     assert_eq!((t.delivered[0], t.delivered[4], t.delivered[6]), (n, n, n));
     assert_eq!(t.dropped(), 1, "only the unrouted sample: {t}");
     assert_eq!((t.outbox_sent, acks_refused.load(Relaxed)), (n, 0));
@@ -232,7 +241,10 @@ fn a_full_route_is_a_counted_drop_never_a_stall() {
     let held = bridge.totals();
     release.store(true, Relaxed);
     assert!(accounted, "Zenoh's thread stalled: {held}");
-    assert!(held.full[0] >= 50 - 5, "at most 4 slots + 1 in the handler: {held}");
+    assert!(
+        held.full[0] >= 50 - 5,
+        "at most 4 slots + 1 in the handler: {held}"
+    );
     assert!(util::wait_until(10, || bridge.totals().delivered[0] == held.forwarded[0]));
     let _ = rt.shutdown().unwrap();
     let t = bridge.close().unwrap();
@@ -254,7 +266,9 @@ fn an_oversized_sample_is_counted() {
     let got = Arc::new(std::sync::Mutex::new(Vec::new()));
     let g = got.clone();
     bridge
-        .route(&rt, "bulk", move |s, _| g.lock().unwrap().push(s.payload.to_vec()))
+        .route(&rt, "bulk", move |s, _| {
+            g.lock().unwrap().push(s.payload.to_vec())
+        })
         .unwrap();
     let _outbox = bridge.start().unwrap();
     rt.start().unwrap();
@@ -287,14 +301,12 @@ fn an_absent_or_departing_peer_is_counted() {
         .unwrap_err();
     assert!(matches!(err, Error::NoPeer { .. }), "{err:?}");
     assert!(err.to_string().contains(&port.to_string()), "{err}");
-    outbox.put(outbox.key("test/lonely").unwrap(), b"anyone?").unwrap();
+    outbox
+        .put(outbox.key("test/lonely").unwrap(), b"anyone?")
+        .unwrap();
     assert!(util::wait_until(5, || bridge.totals().put_without_peer == 1));
 
-    let other = Bridge::open(&config(
-        &format!("listen = [\"tcp/127.0.0.1:{port}\"]"),
-        "",
-    ))
-    .unwrap();
+    let other = Bridge::open(&config(&format!("listen = [\"tcp/127.0.0.1:{port}\"]"), "")).unwrap();
     assert!(
         util::wait_until(30, || bridge.totals().peers_joined == 1),
         "{}",
@@ -321,7 +333,11 @@ fn a_missing_router_fails_to_open_in_client_mode() {
     );
     let err = Bridge::open(&cfg).unwrap_err();
     assert!(matches!(err, Error::Zenoh { .. }), "{err:?}");
-    assert!(err.to_string().starts_with("zenoh: opening the session failed"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("zenoh: opening the session failed"),
+        "{err}"
+    );
 }
 
 /// Zenoh's threads are the configured ones, at SCHED_OTHER; a second configuration that asks
@@ -329,21 +345,18 @@ fn a_missing_router_fails_to_open_in_client_mode() {
 #[test]
 fn zenoh_threads_are_configured_and_reported() {
     let port = free_port();
-    let bridge = Bridge::open(&config(
-        &format!("listen = [\"tcp/127.0.0.1:{port}\"]"),
-        "",
-    ))
-    .unwrap();
+    let bridge =
+        Bridge::open(&config(&format!("listen = [\"tcp/127.0.0.1:{port}\"]"), "")).unwrap();
     let threads = lfrt_zenoh::zenoh_threads();
     // Worker threads, plus blocking-task threads started on demand (named alike, and kept a
     // while after earlier tests' sessions): rx = 1 and max_blocking = 2 allow 1 to 3.
     let rx = threads.iter().filter(|t| t.name.starts_with("rx-")).count();
-    assert!((1..=3).contains(&rx), "[threads] rx = 1, max_blocking = 2: {threads:?}");
-    assert!(threads.len() <= 5 + 5 * 2, "{threads:?}");
     assert!(
-        threads.iter().all(|t| t.policy == "other 0"),
-        "{threads:?}"
+        (1..=3).contains(&rx),
+        "[threads] rx = 1, max_blocking = 2: {threads:?}"
     );
+    assert!(threads.len() <= 5 + 5 * 2, "{threads:?}");
+    assert!(threads.iter().all(|t| t.policy == "other 0"), "{threads:?}");
     let other = Config::parse("[threads]\nrx = 3\n").unwrap();
     let err = Bridge::open(&other).unwrap_err();
     assert!(matches!(err, Error::Threads { .. }), "{err:?}");

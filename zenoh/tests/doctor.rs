@@ -11,7 +11,8 @@ fn doctor(env: Option<&str>) -> (i32, String) {
         cmd.env("ZENOH_RUNTIME", e);
     }
     let out = cmd.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code().unwrap_or(-1), text)
 }
 
@@ -23,8 +24,14 @@ fn doctor_reports_zenoh_threads_and_refuses_a_disagreeing_environment() {
         text.contains("ok   zenoh-threads rx 1, tx 1, app 1, acc 1, net 1 worker threads (5 in all), at most 2 blocking-task threads per runtime"),
         "{text}"
     );
-    assert!(text.contains("warn zenoh-policy") && text.contains("SCHED_OTHER"), "{text}");
-    assert!(text.contains("ok   zenoh-session peer, listen [\"tcp/127.0.0.1:17447\"]"), "{text}");
+    assert!(
+        text.contains("warn zenoh-policy") && text.contains("SCHED_OTHER"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ok   zenoh-session peer, listen [\"tcp/127.0.0.1:17447\"]"),
+        "{text}"
+    );
     let (code, text) = doctor(Some("(rx: (worker_threads: 8))"));
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("fail zenoh-env"), "{text}");
