@@ -275,7 +275,9 @@ fn configure_threads(cfg: &Config) -> Result<(), Error> {
         Ok(env) if env == want => Ok(()),
         Ok(env) => Err(Error::Threads { env, config: want }),
         Err(_) => {
-            // Zenoh reads it once, when its first runtime starts (inside `zenoh::open`).
+            // Zenoh reads it once, when its first runtime starts (inside `zenoh::open`). Setting
+            // the environment races with threads that read it at the same moment: open the
+            // first bridge during set-up, before other threads of the process read it.
             std::env::set_var("ZENOH_RUNTIME", &want);
             Ok(())
         }
@@ -534,8 +536,9 @@ impl Bridge {
     }
 
     /// Undeclares the subscriptions, stops the publisher thread (after it sent what was
-    /// queued) and closes the session. Stop the lanes after this, so no sample is posted to a
-    /// lane that is gone.
+    /// queued) and closes the session; returns the final counters. Either order with the
+    /// runtime's shutdown is safe: samples that arrive for a lane already stopped fill its
+    /// route's slots and are then counted as `full`.
     ///
     /// # Errors
     /// [`Error::Zenoh`] if Zenoh fails to close the session.

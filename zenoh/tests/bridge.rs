@@ -72,6 +72,28 @@ fn put(b: &Bridge, key: &str, p: Priority, payload: &[u8]) {
         .unwrap();
 }
 
+/// Puts a ping on `key` at `p` every 20 ms until the bridge has delivered one of that priority
+/// (subscriptions reach the peer asynchronously; up to 10 s). Returns the pings delivered.
+fn until_routed(bridge: &Bridge, peer: &Bridge, key: &str, p: Priority) -> u64 {
+    let i = p as usize - 1;
+    for _ in 0..500 {
+        put(peer, key, p, b"ping");
+        std::thread::sleep(Duration::from_millis(20));
+        if bridge.totals().delivered[i] > 0 {
+            break;
+        }
+    }
+    // Pings still in flight arrive too: let them settle.
+    std::thread::sleep(Duration::from_millis(100));
+    let delivered = bridge.totals().delivered[i];
+    assert!(
+        delivered > 0,
+        "{key} never reached the bridge: {}",
+        bridge.totals()
+    );
+    delivered
+}
+
 /// Real-time samples reach the control lane, data samples the bulk lane, an unrouted priority
 /// is counted; the control lane answers each command through the outbox, from the lane; after
 /// warm-up neither lane allocated, the outbox put included.
@@ -142,7 +164,15 @@ priority = "interactive-high"
         .wait()
         .unwrap();
     bridge.wait_for_peers(1, Duration::from_secs(10)).unwrap();
-    std::thread::sleep(Duration::from_millis(200)); // declarations reach the peer
+    let pings = [
+        until_routed(&bridge, &peer, "test/cmd/ping", Priority::RealTime),
+        until_routed(&bridge, &peer, "test/cmd/ping", Priority::Data),
+        until_routed(&bridge, &peer, "test/cmd/ping", Priority::Background),
+    ];
+    // The control lane acks every real-time sample, pings included, once the ack subscription
+    // has reached it.
+    assert!(util::wait_until(10, || acks.load(Relaxed) > 0));
+    let acks_before = acks.load(Relaxed);
 
     let n = 300u64.max(3 * WARMUP_DISPATCHES);
     for i in 0..n {
@@ -154,7 +184,9 @@ priority = "interactive-high"
         assert!(
             util::wait_until(10, || {
                 let t = bridge.totals();
-                t.delivered[0] > i && t.delivered[4] > i && t.delivered[6] > i
+                t.delivered[0] > pings[0] + i
+                    && t.delivered[4] > pings[1] + i
+                    && t.delivered[6] > pings[2] + i
             }),
             "round {i}: {}",
             bridge.totals()
@@ -168,9 +200,9 @@ priority = "interactive-high"
     );
     assert!(util::wait_until(10, || bridge.totals().unrouted[2] == 1));
     assert!(
-        util::wait_until(10, || acks.load(Relaxed) == n),
+        util::wait_until(10, || acks.load(Relaxed) == acks_before + n),
         "acks {} of {n}",
-        acks.load(Relaxed)
+        acks.load(Relaxed) - acks_before
     );
     let t = bridge.totals();
     let m = rt.shutdown().unwrap();
@@ -182,9 +214,15 @@ priority = "interactive-high"
         0,
         "a sample reached the wrong lane"
     );
-    assert_eq!((t.delivered[0], t.delivered[4], t.delivered[6]), (n, n, n));
+    assert_eq!(
+        (t.delivered[0], t.delivered[4], t.delivered[6]),
+        (pings[0] + n, pings[1] + n, pings[2] + n)
+    );
     assert_eq!(t.dropped(), 1, "only the unrouted sample: {t}");
-    assert_eq!((t.outbox_sent, acks_refused.load(Relaxed)), (n, 0));
+    assert_eq!(
+        (t.outbox_sent, acks_refused.load(Relaxed)),
+        (pings[0] + n, 0)
+    );
     assert_eq!(t.lanes[0].as_deref(), Some("control"));
     for g in &m {
         assert_eq!(
@@ -213,13 +251,16 @@ fn a_full_route_is_a_counted_drop_never_a_stall() {
     );
     let mut rt = lanes(&[("control", 30)]);
     let mut bridge = Bridge::open(&cfg).unwrap();
-    let release = Arc::new(AtomicBool::new(false));
-    let r = release.clone();
+    let (hold, release) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (h, r) = (hold.clone(), release.clone());
     bridge
         .route(&rt, "control", move |_, _| {
-            // Held until released (bounded: 10 s), sleeping, not spinning.
+            // Once holding, held until released (bounded: 10 s), sleeping, not spinning.
             for _ in 0..10_000 {
-                if r.load(Relaxed) {
+                if !h.load(Relaxed) || r.load(Relaxed) {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(1));
@@ -230,13 +271,14 @@ fn a_full_route_is_a_counted_drop_never_a_stall() {
     rt.start().unwrap();
     let peer = sender(port);
     bridge.wait_for_peers(1, Duration::from_secs(10)).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let pings = until_routed(&bridge, &peer, "test/full", Priority::RealTime);
+    hold.store(true, Relaxed);
     for i in 0..50u32 {
         put(&peer, "test/full", Priority::RealTime, &i.to_le_bytes());
     }
     let accounted = util::wait_until(10, || {
         let t = bridge.totals();
-        t.forwarded[0] + t.full[0] == 50
+        t.forwarded[0] + t.full[0] == pings + 50
     });
     let held = bridge.totals();
     release.store(true, Relaxed);
@@ -248,7 +290,7 @@ fn a_full_route_is_a_counted_drop_never_a_stall() {
     assert!(util::wait_until(10, || bridge.totals().delivered[0] == held.forwarded[0]));
     let _ = rt.shutdown().unwrap();
     let t = bridge.close().unwrap();
-    assert_eq!(t.delivered[0] + t.full[0], 50, "{t}");
+    assert_eq!(t.delivered[0] + t.full[0], pings + 50, "{t}");
 }
 
 /// A payload above `max_payload` is dropped and counted as `oversize`; the next fits and
@@ -274,14 +316,16 @@ fn an_oversized_sample_is_counted() {
     rt.start().unwrap();
     let peer = sender(port);
     bridge.wait_for_peers(1, Duration::from_secs(10)).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    let pings = until_routed(&bridge, &peer, "test/size", Priority::Data);
     put(&peer, "test/size", Priority::Data, &[7u8; 100]);
     put(&peer, "test/size", Priority::Data, &[1u8; 16]);
-    assert!(util::wait_until(10, || bridge.totals().delivered[4] == 1));
+    assert!(util::wait_until(10, || bridge.totals().delivered[4] == pings + 1));
     let t = bridge.totals();
     let _ = rt.shutdown().unwrap();
     assert_eq!(t.oversize[4], 1, "{t}");
-    assert_eq!(*got.lock().unwrap(), vec![vec![1u8; 16]]);
+    let got = got.lock().unwrap();
+    assert!(got[..pings as usize].iter().all(|p| p == b"ping"));
+    assert_eq!(got[pings as usize..], [vec![1u8; 16]]);
 }
 
 /// A peer that is not there: waiting for it is a clear error and puts are counted as reaching
