@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 use zenoh::qos::Priority;
 
+/// Most bytes one route's (or the outbox's) slots may preallocate.
+const MAX_SLOT_BYTES: u64 = 1 << 30;
+
 /// How a session finds its peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -426,12 +429,22 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
             *slot = Some(i);
             priorities.push(p);
         }
+        let capacity = number(&r.capacity, field("capacity"), 1, 1 << 20, 256)?;
+        let max_payload = number(&r.max_payload, field("max_payload"), 1, 1 << 24, 1024)?;
+        let bytes = capacity as u64 * (max_payload + crate::MAX_KEY_BYTES) as u64;
+        if bytes > MAX_SLOT_BYTES {
+            return Err(err(
+                r.lane.span().start,
+                field("capacity"),
+                format!("capacity × (max_payload + {} key bytes) is {} MiB, above the {} MiB a route may preallocate", crate::MAX_KEY_BYTES, bytes >> 20, MAX_SLOT_BYTES >> 20),
+            ));
+        }
         routes.push(RouteConfig {
             lane: r.lane.get_ref().clone(),
             priorities,
-            capacity: number(&r.capacity, field("capacity"), 1, 1 << 20, 256)?,
+            capacity,
             batch: number(&r.batch, field("batch"), 1, 65_536, 32)?,
-            max_payload: number(&r.max_payload, field("max_payload"), 1, 1 << 24, 1024)?,
+            max_payload,
             index: i,
             lane_line: Some(line_of(src, r.lane.span().start)),
             file: file.map(Path::to_path_buf),
@@ -487,22 +500,38 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
     let od = OutboxConfig::default();
     let outbox = match doc.outbox {
         None => od,
-        Some(o) => OutboxConfig {
-            capacity: number(
-                &o.capacity,
-                "outbox.capacity".into(),
-                1,
-                1 << 20,
-                od.capacity,
-            )?,
-            max_payload: number(
-                &o.max_payload,
-                "outbox.max_payload".into(),
-                1,
-                1 << 24,
-                od.max_payload,
-            )?,
-        },
+        Some(o) => {
+            let c = OutboxConfig {
+                capacity: number(
+                    &o.capacity,
+                    "outbox.capacity".into(),
+                    1,
+                    1 << 20,
+                    od.capacity,
+                )?,
+                max_payload: number(
+                    &o.max_payload,
+                    "outbox.max_payload".into(),
+                    1,
+                    1 << 24,
+                    od.max_payload,
+                )?,
+            };
+            let bytes = c.capacity as u64 * c.max_payload as u64;
+            if bytes > MAX_SLOT_BYTES {
+                let at = o
+                    .capacity
+                    .as_ref()
+                    .or(o.max_payload.as_ref())
+                    .map_or(0, |v| v.span().start);
+                return Err(err(
+                    at,
+                    "outbox.capacity".into(),
+                    format!("capacity × max_payload is {} MiB, above the {} MiB the outbox may preallocate", bytes >> 20, MAX_SLOT_BYTES >> 20),
+                ));
+            }
+            c
+        }
     };
 
     Ok(Config {

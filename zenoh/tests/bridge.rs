@@ -427,6 +427,10 @@ fn toml_errors_name_the_line_and_field() {
             "2: publish[0].key: `a/*`: a publication key has no wildcards",
         ),
         (
+            "[[route]]\nlane = \"a\"\npriorities = [\"data\"]\ncapacity = 1048576\nmax_payload = 4096\n",
+            "2: route[0].capacity: capacity × (max_payload + 256 key bytes) is 4352 MiB, above the 1024 MiB a route may preallocate",
+        ),
+        (
             "[[publish]]\nkey = \"a\"\ncongestion = \"wait\"\n",
             "3: publish[0].congestion: `wait`: must be \"drop\" or \"block\"",
         ),
