@@ -578,6 +578,14 @@ fn run(
                 m.stream_write_timeouts
             );
         }
+        // Priority changes the kernel refused (each logged once or rarely): the lanes did not
+        // run at the priorities the plan shows for those events.
+        if m.raise_failures + m.restore_failures > 0 {
+            println!(
+                "{:<12} raise_failures={} restore_failures={}",
+                m.name, m.raise_failures, m.restore_failures
+            );
+        }
     }
     // Over the groups that measured (`-`/null: no pool thread reached its warm-up).
     let pool_allocations = sum_measured(metrics.iter().map(|m| m.pool_allocations));
