@@ -370,9 +370,15 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
                 lfrt::HandlerConfig::UdpEcho { bind, work_us } => {
                     writeln!(s, "  handler udp-echo bind={bind} work_us={work_us}")
                 }
-                lfrt::HandlerConfig::TcpEcho { bind, work_us } => {
-                    writeln!(s, "  handler tcp-echo bind={bind} work_us={work_us}")
-                }
+                lfrt::HandlerConfig::TcpEcho {
+                    bind,
+                    work_us,
+                    max_connections,
+                } => writeln!(
+                    s,
+                    "  handler tcp-echo bind={bind} work_us={work_us} \
+                     max_connections={max_connections}"
+                ),
                 lfrt::HandlerConfig::Timer {
                     interval_us,
                     count,

@@ -252,6 +252,7 @@ fn wildcard_and_specific_address_on_one_port_are_refused() {
     b.handlers.push(HandlerConfig::TcpEcho {
         bind: format!("127.0.0.1:{port}").parse().unwrap(),
         work_us: 0,
+        max_connections: 64,
     });
     cfg(vec![a, b]).check_settings(&[0, 1]).unwrap();
 }
@@ -266,10 +267,12 @@ fn ephemeral_ports_never_conflict() {
     b.handlers.push(HandlerConfig::TcpEcho {
         bind: "127.0.0.1:0".parse().unwrap(),
         work_us: 0,
+        max_connections: 64,
     });
     b.handlers.push(HandlerConfig::TcpEcho {
         bind: "127.0.0.1:0".parse().unwrap(),
         work_us: 0,
+        max_connections: 64,
     });
     cfg(vec![a, b]).validate_on(&machine()).unwrap();
 }
@@ -296,6 +299,7 @@ fn metrics_address_is_validated() {
     c.groups[0].handlers.push(HandlerConfig::TcpEcho {
         bind: format!("0.0.0.0:{port}").parse().unwrap(),
         work_us: 0,
+        max_connections: 64,
     });
     let e = c.check_settings(&[0, 1]).unwrap_err();
     assert_eq!(e.path(), "runtime.metrics");

@@ -25,8 +25,9 @@
 //! * a handler's `Drop` runs outside every slot lock, and a panic in it is caught and counted
 //!   (`drop_panics`), so dropping a handler can neither deadlock nor kill a pool thread.
 //!
-//! The set is generic over what it stores (`H`, in practice `dyn EventHandler`): it knows
-//! handles, tokens and epoll, not what a handler is or how it runs. [`crate::engine::handler`] builds
+//! The set is generic over what it stores (`H`, in practice `engine::handler::Held`, an owned
+//! handler): it knows handles, tokens and epoll, not what a handler is, how it runs, or how it
+//! is freed (dropping `H` when a handle is removed is all it does). [`crate::engine::handler`] builds
 //! the handler API (the `Registry`, the dispatch of one event) on top of it, so the two modules
 //! depend one way only.
 
@@ -42,8 +43,8 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 
-struct Entry<H: ?Sized> {
-    handler: Box<H>,
+struct Entry<H> {
+    handler: H,
     fd: RawFd,
     /// The epoll events it was last armed for (what `resume` arms it for).
     events: u32,
@@ -52,7 +53,7 @@ struct Entry<H: ?Sized> {
     suspended: bool,
 }
 
-struct Slot<H: ?Sized> {
+struct Slot<H> {
     generation: AtomicU32,
     entry: PiMutex<Option<Entry<H>>>,
     /// Set by the slot's own handler deregistering its handle while it is dispatched; read and
@@ -104,7 +105,7 @@ pub(crate) enum Ran<R> {
     },
 }
 
-pub(crate) struct HandleSet<H: ?Sized> {
+pub(crate) struct HandleSet<H> {
     epoll: epoll::Epoll,
     slots: Box<[Slot<H>]>,
     /// Free slot indices. Capacity is reserved for every slot, so pushes never reallocate.
@@ -118,13 +119,13 @@ pub(crate) struct HandleSet<H: ?Sized> {
     pub(crate) incidents: IncidentCounters,
 }
 
-impl<H: ?Sized> fmt::Debug for HandleSet<H> {
+impl<H> fmt::Debug for HandleSet<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad("HandleSet { .. }")
     }
 }
 
-impl<H: ?Sized> HandleSet<H> {
+impl<H> HandleSet<H> {
     /// Bytes [`new`](Self::new) allocates for the table: the slots and the free list.
     pub(crate) fn table_bytes(max_handles: usize) -> u64 {
         let per_slot = std::mem::size_of::<Slot<H>>() + std::mem::size_of::<u32>();
@@ -167,7 +168,7 @@ impl<H: ?Sized> HandleSet<H> {
     }
 
     /// Stores `handler` in a free slot and arms `fd` for `events` (`ONESHOT` is added).
-    pub(crate) fn register(&self, handler: Box<H>, fd: RawFd, events: u32) -> Result<Token, Error> {
+    pub(crate) fn register(&self, handler: H, fd: RawFd, events: u32) -> Result<Token, Error> {
         let index = self.free.lock().pop().ok_or(Error::TooManyHandles {
             max: self.slots.len(),
         })?;

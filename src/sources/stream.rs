@@ -74,14 +74,12 @@
 //! [`Framed::new`] allocates and pre-faults the whole connection table:
 //! `max_connections × (HEADER + max_frame + max_output)` bytes ([`Limits::table_bytes`]),
 //! and opens each slot's epoll set and timer (`2 × max_connections` descriptors). A
-//! connection borrows one slot (its input and output buffers) for its life and returns it when
-//! it closes. Reading, framing, the handler calls and writing allocate nothing. Accepting a
-//! connection allocates only its handle (one small `Box`, because [`Registry::register`]
-//! takes one; connection set-up, not the per-frame path). The accept side — the pause when
-//! descriptors or memory run out, refusals counted in `connections_refused` — is the one
-//! [`TcpEcho`](crate::sources::handlers::TcpEcho) uses.
-//!
-//! [`Registry::register`]: crate::Registry::register
+//! connection takes one entry of the table (its buffers, gate and timer, and the handle the
+//! lane runs, boxed once at construction) for its life and returns it when its handle is
+//! removed. Accepting, reading, framing, the handler calls and writing allocate nothing (a
+//! test counts the allocations over 1000 accepted connections). The accept side — the pause
+//! when descriptors or memory run out, refusals counted in `connections_refused` — and the
+//! connection table are the ones [`TcpEcho`](crate::sources::handlers::TcpEcho) uses.
 //!
 //! # Example
 //! A lane that answers each frame with its body reversed:
@@ -113,10 +111,9 @@
 
 use crate::engine::handler::{Context, Disposition, Event, EventHandler, DATAGRAM_BATCH};
 use crate::observe::metrics::Incident;
-use crate::sources::handlers::{write_out, Acceptor, Refused};
+use crate::sources::handlers::{write_out, Acceptor, ConnectionTable, Reusable};
 use crate::sources::source::Timer;
 use crate::sys::{self, epoll::Epoll, mem, net};
-use crossbeam_queue::ArrayQueue;
 use std::fmt;
 use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -324,7 +321,8 @@ impl fmt::Debug for Output<'_> {
     }
 }
 
-/// One slot of the connection table: a connection's input and output buffers.
+/// A connection's preallocated resources: its input and output buffers, and what its handle
+/// waits on.
 struct Slot {
     /// Input: at most one frame (`HEADER + max_frame`); complete frames are consumed from the
     /// front, a partial one moves to the front.
@@ -342,14 +340,11 @@ struct Slot {
 const GATE_STREAM: u64 = 0;
 const GATE_TIMER: u64 = 1;
 
-/// The free slots. Lock-free and preallocated: taking and returning a slot allocates nothing.
-type Table = ArrayQueue<Box<Slot>>;
-
 /// A TCP listener whose connections speak length-prefixed frames to a [`FrameHandler`]. See
 /// the [module docs](self).
 pub struct Framed<H> {
     acceptor: Acceptor,
-    table: Arc<Table>,
+    table: Arc<ConnectionTable<Connection<H>>>,
     handler: H,
     limits: Limits,
 }
@@ -366,24 +361,22 @@ impl<H: FrameHandler> Framed<H> {
     /// or a slot's descriptors.
     pub fn new(listener: TcpListener, limits: Limits, handler: H) -> io::Result<Framed<H>> {
         limits.check()?;
-        let table = ArrayQueue::new(limits.max_connections);
-        for _ in 0..limits.max_connections {
-            let mut slot = Box::new(Slot {
+        let table = ConnectionTable::new(limits.max_connections, || {
+            let mut slot = Slot {
                 rx: vec![0u8; HEADER + limits.max_frame].into_boxed_slice(),
                 tx: vec![0u8; limits.max_output].into_boxed_slice(),
                 gate: Epoll::new()?,
                 timer: Timer::new()?,
-            });
+            };
             slot.gate
                 .add(slot.timer.as_fd().as_raw_fd(), sys::epoll::IN, GATE_TIMER)?;
             mem::prefault(&mut slot.rx);
             mem::prefault(&mut slot.tx);
-            // Cannot fail: the queue holds exactly `max_connections`.
-            let _ = table.push(slot);
-        }
+            Ok(Connection::idle(slot, &limits))
+        })?;
         Ok(Framed {
             acceptor: Acceptor::new(listener)?,
-            table: Arc::new(table),
+            table,
             handler,
             limits,
         })
@@ -400,7 +393,7 @@ impl<H> fmt::Debug for Framed<H> {
         f.debug_struct("Framed")
             .field("listener", &self.acceptor.local_addr())
             .field("limits", &self.limits)
-            .field("free_slots", &self.table.len())
+            .field("table", &self.table)
             .finish_non_exhaustive()
     }
 }
@@ -415,43 +408,12 @@ impl<H: FrameHandler> EventHandler for Framed<H> {
             acceptor,
             table,
             handler,
-            limits,
+            ..
         } = self;
         acceptor.accept(ctx, |stream, ctx| {
-            // Cloned before the slot is taken: a panicking user `Clone` must not lose a slot.
+            // Cloned before an entry is taken: a panicking user `Clone` must not lose one.
             let handler = handler.clone();
-            let slot = table.pop().ok_or(Refused::TableFull {
-                max: limits.max_connections,
-            })?;
-            // From here on, dropping `conn` (any error below) returns the slot and closes the
-            // stream.
-            let mut conn = Connection {
-                stream,
-                handler,
-                slot: Some(slot),
-                table: Arc::clone(table),
-                max_frame: limits.max_frame,
-                idle_ns: limits.idle_timeout.as_nanos().min(u64::MAX as u128) as u64,
-                write_ns: limits.write_timeout.as_nanos().min(u64::MAX as u128) as u64,
-                rx_len: 0,
-                tx_len: 0,
-                tx_sent: 0,
-                state: State::Reading,
-                again: false,
-                watching: 0,
-                moved: false,
-                oversized: false,
-                progress_ns: sys::now_ns(),
-                armed_ns: 0,
-            };
-            conn.stream.set_nonblocking(true).map_err(Refused::Setup)?;
-            conn.stream.set_nodelay(true).map_err(Refused::Setup)?;
-            conn.watch().map_err(Refused::Setup)?;
-            conn.arm_deadline().map_err(Refused::Setup)?;
-            ctx.registry()
-                .register(Box::new(conn))
-                .map(drop)
-                .map_err(Refused::Register)
+            table.admit(ctx, |conn| conn.open(stream, handler))
         })
     }
 }
@@ -487,13 +449,16 @@ enum Stop {
     Oversize,
 }
 
-/// One accepted connection: its stream, its handler, and its slot of the table.
+/// One entry of a listener's connection table: its slot, and while it serves an accepted
+/// connection, that connection's stream, handler and state. Registered in the lane as it is
+/// (the table boxed it once, at construction) and returned to the table when its handle is
+/// removed ([`Reusable::clear`]).
 struct Connection<H> {
-    stream: TcpStream,
-    handler: H,
-    /// Always `Some` until dropped (then returned to `table`).
-    slot: Option<Box<Slot>>,
-    table: Arc<Table>,
+    /// The accepted connection's socket; `None` while the entry waits in its table.
+    stream: Option<TcpStream>,
+    /// Its clone of the listener's handler; `None` while the entry waits in its table.
+    handler: Option<H>,
+    slot: Slot,
     max_frame: usize,
     /// [`Limits::idle_timeout`] and [`Limits::write_timeout`], in ns.
     idle_ns: u64,
@@ -522,13 +487,47 @@ struct Connection<H> {
 }
 
 impl<H: FrameHandler> Connection<H> {
+    /// A table entry with `slot`, serving no connection yet.
+    fn idle(slot: Slot, limits: &Limits) -> Connection<H> {
+        Connection {
+            stream: None,
+            handler: None,
+            slot,
+            max_frame: limits.max_frame,
+            idle_ns: u64::try_from(limits.idle_timeout.as_nanos()).unwrap_or(u64::MAX),
+            write_ns: u64::try_from(limits.write_timeout.as_nanos()).unwrap_or(u64::MAX),
+            rx_len: 0,
+            tx_len: 0,
+            tx_sent: 0,
+            state: State::Reading,
+            again: false,
+            watching: 0,
+            moved: false,
+            oversized: false,
+            progress_ns: 0,
+            armed_ns: 0,
+        }
+    }
+
+    /// Takes on an accepted connection (the entry is idle: [`clear`](Reusable::clear)ed or
+    /// new). On an error the table clears it again and the connection is refused.
+    fn open(&mut self, stream: TcpStream, handler: H) -> io::Result<()> {
+        stream.set_nonblocking(true)?;
+        stream.set_nodelay(true)?;
+        self.stream = Some(stream);
+        self.handler = Some(handler);
+        self.progress_ns = sys::now_ns();
+        self.watch()?;
+        self.arm_deadline()
+    }
+
     /// Writes pending replies ([`write_out`]); true when all are out.
     fn flush(&mut self) -> io::Result<bool> {
-        let Some(slot) = self.slot.as_deref() else {
+        let Some(stream) = &self.stream else {
             return Err(io::ErrorKind::NotConnected.into());
         };
         let before = self.tx_sent;
-        let out = write_out(&self.stream, &slot.tx[..self.tx_len], &mut self.tx_sent);
+        let out = write_out(stream, &self.slot.tx[..self.tx_len], &mut self.tx_sent);
         self.moved |= self.tx_sent != before;
         if !out? {
             return Ok(false);
@@ -543,7 +542,8 @@ impl<H: FrameHandler> Connection<H> {
     /// Called only with the output flushed (`tx_sent == 0`).
     fn deliver(&mut self, frames: &mut usize) -> Stop {
         debug_assert_eq!(self.tx_sent, 0);
-        let Some(slot) = self.slot.as_deref_mut() else {
+        let slot = &mut self.slot;
+        let Some(handler) = self.handler.as_mut() else {
             return Stop::Drained;
         };
         let mut start = 0;
@@ -577,7 +577,7 @@ impl<H: FrameHandler> Connection<H> {
                 len: &mut self.tx_len,
                 max_frame: self.max_frame,
             };
-            let flow = self.handler.frame(body, &mut out);
+            let flow = handler.frame(body, &mut out);
             // Consumed: never delivered again, whatever comes next.
             start += HEADER + len;
             *frames += 1;
@@ -595,7 +595,9 @@ impl<H: FrameHandler> Connection<H> {
     /// Whether the socket would take output now (`poll` with a zero timeout; an error
     /// counts as writable: the next `write` reports it).
     fn writable(&self) -> bool {
-        net::poll_one(self.stream.as_fd(), net::POLL_OUT, 0).map_or(true, |r| r != 0)
+        self.stream
+            .as_ref()
+            .is_none_or(|s| net::poll_one(s.as_fd(), net::POLL_OUT, 0).map_or(true, |r| r != 0))
     }
 
     /// Closed abnormally: count it, unless its end was counted already (an oversized frame
@@ -626,14 +628,14 @@ impl<H: FrameHandler> Connection<H> {
         if want == self.watching {
             return Ok(());
         }
-        let Some(slot) = self.slot.as_deref() else {
+        let Some(stream) = &self.stream else {
             return Err(io::ErrorKind::NotConnected.into());
         };
-        let fd = self.stream.as_raw_fd();
+        let fd = stream.as_raw_fd();
         if self.watching == 0 {
-            slot.gate.add(fd, want, GATE_STREAM)?;
+            self.slot.gate.add(fd, want, GATE_STREAM)?;
         } else {
-            slot.gate.modify(fd, want, GATE_STREAM)?;
+            self.slot.gate.modify(fd, want, GATE_STREAM)?;
         }
         self.watching = want;
         Ok(())
@@ -662,10 +664,7 @@ impl<H: FrameHandler> Connection<H> {
         if self.armed_ns != 0 && self.armed_ns <= due {
             return Ok(());
         }
-        let Some(slot) = self.slot.as_deref_mut() else {
-            return Err(io::ErrorKind::NotConnected.into());
-        };
-        slot.timer.arm(due, 0)?;
+        self.slot.timer.arm(due, 0)?;
         self.armed_ns = due;
         Ok(())
     }
@@ -674,9 +673,7 @@ impl<H: FrameHandler> Connection<H> {
     /// so an event before then costs a clock read, not a system call.
     fn expired(&mut self, now: u64) -> bool {
         if self.armed_ns != 0 && now >= self.armed_ns {
-            if let Some(slot) = self.slot.as_deref_mut() {
-                let _ = slot.timer.read();
-            }
+            let _ = self.slot.timer.read();
             self.armed_ns = 0;
         }
         now >= self.deadline_ns()
@@ -685,7 +682,8 @@ impl<H: FrameHandler> Connection<H> {
     /// Replies flushed after a close: shut our side down (a FIN after the last reply) and
     /// start the bounded drain.
     fn linger(&mut self, now: u64) -> Disposition {
-        if self.stream.shutdown(Shutdown::Write).is_err() {
+        let shut = self.stream.as_ref().map(|s| s.shutdown(Shutdown::Write));
+        if !matches!(shut, Some(Ok(()))) {
             return Disposition::Close;
         }
         self.state = State::Linger;
@@ -696,11 +694,11 @@ impl<H: FrameHandler> Connection<H> {
     /// LINGER: reads and drops the peer's input, at most [`READS_PER_EVENT`] reads; closes at
     /// its end of stream (or an error).
     fn discard(&mut self) -> Disposition {
-        let Some(slot) = self.slot.as_deref_mut() else {
+        let Some(mut stream) = self.stream.as_ref() else {
             return Disposition::Close;
         };
         for _ in 0..READS_PER_EVENT {
-            match (&self.stream).read(&mut slot.rx) {
+            match stream.read(&mut self.slot.rx) {
                 Ok(0) => return Disposition::Close,
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Disposition::Rearm,
@@ -803,12 +801,12 @@ impl<H: FrameHandler> Connection<H> {
                 continue;
             }
             reads += 1;
-            let Some(slot) = self.slot.as_deref_mut() else {
+            let Some(mut stream) = self.stream.as_ref() else {
                 return Disposition::Close;
             };
             // Not empty: after `deliver`, `rx` holds less than one whole frame.
-            debug_assert!(self.rx_len < slot.rx.len());
-            match (&self.stream).read(&mut slot.rx[self.rx_len..]) {
+            debug_assert!(self.rx_len < self.slot.rx.len());
+            match stream.read(&mut self.slot.rx[self.rx_len..]) {
                 Ok(0) => self.state = State::Draining,
                 Ok(n) => {
                     self.rx_len += n;
@@ -825,11 +823,7 @@ impl<H: FrameHandler> Connection<H> {
 impl<H: FrameHandler> EventHandler for Connection<H> {
     /// The slot's gate (see [`Slot::gate`]).
     fn source(&self) -> BorrowedFd<'_> {
-        match self.slot.as_deref() {
-            Some(slot) => slot.gate.as_fd(),
-            // Unreachable: the slot is taken only in `drop`.
-            None => self.stream.as_fd(),
-        }
+        self.slot.gate.as_fd()
     }
 
     /// The readiness itself is not inspected: every path ends in a `read` or `write` that
@@ -867,26 +861,38 @@ impl<H: FrameHandler> EventHandler for Connection<H> {
     }
 }
 
-impl<H> Drop for Connection<H> {
-    fn drop(&mut self) {
-        if let Some(mut slot) = self.slot.take() {
-            // Leave the slot as new: the socket out of its gate (before the socket closes, so
-            // the next connection's gate never reports this one), the timer disarmed (which
-            // also clears an unread expiry).
+impl<H: FrameHandler> Reusable for Connection<H> {
+    /// Leaves the entry as new: the socket out of its gate (before the socket closes, so the
+    /// next connection's gate never reports this one), the timer disarmed (which also clears
+    /// an unread expiry), the socket closed, the state reset; the handler's clone is dropped
+    /// last (user code).
+    fn clear(&mut self) {
+        if let Some(stream) = self.stream.take() {
             if self.watching != 0 {
-                let _ = slot.gate.delete(self.stream.as_raw_fd());
+                let _ = self.slot.gate.delete(stream.as_raw_fd());
             }
-            let _ = slot.timer.arm(0, 0);
-            // Cannot fail: the table has room for every slot it handed out.
-            let _ = self.table.push(slot);
         }
+        let _ = self.slot.timer.arm(0, 0);
+        self.rx_len = 0;
+        self.tx_len = 0;
+        self.tx_sent = 0;
+        self.state = State::Reading;
+        self.again = false;
+        self.watching = 0;
+        self.moved = false;
+        self.oversized = false;
+        self.armed_ns = 0;
+        self.handler = None;
     }
 }
 
 impl<H> fmt::Debug for Connection<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Connection")
-            .field("peer", &self.stream.peer_addr().ok())
+            .field(
+                "peer",
+                &self.stream.as_ref().and_then(|s| s.peer_addr().ok()),
+            )
             .field("state", &self.state)
             .field("rx_len", &self.rx_len)
             .field("tx_pending", &(self.tx_len - self.tx_sent))
