@@ -4,7 +4,9 @@
 //! A [`Framed`] listener, registered in a lane, accepts connections and registers one handle
 //! per connection in the same lane, so the lane's threads serve different connections at the
 //! same time (one thread per connection at a time, as for every handle). On the wire a frame
-//! is a 4-byte big-endian body length ([`HEADER`]) followed by the body. The user's
+//! is a 4-byte big-endian body length ([`HEADER`]) followed by the body, read by the runtime's
+//! one frame reader (`sources/frame.rs`, which the bound pool's connection uses with its own
+//! header). The user's
 //! [`FrameHandler`] (a closure is one) receives each complete frame and writes reply frames
 //! into an [`Output`].
 //!
@@ -111,6 +113,7 @@
 
 use crate::engine::handler::{Context, Disposition, Event, EventHandler, DATAGRAM_BATCH};
 use crate::observe::metrics::Incident;
+use crate::sources::frame::{Format, Next, Reader};
 use crate::sources::handlers::{write_out, Acceptor, ConnectionTable, Reusable};
 use crate::sources::source::Timer;
 use crate::sys::{self, epoll::Epoll, mem, net};
@@ -123,6 +126,21 @@ use std::time::Duration;
 
 /// Bytes of a frame's header: the body length, big-endian `u32`.
 pub const HEADER: usize = 4;
+
+/// The wire format for the runtime's one frame reader ([`crate::sources::frame`]): a
+/// [`HEADER`] of the body length, big-endian, and no tag.
+#[derive(Debug)]
+struct LengthPrefix;
+
+impl Format for LengthPrefix {
+    const HEADER: usize = HEADER;
+    type Tag = ();
+    fn decode(header: &[u8]) -> ((), u32) {
+        let mut h = [0u8; HEADER];
+        h.copy_from_slice(header);
+        ((), u32::from_be_bytes(h))
+    }
+}
 
 /// Most `read` calls one event of a connection makes.
 pub const READS_PER_EVENT: usize = DATAGRAM_BATCH;
@@ -324,9 +342,9 @@ impl fmt::Debug for Output<'_> {
 /// A connection's preallocated resources: its input and output buffers, and what its handle
 /// waits on.
 struct Slot {
-    /// Input: at most one frame (`HEADER + max_frame`); complete frames are consumed from the
-    /// front, a partial one moves to the front.
-    rx: Box<[u8]>,
+    /// Input: room for one largest frame (`HEADER + max_frame`), read by the runtime's one
+    /// frame reader ([`crate::sources::frame`]).
+    rx: Reader<LengthPrefix>,
     /// Output: `max_output` bytes of reply frames.
     tx: Box<[u8]>,
     /// What the connection's handle waits on: its socket (readable or writable, as its state
@@ -363,14 +381,13 @@ impl<H: FrameHandler> Framed<H> {
         limits.check()?;
         let table = ConnectionTable::new(limits.max_connections, || {
             let mut slot = Slot {
-                rx: vec![0u8; HEADER + limits.max_frame].into_boxed_slice(),
+                rx: Reader::new(limits.max_frame, 0),
                 tx: vec![0u8; limits.max_output].into_boxed_slice(),
                 gate: Epoll::new()?,
                 timer: Timer::new()?,
             };
             slot.gate
                 .add(slot.timer.as_fd().as_raw_fd(), sys::epoll::IN, GATE_TIMER)?;
-            mem::prefault(&mut slot.rx);
             mem::prefault(&mut slot.tx);
             Ok(Connection::idle(slot, &limits))
         })?;
@@ -463,8 +480,6 @@ struct Connection<H> {
     /// [`Limits::idle_timeout`] and [`Limits::write_timeout`], in ns.
     idle_ns: u64,
     write_ns: u64,
-    /// Bytes in `rx`, from its start: complete frames first, then at most one partial frame.
-    rx_len: usize,
     /// Reply bytes in `tx`, and how many of them were written (`tx_sent <= tx_len`).
     tx_len: usize,
     tx_sent: usize,
@@ -496,7 +511,6 @@ impl<H: FrameHandler> Connection<H> {
             max_frame: limits.max_frame,
             idle_ns: u64::try_from(limits.idle_timeout.as_nanos()).unwrap_or(u64::MAX),
             write_ns: u64::try_from(limits.write_timeout.as_nanos()).unwrap_or(u64::MAX),
-            rx_len: 0,
             tx_len: 0,
             tx_sent: 0,
             state: State::Reading,
@@ -538,58 +552,40 @@ impl<H: FrameHandler> Connection<H> {
     }
 
     /// Hands complete frames to the handler, oldest first, while the output has room for a
-    /// reply and the event's budget lasts; then moves a partial frame to the front of `rx`.
-    /// Called only with the output flushed (`tx_sent == 0`).
+    /// reply and the event's budget lasts. Called only with the output flushed
+    /// (`tx_sent == 0`).
     fn deliver(&mut self, frames: &mut usize) -> Stop {
         debug_assert_eq!(self.tx_sent, 0);
         let slot = &mut self.slot;
         let Some(handler) = self.handler.as_mut() else {
             return Stop::Drained;
         };
-        let mut start = 0;
-        let mut stop = Stop::Drained;
         while self.state != State::Closing {
-            let avail = self.rx_len - start;
-            if avail < HEADER {
-                break;
-            }
-            let mut header = [0u8; HEADER];
-            header.copy_from_slice(&slot.rx[start..start + HEADER]);
-            let len = u32::from_be_bytes(header) as usize;
-            if len > self.max_frame {
-                stop = Stop::Oversize;
-                break;
-            }
-            if avail < HEADER + len {
-                break;
-            }
+            let body = match slot.rx.next() {
+                Next::Incomplete => break,
+                Next::Oversized(_) => return Stop::Oversize,
+                Next::Frame { body, .. } => body,
+            };
             if *frames == FRAMES_PER_EVENT {
-                stop = Stop::Budget;
-                break;
+                return Stop::Budget;
             }
             if slot.tx.len() - self.tx_len < HEADER + self.max_frame {
-                stop = Stop::OutputFull;
-                break;
+                return Stop::OutputFull;
             }
-            let body = &slot.rx[start + HEADER..start + HEADER + len];
             let mut out = Output {
                 buf: &mut slot.tx,
                 len: &mut self.tx_len,
                 max_frame: self.max_frame,
             };
-            let flow = handler.frame(body, &mut out);
+            let flow = handler.frame(slot.rx.slice(body.clone()), &mut out);
             // Consumed: never delivered again, whatever comes next.
-            start += HEADER + len;
+            slot.rx.consume(body.end);
             *frames += 1;
             if flow == Flow::Close {
                 self.state = State::Closing;
             }
         }
-        if start > 0 {
-            slot.rx.copy_within(start..self.rx_len, 0);
-            self.rx_len -= start;
-        }
-        stop
+        Stop::Drained
     }
 
     /// Whether the socket would take output now (`poll` with a zero timeout; an error
@@ -698,7 +694,8 @@ impl<H: FrameHandler> Connection<H> {
             return Disposition::Close;
         };
         for _ in 0..READS_PER_EVENT {
-            match stream.read(&mut self.slot.rx) {
+            self.slot.rx.clear();
+            match stream.read(self.slot.rx.space()) {
                 Ok(0) => return Disposition::Close,
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Disposition::Rearm,
@@ -776,7 +773,7 @@ impl<H: FrameHandler> Connection<H> {
                     ctx.count(Incident::FrameOversize, 1);
                     self.oversized = true;
                     self.state = State::Closing;
-                    self.rx_len = 0;
+                    self.slot.rx.clear();
                     continue;
                 }
             }
@@ -785,7 +782,7 @@ impl<H: FrameHandler> Connection<H> {
                 if self.tx_len > 0 {
                     continue;
                 }
-                if self.state == State::Draining && self.rx_len > 0 {
+                if self.state == State::Draining && self.slot.rx.buffered() > 0 {
                     // The peer's stream ended inside a frame.
                     return self.reset(ctx);
                 }
@@ -805,11 +802,10 @@ impl<H: FrameHandler> Connection<H> {
                 return Disposition::Close;
             };
             // Not empty: after `deliver`, `rx` holds less than one whole frame.
-            debug_assert!(self.rx_len < self.slot.rx.len());
-            match stream.read(&mut self.slot.rx[self.rx_len..]) {
+            match stream.read(self.slot.rx.space()) {
                 Ok(0) => self.state = State::Draining,
                 Ok(n) => {
-                    self.rx_len += n;
+                    self.slot.rx.commit(n);
                     self.moved = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => done = true,
@@ -873,7 +869,7 @@ impl<H: FrameHandler> Reusable for Connection<H> {
             }
         }
         let _ = self.slot.timer.arm(0, 0);
-        self.rx_len = 0;
+        self.slot.rx.clear();
         self.tx_len = 0;
         self.tx_sent = 0;
         self.state = State::Reading;
@@ -894,7 +890,7 @@ impl<H> fmt::Debug for Connection<H> {
                 &self.stream.as_ref().and_then(|s| s.peer_addr().ok()),
             )
             .field("state", &self.state)
-            .field("rx_len", &self.rx_len)
+            .field("rx", &self.slot.rx)
             .field("tx_pending", &(self.tx_len - self.tx_sent))
             .finish_non_exhaustive()
     }
