@@ -517,3 +517,102 @@ fn a_refused_raise_is_counted_and_said_once() {
         "the refused raise is logged once:\n{text}"
     );
 }
+
+/// `n` lanes `l0` (FIFO 50) … `l{n-1}`, each borrowing from the next lower one: the longest
+/// borrowing chain of `n` lanes. `l0`, at its top, has a `tcp-echo` handler on `echo`.
+fn chain(n: usize, echo: std::net::SocketAddr) -> RuntimeConfig {
+    let groups = (0..n)
+        .map(|i| {
+            let mut g = GroupConfig::new(format!("l{i}"), Policy::Fifo, 50 - i as u8);
+            g.threads = 1;
+            g.buffer_bytes = 2048;
+            if i + 1 < n {
+                g.borrow_from = vec![format!("l{}", i + 1)];
+            }
+            if i == 0 {
+                g.handlers.push(HandlerConfig::TcpEcho {
+                    bind: echo,
+                    work_us: 0,
+                    max_connections: 4,
+                });
+            }
+            g
+        })
+        .collect();
+    RuntimeConfig {
+        rt: RtMode::BestEffort,
+        groups,
+        ..Default::default()
+    }
+}
+
+/// Issue 20: each borrower's epoll set is nested in its lender's, and a listener's gate (a
+/// `tcp-echo` or `Framed` listener, and each `Framed` connection) is one more epoll set inside
+/// its lane's; the kernel nests 5 at most. The deepest chain validation allows, 4 lanes, starts
+/// with gates on its top lane (the innermost set): the `tcp-echo` listener of the
+/// configuration, and a `Framed` listener and its connection registered in code, all serve.
+#[test]
+fn the_deepest_allowed_chain_starts_with_gates_on_its_top_lane() {
+    use lfrt::stream::{Flow, Framed, Limits, Output};
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let _l = util::rt_lock();
+    let echo = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut rt = Runtime::new(chain(4, echo)).expect("4 lanes pass validation");
+    let framed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let framed_addr = framed.local_addr().unwrap();
+    let reverse = |frame: &[u8], out: &mut Output<'_>| {
+        let body = out.frame(frame.len()).expect("fits");
+        body.copy_from_slice(frame);
+        body.reverse();
+        Flow::Continue
+    };
+    rt.lane("l0")
+        .unwrap()
+        .registry()
+        .register(Box::new(
+            Framed::new(framed, Limits::default(), reverse).unwrap(),
+        ))
+        .expect("a Framed listener's gate on the top lane");
+    rt.start()
+        .expect("the chain starts with the tcp-echo gate on its top lane");
+
+    let mut c = TcpStream::connect(echo).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"ping").unwrap();
+    let mut got = [0u8; 4];
+    c.read_exact(&mut got)
+        .expect("tcp-echo on the top lane answers");
+    assert_eq!(&got, b"ping");
+
+    let mut f = TcpStream::connect(framed_addr).unwrap();
+    f.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    f.write_all(&[0, 0, 0, 3, 1, 2, 3]).unwrap();
+    let mut reply = [0u8; 7];
+    f.read_exact(&mut reply)
+        .expect("a Framed connection (its own gate) on the top lane is served");
+    assert_eq!(reply, [0, 0, 0, 3, 3, 2, 1]);
+    let m = rt.shutdown().unwrap();
+    assert_eq!(m[0].connections_refused, 0, "{:?}", m[0]);
+}
+
+/// One lane more than the deepest allowed chain is refused before anything starts, naming
+/// the limit and why.
+#[test]
+fn a_chain_one_lane_deeper_is_refused_naming_the_limit() {
+    let echo = "127.0.0.1:0".parse().unwrap();
+    let Err(e) = Runtime::new(chain(5, echo)) else {
+        panic!("5 lanes passed validation");
+    };
+    let msg = e.to_string();
+    assert!(
+        msg.contains("group[0].borrow_from")
+            && msg.contains("5 lanes deep")
+            && msg.contains("at most 4 lanes")
+            && msg.contains("EP_MAX_NESTS"),
+        "{msg}"
+    );
+}
