@@ -256,6 +256,45 @@ impl Rig {
         self.seen.own.load(SeqCst) + self.seen.lent.load(SeqCst)
     }
 
+    /// Every lent dispatch saw `Context::thread_index() = MAX_GROUP_THREADS × (1 + lender's
+    /// group) + its own index in the lender` (the low lane is group 1), which no thread of the
+    /// borrowing lane (indices below its `threads`) has; distinct lent threads saw distinct
+    /// indices. Returns the lent threads' own indices in the low lane.
+    fn lent_indices_follow_the_formula(&self) -> Vec<usize> {
+        let low: Vec<(usize, i32)> = self
+            .rt
+            .thread_ids()
+            .iter()
+            .filter(|t| t.0 == 1)
+            .map(|t| (t.1, t.2))
+            .collect();
+        let high_threads = self.rt.metrics()[0].threads;
+        let indices = self.seen.lent_indices.lock().unwrap().clone();
+        assert!(!indices.is_empty(), "no lent dispatch");
+        let mut own = Vec::new();
+        for &(tid, index) in &indices {
+            let &(i, _) = low
+                .iter()
+                .find(|l| l.1 == tid)
+                .unwrap_or_else(|| panic!("lent tid {tid} is not a low-lane thread"));
+            assert_eq!(
+                index,
+                MAX_GROUP_THREADS * (1 + 1) + i,
+                "lent thread lf-low-{i} (tid {tid}): {indices:?}"
+            );
+            assert!(
+                index >= high_threads,
+                "index {index} is a thread of the borrowing lane ({high_threads} threads)"
+            );
+            assert!(
+                indices.iter().all(|&(t, x)| (t == tid) == (x == index)),
+                "one index per lent thread: {indices:?}"
+            );
+            own.push(i);
+        }
+        own
+    }
+
     /// The low lane's threads (tids) after they went back to their lane: each reads back its
     /// own policy.
     fn low_threads_back_at_own_priority(&self) {
@@ -311,25 +350,50 @@ fn a_busy_lane_borrows_a_lower_thread_at_its_own_priority() {
     r.low_threads_back_at_own_priority();
     r.unblock();
     // Issue #20 defect 7: a lent dispatch's thread index aliased a thread of the high lane
-    // (index 0 here); it is past the lane's own threads, and one per lent thread.
-    let indices = r.seen.lent_indices.lock().unwrap().clone();
-    assert!(!indices.is_empty());
-    for &(tid, index) in &indices {
-        assert!(
-            index >= 1,
-            "lent thread {tid} has index {index} of the 1-thread lane"
-        );
-        assert!(
-            indices.iter().all(|&(t, i)| (t == tid) == (i == index)),
-            "one index per lent thread: {indices:?}"
-        );
-    }
+    // (index 0 here); it is the lent thread's own, moved past every lane's own indices.
+    r.lent_indices_follow_the_formula();
     let mut r = r;
     let m = r.rt.shutdown().unwrap();
     r.check(&m);
     assert!(r.seen.lent.load(SeqCst) == N as u64);
     assert!(m[0].borrowed_dispatches > 0 && m[0].borrowed_dispatches <= N as u64);
     assert!(r.seen.count.iter().all(|c| c.load(SeqCst) == 1));
+}
+
+/// Issue #20 defect 7, with the aliasing case forced: the low lane has one thread, so the lent
+/// thread is `lf-low-0`, whose own index (0) is the index of the borrowing lane's only thread.
+/// Its lent dispatches see `MAX_GROUP_THREADS × 2 + 0` instead, never 0.
+#[test]
+fn a_lent_thread_0_never_shows_a_borrower_thread_index() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed("a_lent_thread_0_never_shows_a_borrower_thread_index", HIGH) {
+        return;
+    }
+    const N: usize = 50;
+    let r = rig(1, Some(1), 1, N);
+    r.block();
+    r.send(0..N);
+    assert!(
+        util::wait_until(20, || r.handled() == N as u64),
+        "only {} of {N} events dispatched while the lane was busy",
+        r.handled()
+    );
+    assert_eq!(
+        r.lent_indices_follow_the_formula(),
+        vec![0],
+        "lf-low-0 was lent"
+    );
+    assert!(r
+        .seen
+        .lent_indices
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|&(_, index)| index != 0));
+    r.unblock();
+    let mut r = r;
+    let m = r.rt.shutdown().unwrap();
+    r.check(&m);
 }
 
 /// A burst on 8 handles while the lane is held, then another with its thread free: every
