@@ -2,7 +2,7 @@
 //!
 //! `cargo run --release -p lfrt-iceoryx2 --example sensor` runs both sides: this process serves
 //! the `control` lane (SCHED_FIFO 80 where permitted) with the subscriber of
-//! configs/iceoryx2-sensor.toml, and starts a copy of itself as the sensor
+//! iceoryx2/configs/sensor.toml, and starts a copy of itself as the sensor
 //! (`sensor sensor SERVICE COUNT PERIOD_US`), which publishes COUNT samples.
 
 #[global_allocator]
@@ -41,10 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         groups: vec![control],
         ..RuntimeConfig::default()
     })?;
-    let file = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../configs/iceoryx2-sensor.toml"
-    );
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/sensor.toml");
     let cfg = lfrt_iceoryx2::Config::load(file.as_ref())?;
     let sub = &cfg.subscribers[0];
     let node = lfrt_iceoryx2::node()?;

@@ -370,9 +370,15 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
                 lfrt::HandlerConfig::UdpEcho { bind, work_us } => {
                     writeln!(s, "  handler udp-echo bind={bind} work_us={work_us}")
                 }
-                lfrt::HandlerConfig::TcpEcho { bind, work_us } => {
-                    writeln!(s, "  handler tcp-echo bind={bind} work_us={work_us}")
-                }
+                lfrt::HandlerConfig::TcpEcho {
+                    bind,
+                    work_us,
+                    max_connections,
+                } => writeln!(
+                    s,
+                    "  handler tcp-echo bind={bind} work_us={work_us} \
+                     max_connections={max_connections}"
+                ),
                 lfrt::HandlerConfig::Timer {
                     interval_us,
                     count,
@@ -576,6 +582,14 @@ fn run(
                 m.stream_backpressure,
                 m.stream_idle_timeouts,
                 m.stream_write_timeouts
+            );
+        }
+        // Priority changes the kernel refused (each logged once or rarely): the lanes did not
+        // run at the priorities the plan shows for those events.
+        if m.raise_failures + m.restore_failures > 0 {
+            println!(
+                "{:<12} raise_failures={} restore_failures={}",
+                m.name, m.raise_failures, m.restore_failures
             );
         }
     }

@@ -256,6 +256,45 @@ impl Rig {
         self.seen.own.load(SeqCst) + self.seen.lent.load(SeqCst)
     }
 
+    /// Every lent dispatch saw `Context::thread_index() = MAX_GROUP_THREADS × (1 + lender's
+    /// group) + its own index in the lender` (the low lane is group 1), which no thread of the
+    /// borrowing lane (indices below its `threads`) has; distinct lent threads saw distinct
+    /// indices. Returns the lent threads' own indices in the low lane.
+    fn lent_indices_follow_the_formula(&self) -> Vec<usize> {
+        let low: Vec<(usize, i32)> = self
+            .rt
+            .thread_ids()
+            .iter()
+            .filter(|t| t.0 == 1)
+            .map(|t| (t.1, t.2))
+            .collect();
+        let high_threads = self.rt.metrics()[0].threads;
+        let indices = self.seen.lent_indices.lock().unwrap().clone();
+        assert!(!indices.is_empty(), "no lent dispatch");
+        let mut own = Vec::new();
+        for &(tid, index) in &indices {
+            let &(i, _) = low
+                .iter()
+                .find(|l| l.1 == tid)
+                .unwrap_or_else(|| panic!("lent tid {tid} is not a low-lane thread"));
+            assert_eq!(
+                index,
+                MAX_GROUP_THREADS * (1 + 1) + i,
+                "lent thread lf-low-{i} (tid {tid}): {indices:?}"
+            );
+            assert!(
+                index >= high_threads,
+                "index {index} is a thread of the borrowing lane ({high_threads} threads)"
+            );
+            assert!(
+                indices.iter().all(|&(t, x)| (t == tid) == (x == index)),
+                "one index per lent thread: {indices:?}"
+            );
+            own.push(i);
+        }
+        own
+    }
+
     /// The low lane's threads (tids) after they went back to their lane: each reads back its
     /// own policy.
     fn low_threads_back_at_own_priority(&self) {
@@ -311,25 +350,50 @@ fn a_busy_lane_borrows_a_lower_thread_at_its_own_priority() {
     r.low_threads_back_at_own_priority();
     r.unblock();
     // Issue #20 defect 7: a lent dispatch's thread index aliased a thread of the high lane
-    // (index 0 here); it is past the lane's own threads, and one per lent thread.
-    let indices = r.seen.lent_indices.lock().unwrap().clone();
-    assert!(!indices.is_empty());
-    for &(tid, index) in &indices {
-        assert!(
-            index >= 1,
-            "lent thread {tid} has index {index} of the 1-thread lane"
-        );
-        assert!(
-            indices.iter().all(|&(t, i)| (t == tid) == (i == index)),
-            "one index per lent thread: {indices:?}"
-        );
-    }
+    // (index 0 here); it is the lent thread's own, moved past every lane's own indices.
+    r.lent_indices_follow_the_formula();
     let mut r = r;
     let m = r.rt.shutdown().unwrap();
     r.check(&m);
     assert!(r.seen.lent.load(SeqCst) == N as u64);
     assert!(m[0].borrowed_dispatches > 0 && m[0].borrowed_dispatches <= N as u64);
     assert!(r.seen.count.iter().all(|c| c.load(SeqCst) == 1));
+}
+
+/// Issue #20 defect 7, with the aliasing case forced: the low lane has one thread, so the lent
+/// thread is `lf-low-0`, whose own index (0) is the index of the borrowing lane's only thread.
+/// Its lent dispatches see `MAX_GROUP_THREADS × 2 + 0` instead, never 0.
+#[test]
+fn a_lent_thread_0_never_shows_a_borrower_thread_index() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed("a_lent_thread_0_never_shows_a_borrower_thread_index", HIGH) {
+        return;
+    }
+    const N: usize = 50;
+    let r = rig(1, Some(1), 1, N);
+    r.block();
+    r.send(0..N);
+    assert!(
+        util::wait_until(20, || r.handled() == N as u64),
+        "only {} of {N} events dispatched while the lane was busy",
+        r.handled()
+    );
+    assert_eq!(
+        r.lent_indices_follow_the_formula(),
+        vec![0],
+        "lf-low-0 was lent"
+    );
+    assert!(r
+        .seen
+        .lent_indices
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|&(_, index)| index != 0));
+    r.unblock();
+    let mut r = r;
+    let m = r.rt.shutdown().unwrap();
+    r.check(&m);
 }
 
 /// A burst on 8 handles while the lane is held, then another with its thread free: every
@@ -515,5 +579,104 @@ fn a_refused_raise_is_counted_and_said_once() {
         text.matches("could not raise").count(),
         1,
         "the refused raise is logged once:\n{text}"
+    );
+}
+
+/// `n` lanes `l0` (FIFO 50) … `l{n-1}`, each borrowing from the next lower one: the longest
+/// borrowing chain of `n` lanes. `l0`, at its top, has a `tcp-echo` handler on `echo`.
+fn chain(n: usize, echo: std::net::SocketAddr) -> RuntimeConfig {
+    let groups = (0..n)
+        .map(|i| {
+            let mut g = GroupConfig::new(format!("l{i}"), Policy::Fifo, 50 - i as u8);
+            g.threads = 1;
+            g.buffer_bytes = 2048;
+            if i + 1 < n {
+                g.borrow_from = vec![format!("l{}", i + 1)];
+            }
+            if i == 0 {
+                g.handlers.push(HandlerConfig::TcpEcho {
+                    bind: echo,
+                    work_us: 0,
+                    max_connections: 4,
+                });
+            }
+            g
+        })
+        .collect();
+    RuntimeConfig {
+        rt: RtMode::BestEffort,
+        groups,
+        ..Default::default()
+    }
+}
+
+/// Issue 20: each borrower's epoll set is nested in its lender's, and a listener's gate (a
+/// `tcp-echo` or `Framed` listener, and each `Framed` connection) is one more epoll set inside
+/// its lane's; the kernel nests 5 at most. The deepest chain validation allows, 4 lanes, starts
+/// with gates on its top lane (the innermost set): the `tcp-echo` listener of the
+/// configuration, and a `Framed` listener and its connection registered in code, all serve.
+#[test]
+fn the_deepest_allowed_chain_starts_with_gates_on_its_top_lane() {
+    use lfrt::stream::{Flow, Framed, Limits, Output};
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let _l = util::rt_lock();
+    let echo = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut rt = Runtime::new(chain(4, echo)).expect("4 lanes pass validation");
+    let framed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let framed_addr = framed.local_addr().unwrap();
+    let reverse = |frame: &[u8], out: &mut Output<'_>| {
+        let body = out.frame(frame.len()).expect("fits");
+        body.copy_from_slice(frame);
+        body.reverse();
+        Flow::Continue
+    };
+    rt.lane("l0")
+        .unwrap()
+        .registry()
+        .register(Box::new(
+            Framed::new(framed, Limits::default(), reverse).unwrap(),
+        ))
+        .expect("a Framed listener's gate on the top lane");
+    rt.start()
+        .expect("the chain starts with the tcp-echo gate on its top lane");
+
+    let mut c = TcpStream::connect(echo).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"ping").unwrap();
+    let mut got = [0u8; 4];
+    c.read_exact(&mut got)
+        .expect("tcp-echo on the top lane answers");
+    assert_eq!(&got, b"ping");
+
+    let mut f = TcpStream::connect(framed_addr).unwrap();
+    f.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    f.write_all(&[0, 0, 0, 3, 1, 2, 3]).unwrap();
+    let mut reply = [0u8; 7];
+    f.read_exact(&mut reply)
+        .expect("a Framed connection (its own gate) on the top lane is served");
+    assert_eq!(reply, [0, 0, 0, 3, 3, 2, 1]);
+    let m = rt.shutdown().unwrap();
+    assert_eq!(m[0].connections_refused, 0, "{:?}", m[0]);
+}
+
+/// One lane more than the deepest allowed chain is refused before anything starts, naming
+/// the limit and why.
+#[test]
+fn a_chain_one_lane_deeper_is_refused_naming_the_limit() {
+    let echo = "127.0.0.1:0".parse().unwrap();
+    let Err(e) = Runtime::new(chain(5, echo)) else {
+        panic!("5 lanes passed validation");
+    };
+    let msg = e.to_string();
+    assert!(
+        msg.contains("group[0].borrow_from")
+            && msg.contains("5 lanes deep")
+            && msg.contains("at most 4 lanes")
+            && msg.contains("EP_MAX_NESTS"),
+        "{msg}"
     );
 }

@@ -181,7 +181,7 @@ fn a_streaming_connection_does_not_starve_another_on_a_one_thread_group() {
     rt.lane("tcp")
         .unwrap()
         .registry()
-        .register(Box::new(TcpEcho::new(l, 1000).unwrap()))
+        .register(Box::new(TcpEcho::new(l, 1000, 64, 64).unwrap()))
         .unwrap();
     rt.start().unwrap();
 
@@ -276,7 +276,8 @@ fn a_connection_beyond_the_handle_table_is_closed_and_counted() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let reg = rt.lane("tcp").unwrap().registry();
-    reg.register(Box::new(TcpEcho::new(l, 0).unwrap())).unwrap();
+    reg.register(Box::new(TcpEcho::new(l, 0, 64, 64 * 1024).unwrap()))
+        .unwrap();
     rt.start().unwrap();
     let mut served = TcpStream::connect(addr).unwrap();
     assert_eq!(echo(&mut served, b"one"), b"one");
@@ -295,6 +296,51 @@ fn a_connection_beyond_the_handle_table_is_closed_and_counted() {
         b"two",
         "the first one still works"
     );
+    let m = only_group(rt.shutdown().unwrap());
+    assert_eq!(m.connections_refused, 1, "{m:?}");
+}
+
+/// A `tcp-echo` listener serves at most `max_connections` connections from its preallocated
+/// table: one more is closed unserved and counted in `connections_refused`, never dropped
+/// silently, and an entry freed by a closed connection serves the next one.
+#[test]
+fn a_connection_beyond_the_echo_table_is_refused_and_counted_and_a_freed_entry_reused() {
+    let _l = util::rt_lock();
+    let mut rt = runtime(one_thread_group("tcp"));
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let reg = rt.lane("tcp").unwrap().registry();
+    reg.register(Box::new(TcpEcho::new(l, 0, 1, 4096).unwrap()))
+        .unwrap();
+    rt.start().unwrap();
+    let mut served = TcpStream::connect(addr).unwrap();
+    assert_eq!(echo(&mut served, b"one"), b"one");
+    let mut refused = TcpStream::connect(addr).unwrap();
+    refused
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 8];
+    match refused.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+        other => panic!("the connection beyond the table was not closed: {other:?}"),
+    }
+    assert_eq!(
+        echo(&mut served, b"two"),
+        b"two",
+        "the first one still works"
+    );
+    // Closing the first gives its entry back (its handle is removed: only the listener is
+    // left); the next connection is served from it.
+    served.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(
+        served.read(&mut buf).unwrap(),
+        0,
+        "closed after the peer's EOF"
+    );
+    assert!(util::wait_until(10, || reg.len() == 1));
+    let mut next = TcpStream::connect(addr).unwrap();
+    assert_eq!(echo(&mut next, b"three"), b"three");
     let m = only_group(rt.shutdown().unwrap());
     assert_eq!(m.connections_refused, 1, "{m:?}");
 }

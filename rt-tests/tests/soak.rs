@@ -617,7 +617,9 @@ fn soak_under_load_loses_nothing_and_stays_flat() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let tcp_addr = listener.local_addr().unwrap();
     regs[1]
-        .register(Box::new(lfrt::handlers::TcpEcho::new(listener, 0).unwrap()))
+        .register(Box::new(
+            lfrt::handlers::TcpEcho::new(listener, 0, 64, 64 * 1024).unwrap(),
+        ))
         .unwrap();
 
     // Timers.

@@ -1,4 +1,6 @@
-//! The wire format of the multiplexed connection, and the leader's receive buffer.
+//! The wire format of the multiplexed connection, and the leader's receive buffer. The frames
+//! are read by the runtime's one frame reader (`sources/frame.rs`, shared with
+//! [`stream::Framed`](crate::sources::stream::Framed)); this module gives it the header ([`Wire`]).
 //!
 //! Every message, in both directions, is one frame:
 //!
@@ -12,7 +14,8 @@
 //! body longer than the pool's `max_body` is a protocol violation (the pool could not deliver
 //! it without allocating); it closes the connection.
 
-use std::ops::Range;
+pub(crate) use crate::sources::frame::Next;
+use crate::sources::frame::{Format, Reader};
 
 /// Bytes of a frame header: request id (u64 LE) and body length (u32 LE).
 pub const HEADER_LEN: usize = 12;
@@ -44,121 +47,49 @@ pub fn decode_header(h: &[u8; HEADER_LEN]) -> (u64, u32) {
     (u64::from_le_bytes(id), u32::from_le_bytes(len))
 }
 
-/// What the receive buffer holds next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Next {
-    /// A whole frame: its id and where its body lies in the buffer.
-    Frame { id: u64, body: Range<usize> },
-    /// Less than a whole frame (possibly nothing).
-    Incomplete,
-    /// The next header announces a body longer than `max_body`.
-    Oversized(u32),
+/// The bound connection's wire format, for the runtime's one frame reader
+/// ([`crate::sources::frame`]).
+#[derive(Debug)]
+pub(crate) struct Wire;
+
+impl Format for Wire {
+    const HEADER: usize = HEADER_LEN;
+    /// The request id.
+    type Tag = u64;
+    fn decode(header: &[u8]) -> (u64, u32) {
+        let mut h = [0u8; HEADER_LEN];
+        h.copy_from_slice(header);
+        decode_header(&h)
+    }
 }
 
-/// The leader's receive buffer: bytes read from the connection and not yet delivered.
+/// The leader's side of the connection: its receive buffer, and whether the connection is
+/// still waited on.
 ///
 /// Only the current leader touches it (it holds the reader lock for as long as it leads), so
 /// a frame half-read by one leader is completed by the next.
-///
-/// Invariant: after the leader drained it, it holds less than one frame, i.e. fewer than
-/// `HEADER_LEN + max_body` bytes, so after compaction there is always room to read more.
 #[derive(Debug)]
-pub(crate) struct Reader {
-    buf: Box<[u8]>,
-    start: usize,
-    end: usize,
-    max_body: usize,
+pub(crate) struct Receiver {
+    /// Bytes read from the connection and not yet delivered (the reader's invariant: after the
+    /// leader drained it, less than one frame, so there is always room to read more).
+    pub(crate) frames: Reader<Wire>,
     /// The connection is in the epoll set (false once it failed).
     pub(crate) watched: bool,
 }
 
-impl Reader {
-    /// The receive buffer's size for `max_body`.
+impl Receiver {
+    /// The receive buffer's size for `max_body`: one largest frame, and at least
+    /// `READ_CHUNK`.
     pub(crate) fn allocated_bytes(max_body: usize) -> usize {
         (HEADER_LEN + max_body).max(READ_CHUNK)
     }
 
-    pub(crate) fn new(max_body: usize) -> Reader {
-        let cap = Self::allocated_bytes(max_body);
-        let mut buf = vec![0u8; cap].into_boxed_slice();
-        crate::sys::mem::prefault(&mut buf);
-        Reader {
-            buf,
-            start: 0,
-            end: 0,
-            max_body,
+    /// Allocates and pre-faults the receive buffer.
+    pub(crate) fn new(max_body: usize) -> Receiver {
+        Receiver {
+            frames: Reader::new(max_body, Self::allocated_bytes(max_body)),
             watched: true,
         }
-    }
-
-    /// Bytes buffered and not yet consumed.
-    pub(crate) fn buffered(&self) -> usize {
-        self.end - self.start
-    }
-
-    /// Parses the next frame without consuming it.
-    pub(crate) fn next(&self) -> Next {
-        let have = self.buffered();
-        if have < HEADER_LEN {
-            return Next::Incomplete;
-        }
-        let mut h = [0u8; HEADER_LEN];
-        h.copy_from_slice(&self.buf[self.start..self.start + HEADER_LEN]);
-        let (id, len) = decode_header(&h);
-        // u32 -> usize is lossless on the 64-bit targets lfrt supports; compare in u64 anyway.
-        if u64::from(len) > self.max_body as u64 {
-            return Next::Oversized(len);
-        }
-        let body_start = self.start + HEADER_LEN;
-        let body_end = body_start + len as usize;
-        if body_end > self.end {
-            return Next::Incomplete;
-        }
-        Next::Frame {
-            id,
-            body: body_start..body_end,
-        }
-    }
-
-    /// The bytes of a body range returned by [`next`](Self::next).
-    pub(crate) fn slice(&self, r: Range<usize>) -> &[u8] {
-        &self.buf[r]
-    }
-
-    /// Consumes everything up to `end` (a frame's `body.end`).
-    pub(crate) fn consume(&mut self, end: usize) {
-        debug_assert!(self.start <= end && end <= self.end);
-        self.start = end;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-
-    /// Free space to read into, after moving the unconsumed bytes to the front.
-    pub(crate) fn space(&mut self) -> &mut [u8] {
-        if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        debug_assert!(
-            self.end < self.buf.len(),
-            "receive buffer full without a whole frame"
-        );
-        &mut self.buf[self.end..]
-    }
-
-    /// Records `n` bytes read into [`space`](Self::space).
-    pub(crate) fn commit(&mut self, n: usize) {
-        debug_assert!(self.end + n <= self.buf.len());
-        self.end += n;
-    }
-
-    /// Drops everything buffered (the connection failed).
-    pub(crate) fn clear(&mut self) {
-        self.start = 0;
-        self.end = 0;
     }
 }
 
@@ -166,7 +97,7 @@ impl Reader {
 mod tests {
     use super::*;
 
-    fn feed(r: &mut Reader, bytes: &[u8]) {
+    fn feed(r: &mut Reader<Wire>, bytes: &[u8]) {
         let s = r.space();
         s[..bytes.len()].copy_from_slice(bytes);
         r.commit(bytes.len());
@@ -187,7 +118,7 @@ mod tests {
 
     #[test]
     fn frames_arrive_in_pieces() {
-        let mut r = Reader::new(16);
+        let mut r = Receiver::new(16).frames;
         let mut wire = Vec::new();
         wire.extend_from_slice(&encode_header(5, 3));
         wire.extend_from_slice(b"abc");
@@ -198,7 +129,7 @@ mod tests {
         // One byte at a time: every prefix must parse as Incomplete or whole frames.
         for b in &wire {
             feed(&mut r, &[*b]);
-            while let Next::Frame { id, body } = r.next() {
+            while let Next::Frame { tag: id, body } = r.next() {
                 got.push((id, r.slice(body.clone()).to_vec()));
                 r.consume(body.end);
             }
@@ -213,7 +144,7 @@ mod tests {
 
     #[test]
     fn oversized_and_truncated() {
-        let mut r = Reader::new(16);
+        let mut r = Receiver::new(16).frames;
         feed(&mut r, &encode_header(1, 17));
         assert_eq!(r.next(), Next::Oversized(17));
         r.clear();
@@ -224,7 +155,7 @@ mod tests {
         feed(&mut r, &encode_header(2, 16));
         assert_eq!(r.next(), Next::Incomplete);
         feed(&mut r, &[9u8; 16]);
-        assert!(matches!(r.next(), Next::Frame { id: 2, .. }));
+        assert!(matches!(r.next(), Next::Frame { tag: 2, .. }));
         // a truncated header stays Incomplete (the caller decides at EOF)
         r.clear();
         feed(&mut r, &encode_header(3, 1)[..7]);
@@ -235,7 +166,7 @@ mod tests {
     #[test]
     fn compaction_keeps_room_for_a_whole_frame() {
         let max_body = 100_000; // larger than READ_CHUNK
-        let mut r = Reader::new(max_body);
+        let mut r = Receiver::new(max_body).frames;
         // Fill almost all, consume most, leave a partial max-size frame at the back.
         let filler = r.space().len() - HEADER_LEN - 10;
         let mut first = encode_header(1, (filler - HEADER_LEN) as u32).to_vec();
@@ -243,7 +174,7 @@ mod tests {
         first.extend_from_slice(&encode_header(2, max_body as u32));
         first.extend_from_slice(&[7u8; 10]);
         feed(&mut r, &first);
-        let Next::Frame { id: 1, body } = r.next() else {
+        let Next::Frame { tag: 1, body } = r.next() else {
             panic!("first frame")
         };
         r.consume(body.end);
@@ -251,7 +182,7 @@ mod tests {
         let room = r.space().len();
         assert_eq!(room, (HEADER_LEN + max_body) - HEADER_LEN - 10);
         feed(&mut r, &vec![7u8; max_body - 10]);
-        let Next::Frame { id: 2, body } = r.next() else {
+        let Next::Frame { tag: 2, body } = r.next() else {
             panic!("second frame")
         };
         assert_eq!(body.len(), max_body);

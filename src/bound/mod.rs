@@ -143,14 +143,14 @@ use crate::engine::word::Word;
 use crate::error::Error;
 use crate::sync::pi_mutex::{PiMutex, PiMutexGuard};
 use crate::sys::{self, epoll, errno, net};
-use frame::{Next, Reader};
+use frame::{Next, Receiver};
 
 /// The leader's receive buffer, for the fuzz targets in `fuzz/` only: it exists when built with
 /// `--cfg fuzzing` (as `cargo fuzz` builds) and is never part of the public API.
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod fuzzing {
-    use super::frame::{Next, Reader};
+    use super::frame::{Next, Receiver};
 
     /// What [`read`] delivered.
     #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,7 +167,7 @@ pub mod fuzzing {
     /// takes what fits the free space (the rest of the chunk is read next), then every complete
     /// frame is delivered and consumed, as `drain` does.
     pub fn read(max_body: usize, chunks: &[&[u8]]) -> Outcome {
-        let mut rd = Reader::new(max_body);
+        let mut rd = Receiver::new(max_body).frames;
         let mut out = Outcome {
             frames: Vec::new(),
             oversized: None,
@@ -183,7 +183,7 @@ pub mod fuzzing {
                 chunk = &chunk[n..];
                 loop {
                     match rd.next() {
-                        Next::Frame { id, body } => {
+                        Next::Frame { tag: id, body } => {
                             out.frames.push((id, rd.slice(body.clone()).to_vec()));
                             rd.consume(body.end);
                         }
@@ -351,7 +351,7 @@ impl BoundConfig {
     pub(crate) fn allocated_bytes(&self) -> u64 {
         (self.max_waiters as u64)
             .saturating_mul(self.max_body as u64)
-            .saturating_add(Reader::allocated_bytes(self.max_body) as u64)
+            .saturating_add(Receiver::allocated_bytes(self.max_body) as u64)
     }
 }
 
@@ -443,7 +443,7 @@ struct Inner {
     conn: TcpStream,
     table: Table,
     /// The receive buffer; held by the leader for as long as it leads.
-    reader: PiMutex<Reader>,
+    reader: PiMutex<Receiver>,
     /// One reply buffer per slot (`max_body` bytes).
     bufs: Box<[PiMutex<Box<[u8]>>]>,
     /// Serialises writers so frames never interleave.
@@ -602,7 +602,7 @@ impl BoundPool {
             .collect();
         let inner = Inner {
             table: Table::new(cfg.max_waiters, cfg.max_handles.max(1), cfg.promotion),
-            reader: PiMutex::new(Reader::new(cfg.max_body)),
+            reader: PiMutex::new(Receiver::new(cfg.max_body)),
             bufs,
             send_lock: PiMutex::new(()),
             handles: Arc::new(handles),
@@ -895,7 +895,7 @@ impl BoundPool {
                 // A failed connection stays readable (EOF) forever: stop waiting on it.
                 let _ = inner.handles.unwatch(inner.conn.as_raw_fd());
                 rd.watched = false;
-                rd.clear();
+                rd.frames.clear();
             }
             match inner.handles.wait_timeout(ms_until(t.deadline)) {
                 Ok(Wait::BoundConnection) => self.fill(&mut rd),
@@ -924,11 +924,12 @@ impl BoundPool {
     }
 
     /// Delivers every complete frame in the receive buffer.
-    fn drain(&self, rd: &mut Reader, me: u16) {
+    fn drain(&self, rd: &mut Receiver, me: u16) {
         let inner = &*self.inner;
+        let rd = &mut rd.frames;
         loop {
             match rd.next() {
-                Next::Frame { id, body } => {
+                Next::Frame { tag: id, body } => {
                     if let Target::Slot(s) = inner.table.deliver_begin(id) {
                         let len = body.len();
                         inner.bufs[s as usize].lock()[..len]
@@ -951,10 +952,11 @@ impl BoundPool {
     }
 
     /// Reads what the connection has into the receive buffer.
-    fn fill(&self, rd: &mut Reader) {
+    fn fill(&self, rd: &mut Receiver) {
         if !rd.watched {
             return;
         }
+        let rd = &mut rd.frames;
         match net::recv_nonblocking(self.inner.conn.as_fd(), rd.space()) {
             Ok(0) => {
                 let have = rd.buffered();

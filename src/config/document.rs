@@ -61,6 +61,14 @@ pub enum HandlerConfig {
         /// Thread CPU time burnt per read, standing in for handler cost (µs).
         #[serde(default, deserialize_with = "named::work_us")]
         work_us: u64,
+        /// Connections served at once: the listener preallocates a table of this many, each
+        /// with a buffer of the group's `buffer_bytes` for the echo its peer has not taken
+        /// yet. A connection beyond it is closed unserved (`connections_refused`). Default 64.
+        #[serde(
+            default = "named::sixty_four",
+            deserialize_with = "named::max_connections"
+        )]
+        max_connections: usize,
     },
     /// Periodic timers (absolute timerfd) that record their wake-up latency.
     Timer {
@@ -95,7 +103,13 @@ pub(crate) mod named {
             }
         )*};
     }
-    fields!(work_us: u64, interval_us: u64, count: usize, distance_us: u64);
+    fields!(
+        work_us: u64,
+        interval_us: u64,
+        count: usize,
+        distance_us: u64,
+        max_connections: usize,
+    );
 
     /// An address written as text, `"127.0.0.1:7000"` or `"[::1]:7000"`.
     pub(crate) fn bind<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
@@ -130,6 +144,10 @@ pub(crate) mod named {
 
     pub(super) fn one() -> usize {
         1
+    }
+
+    pub(super) fn sixty_four() -> usize {
+        64
     }
 }
 

@@ -5,10 +5,11 @@ use super::check::Machine;
 use super::*;
 use crate::engine::handler::{Context, Handles};
 use crate::observe::telemetry;
+use crate::sources::handlers::TcpEcho;
 use std::fmt;
 
 /// What one group preallocates, in bytes: each pool thread's stack, buffers and telemetry ring,
-/// and the group's handle table. Counted from the sizes the runtime allocates
+/// the group's handle table, and its `tcp-echo` handlers' connection tables. Counted from the sizes the runtime allocates
 /// ([`GroupConfig::memory`]); not counted are the process itself (code, heap, the telemetry
 /// collector's histograms) and what handlers allocate, so this is a lower bound of what a
 /// running group holds.
@@ -29,6 +30,9 @@ pub struct GroupMemory {
     /// A bound group's pool, once per group: a reply buffer of `max_body` per waiter slot and
     /// the receive buffer; 0 for other groups.
     pub bound: u64,
+    /// The `tcp-echo` handlers' connection tables, once per handler: `max_connections` ×
+    /// `buffer_bytes` each (the echo a peer has not taken yet); 0 without one.
+    pub connections: u64,
 }
 
 impl GroupMemory {
@@ -45,13 +49,19 @@ impl GroupMemory {
             .saturating_mul(self.per_thread())
             .saturating_add(self.handle_table)
             .saturating_add(self.bound)
+            .saturating_add(self.connections)
     }
 
     /// The setting behind the largest share: the one to lower when the total is too large.
     fn largest_field(&self) -> &'static str {
         let t = self.threads;
         [
-            (t.saturating_mul(self.buffers), "buffer_bytes"),
+            // The connection tables are made of `buffer_bytes` buffers too.
+            (
+                t.saturating_mul(self.buffers)
+                    .saturating_add(self.connections),
+                "buffer_bytes",
+            ),
             (t.saturating_mul(self.stack), "stack_bytes"),
             // The ring's size is fixed; only fewer threads make it smaller.
             (t.saturating_mul(self.telemetry), "threads"),
@@ -98,6 +108,13 @@ impl fmt::Display for GroupMemory {
         if self.bound > 0 {
             write!(f, " + bound pool buffers {}", Bytes(self.bound))?;
         }
+        if self.connections > 0 {
+            write!(
+                f,
+                " + tcp-echo connection tables {}",
+                Bytes(self.connections)
+            )?;
+        }
         write!(f, " ({} bytes)", self.total())?;
         Ok(())
     }
@@ -116,6 +133,16 @@ impl GroupConfig {
                 .bound
                 .as_ref()
                 .map_or(0, |b| b.pool_config(self).allocated_bytes()),
+            connections: self
+                .handlers
+                .iter()
+                .map(|h| match *h {
+                    HandlerConfig::TcpEcho {
+                        max_connections, ..
+                    } => TcpEcho::table_bytes(max_connections, self.buffer_bytes),
+                    _ => 0,
+                })
+                .fold(0, u64::saturating_add),
         }
     }
 }

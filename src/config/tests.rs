@@ -131,8 +131,10 @@ fn borrowing_is_validated() {
     assert_eq!(field_of(&lanes(&["x"], None)), "group[0].borrow_from");
 }
 
-/// Issue #20 defect 7: a borrowing chain of 6 lanes passed validation and failed at start
-/// (epoll_ctl ELOOP); refused, naming the limit. 5 lanes pass.
+/// Issue #20 defect 7: a borrowing chain deeper than the kernel's epoll nesting passed
+/// validation and failed at start (epoll_ctl ELOOP); refused, naming the limit. 4 lanes pass:
+/// with a listener's gate on the top lane they nest 5 epoll sets
+/// (`rt-tests/tests/borrow.rs` starts that chain).
 #[test]
 fn borrowing_chains_deeper_than_epoll_nesting_are_refused() {
     let chain = |n: usize| {
@@ -147,14 +149,37 @@ fn borrowing_chains_deeper_than_epoll_nesting_are_refused() {
             })
             .collect())
     };
-    chain(5).check_borrowing().unwrap();
-    let e = chain(6).check_borrowing().unwrap_err();
+    chain(4).check_borrowing().unwrap();
+    let e = chain(5).check_borrowing().unwrap_err();
     assert_eq!(e.path(), "group[0].borrow_from");
     assert!(
-        e.message.contains("6 lanes deep") && e.message.contains("at most 5"),
+        e.message.contains("5 lanes deep") && e.message.contains("at most 4 lanes"),
         "{}",
         e.message
     );
+}
+
+/// The limit is the running kernel's: a chain of `MAX_EPOLL_CHAIN` lanes' epoll sets and a gate
+/// nests, one set more is refused with ELOOP.
+#[test]
+fn epoll_nesting_is_the_kernels() {
+    use crate::config::check::MAX_EPOLL_CHAIN;
+    use crate::sys::epoll::{self, Epoll};
+    use std::os::fd::{AsFd, AsRawFd};
+    let nest = |n: usize| -> std::io::Result<Vec<Epoll>> {
+        let sets = (0..n)
+            .map(|_| Epoll::new())
+            .collect::<std::io::Result<Vec<_>>>()?;
+        for w in sets.windows(2) {
+            w[0].add(w[1].as_fd().as_raw_fd(), epoll::IN, 0)?;
+        }
+        Ok(sets)
+    };
+    nest(MAX_EPOLL_CHAIN + 1).expect("the lanes and a gate nest");
+    let Err(e) = nest(MAX_EPOLL_CHAIN + 2) else {
+        panic!("one more set nested");
+    };
+    assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{e}");
 }
 
 /// Issue #20 defect 5: with RLIMIT_RTPRIO 40 and no CAP_SYS_NICE, a lender at 30 runs at
@@ -252,6 +277,7 @@ fn wildcard_and_specific_address_on_one_port_are_refused() {
     b.handlers.push(HandlerConfig::TcpEcho {
         bind: format!("127.0.0.1:{port}").parse().unwrap(),
         work_us: 0,
+        max_connections: 64,
     });
     cfg(vec![a, b]).check_settings(&[0, 1]).unwrap();
 }
@@ -266,10 +292,12 @@ fn ephemeral_ports_never_conflict() {
     b.handlers.push(HandlerConfig::TcpEcho {
         bind: "127.0.0.1:0".parse().unwrap(),
         work_us: 0,
+        max_connections: 64,
     });
     b.handlers.push(HandlerConfig::TcpEcho {
         bind: "127.0.0.1:0".parse().unwrap(),
         work_us: 0,
+        max_connections: 64,
     });
     cfg(vec![a, b]).validate_on(&machine()).unwrap();
 }
@@ -296,6 +324,7 @@ fn metrics_address_is_validated() {
     c.groups[0].handlers.push(HandlerConfig::TcpEcho {
         bind: format!("0.0.0.0:{port}").parse().unwrap(),
         work_us: 0,
+        max_connections: 64,
     });
     let e = c.check_settings(&[0, 1]).unwrap_err();
     assert_eq!(e.path(), "runtime.metrics");

@@ -25,8 +25,9 @@
 //! * a handler's `Drop` runs outside every slot lock, and a panic in it is caught and counted
 //!   (`drop_panics`), so dropping a handler can neither deadlock nor kill a pool thread.
 //!
-//! The set is generic over what it stores (`H`, in practice `dyn EventHandler`): it knows
-//! handles, tokens and epoll, not what a handler is or how it runs. [`crate::engine::handler`] builds
+//! The set is generic over what it stores (`H`, in practice `engine::handler::Held`, an owned
+//! handler): it knows handles, tokens and epoll, not what a handler is, how it runs, or how it
+//! is freed (dropping `H` when a handle is removed is all it does). [`crate::engine::handler`] builds
 //! the handler API (the `Registry`, the dispatch of one event) on top of it, so the two modules
 //! depend one way only.
 
@@ -42,8 +43,8 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 
-struct Entry<H: ?Sized> {
-    handler: Box<H>,
+struct Entry<H> {
+    handler: H,
     fd: RawFd,
     /// The epoll events it was last armed for (what `resume` arms it for).
     events: u32,
@@ -52,7 +53,7 @@ struct Entry<H: ?Sized> {
     suspended: bool,
 }
 
-struct Slot<H: ?Sized> {
+struct Slot<H> {
     generation: AtomicU32,
     entry: PiMutex<Option<Entry<H>>>,
     /// Set by the slot's own handler deregistering its handle while it is dispatched; read and
@@ -104,7 +105,7 @@ pub(crate) enum Ran<R> {
     },
 }
 
-pub(crate) struct HandleSet<H: ?Sized> {
+pub(crate) struct HandleSet<H> {
     epoll: epoll::Epoll,
     slots: Box<[Slot<H>]>,
     /// Free slot indices. Capacity is reserved for every slot, so pushes never reallocate.
@@ -118,13 +119,13 @@ pub(crate) struct HandleSet<H: ?Sized> {
     pub(crate) incidents: IncidentCounters,
 }
 
-impl<H: ?Sized> fmt::Debug for HandleSet<H> {
+impl<H> fmt::Debug for HandleSet<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad("HandleSet { .. }")
     }
 }
 
-impl<H: ?Sized> HandleSet<H> {
+impl<H> HandleSet<H> {
     /// Bytes [`new`](Self::new) allocates for the table: the slots and the free list.
     pub(crate) fn table_bytes(max_handles: usize) -> u64 {
         let per_slot = std::mem::size_of::<Slot<H>>() + std::mem::size_of::<u32>();
@@ -167,7 +168,7 @@ impl<H: ?Sized> HandleSet<H> {
     }
 
     /// Stores `handler` in a free slot and arms `fd` for `events` (`ONESHOT` is added).
-    pub(crate) fn register(&self, handler: Box<H>, fd: RawFd, events: u32) -> Result<Token, Error> {
+    pub(crate) fn register(&self, handler: H, fd: RawFd, events: u32) -> Result<Token, Error> {
         let index = self.free.lock().pop().ok_or(Error::TooManyHandles {
             max: self.slots.len(),
         })?;
@@ -452,18 +453,14 @@ mod tests {
     /// must neither reach the new handler nor be lost for the new handle's own events.
     #[test]
     fn a_batched_event_of_a_closed_and_reused_handle_is_stale() {
-        let set: HandleSet<str> = HandleSet::new(4).unwrap();
+        let set: HandleSet<&'static str> = HandleSet::new(4).unwrap();
         let (a, b, c) = (
             EventFd::new().unwrap(),
             EventFd::new().unwrap(),
             EventFd::new().unwrap(),
         );
-        let ta = set
-            .register(Box::from("a"), a.as_fd().as_raw_fd(), epoll::IN)
-            .unwrap();
-        let tb = set
-            .register(Box::from("b"), b.as_fd().as_raw_fd(), epoll::IN)
-            .unwrap();
+        let ta = set.register("a", a.as_fd().as_raw_fd(), epoll::IN).unwrap();
+        let tb = set.register("b", b.as_fd().as_raw_fd(), epoll::IN).unwrap();
         ready(&a);
         ready(&b);
         let mut batch = [(0, 0); 4];
@@ -471,7 +468,7 @@ mod tests {
         assert_eq!(n, 2, "both handles reported by one wait");
         let tokens: Vec<Token> = batch[..n]
             .iter()
-            .map(|&r| match HandleSet::<str>::decode(r) {
+            .map(|&r| match HandleSet::<&'static str>::decode(r) {
                 Wait::Event { token, .. } => token,
                 w => panic!("unexpected {w:?}"),
             })
@@ -481,13 +478,10 @@ mod tests {
         // a's handler runs first: it closes b, and c takes b's slot.
         let mut tc = None;
         let ran = set.dispatch(ta, |h| {
-            assert_eq!(h, "a");
+            assert_eq!(*h, "a");
             a.read().unwrap();
             assert!(set.deregister(tb));
-            tc = Some(
-                set.register(Box::from("c"), c.as_fd().as_raw_fd(), epoll::IN)
-                    .unwrap(),
-            );
+            tc = Some(set.register("c", c.as_fd().as_raw_fd(), epoll::IN).unwrap());
             ((), Next::Rearm(epoll::IN))
         });
         assert!(matches!(ran, Ran::Ran { rearmed: true, .. }));
@@ -510,11 +504,11 @@ mod tests {
         let n = set.wait_many(&mut batch).unwrap();
         assert_eq!(n, 1);
         assert!(matches!(
-            HandleSet::<str>::decode(batch[0]),
+            HandleSet::<&'static str>::decode(batch[0]),
             Wait::Event { token, .. } if token == tc
         ));
         let ran = set.dispatch(tc, |h| {
-            assert_eq!(h, "c");
+            assert_eq!(*h, "c");
             ((), Next::Close)
         });
         assert!(matches!(ran, Ran::Ran { rearmed: false, .. }));

@@ -6,6 +6,8 @@ use crate::observe::metrics::Incident;
 use crate::sys::net::DatagramBatch;
 use crate::sys::{epoll, mem};
 use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -373,7 +375,58 @@ impl Context {
 }
 
 /// A group's (or a bound pool's) handle set, holding event handlers.
-pub(crate) type Handles = HandleSet<dyn EventHandler>;
+pub(crate) type Handles = HandleSet<Held>;
+
+/// A handler lent by a preallocated pool (a built-in listener's connection table,
+/// `sources::accept`): when its handle is removed it goes back to its pool instead of being
+/// freed, so the next connection takes it again and registering allocates nothing.
+pub(crate) trait Pooled: EventHandler {
+    /// Ends what it holds (closing its connection) and returns it to its pool; freed if the
+    /// pool is gone.
+    fn release(self: Box<Self>);
+}
+
+/// A registered handler, as the handle set holds it.
+///
+/// Dropping it is how the set lets a handler go (on removal, a failed registration or at
+/// shutdown): an owned handler is dropped, a pooled one is [released](Pooled::release) to its
+/// pool, so no path of the set can free a pool's box by mistake.
+pub(crate) enum Held {
+    /// Boxed by whoever registered it ([`Registry::register`]); freed when removed.
+    Owned(Box<dyn EventHandler>),
+    /// Lent by a pool ([`Registry::register_pooled`]); taken out only by `drop`.
+    Pooled(ManuallyDrop<Box<dyn Pooled>>),
+}
+
+impl Deref for Held {
+    type Target = dyn EventHandler;
+    fn deref(&self) -> &(dyn EventHandler + 'static) {
+        match self {
+            Held::Owned(h) => &**h,
+            Held::Pooled(h) => &***h,
+        }
+    }
+}
+
+impl DerefMut for Held {
+    fn deref_mut(&mut self) -> &mut (dyn EventHandler + 'static) {
+        match self {
+            Held::Owned(h) => &mut **h,
+            Held::Pooled(h) => &mut ***h,
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Held::Pooled(h) = self {
+            // SAFETY: the box is taken out here only, once, and `self` is not used after its
+            // `drop` (the `ManuallyDrop` field itself is never dropped).
+            let h = unsafe { ManuallyDrop::take(h) };
+            h.release();
+        }
+    }
+}
 
 /// What dispatching one event did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -468,6 +521,19 @@ impl Registry {
     ///
     /// Example: [`Registry`].
     pub fn register(&self, handler: Box<dyn EventHandler>) -> Result<Token, Error> {
+        self.add(Held::Owned(handler))
+    }
+
+    /// [`register`](Self::register) for a handler lent by a pool: when its handle is removed
+    /// (or the registration fails) it is [released](Pooled::release) to its pool, not freed.
+    /// Registering one allocates nothing.
+    pub(crate) fn register_pooled(&self, handler: Box<dyn Pooled>) -> Result<Token, Error> {
+        self.add(Held::Pooled(ManuallyDrop::new(handler)))
+    }
+
+    /// Checks the handler's fd and stores it in the set; on an error `handler` is dropped (a
+    /// pooled one released).
+    fn add(&self, handler: Held) -> Result<Token, Error> {
         let fd = handler.source().as_raw_fd();
         match crate::sys::fd::is_nonblocking(fd) {
             Ok(true) => {}

@@ -373,25 +373,21 @@ impl<X: Variant> Protocol<X> {
         }
     }
 
-    /// Like [`with`](Self::with), with each thread's parker linked to the handle set whose
-    /// epoll fd is `handles` (`sync/parker.rs`): a follower promoted while nothing is ready
-    /// is not woken until something is.
-    pub(crate) fn linked(
+    /// Like [`with`](Self::with), with parkers that can be linked to the group's handle set
+    /// ([`link`](Self::link), `sync/parker.rs`): a follower promoted while nothing is ready is
+    /// then not woken until something is.
+    pub(crate) fn linkable(
         threads: usize,
         promotion: Promotion,
         ext: X,
-        handles: std::os::fd::RawFd,
     ) -> std::io::Result<Protocol<X>> {
         #[cfg(not(loom))]
         let parkers = (0..threads)
-            .map(|_| Parker::linked(handles))
+            .map(|_| Parker::linkable())
             .collect::<std::io::Result<Box<[Parker]>>>()?;
         // Loom builds run the engine's code, not its system calls: futex-model parkers.
         #[cfg(loom)]
-        let parkers = {
-            let _ = handles;
-            (0..threads).map(|_| Parker::new()).collect()
-        };
+        let parkers = (0..threads).map(|_| Parker::new()).collect();
         Ok(Protocol {
             state: Mutex::new(State {
                 leader: None,
@@ -404,7 +400,20 @@ impl<X: Variant> Protocol<X> {
         })
     }
 
-    /// Loom: like [`linked`](Self::linked), the parkers linked to the model set `r`.
+    /// Links every parker to the handle set whose epoll fd is `handles`. Before any thread
+    /// parks.
+    pub(crate) fn link(&self, handles: std::os::fd::RawFd) -> std::io::Result<()> {
+        #[cfg(not(loom))]
+        return self.parkers.iter().try_for_each(|p| p.link(handles));
+        #[cfg(loom)]
+        {
+            let _ = handles;
+            Ok(())
+        }
+    }
+
+    /// Loom: like [`linkable`](Self::linkable) and [`link`](Self::link), the parkers linked to
+    /// the model set `r`.
     #[cfg(all(test, loom))]
     pub(crate) fn linked_model(
         threads: usize,

@@ -257,16 +257,19 @@ impl Runtime {
                         }
                     })?))
                 }
-                HandlerConfig::TcpEcho { bind, work_us } => {
+                HandlerConfig::TcpEcho {
+                    bind,
+                    work_us,
+                    max_connections,
+                } => {
                     let l = std::net::TcpListener::bind(bind).map_err(|e| Error::Bind {
                         addr: bind,
                         source: e,
                     })?;
-                    Pending::Handler(Box::new(TcpEcho::new(l, work_us).map_err(|e| {
-                        Error::Io {
-                            context: "configuring a TCP listener",
-                            source: e,
-                        }
+                    let echo = TcpEcho::new(l, work_us, max_connections, gc.buffer_bytes);
+                    Pending::Handler(Box::new(echo.map_err(|e| Error::Io {
+                        context: "configuring a TCP listener",
+                        source: e,
                     })?))
                 }
                 HandlerConfig::Timer {

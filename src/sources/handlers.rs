@@ -10,14 +10,18 @@
 //! So a burst, however long, costs at most one formatted line a second on a pool thread.
 
 use crate::engine::handler::DATAGRAM_BATCH;
-use crate::engine::handler::{Context, Disposition, Event, EventHandler, Interest};
+use crate::engine::handler::{Context, Disposition, Event, EventHandler, Interest, Pooled};
 use crate::error::Error;
 use crate::observe::metrics::Incident;
 use crate::sources::source::Timer;
 use crate::sys::{self, epoll::Epoll};
+use crossbeam_queue::ArrayQueue;
+use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 /// Least time between two log lines about one condition of one handler (1 s).
 pub const LOG_INTERVAL_NS: u64 = 1_000_000_000;
@@ -165,7 +169,12 @@ impl EventHandler for UdpEcho {
     }
 }
 
-/// Accepts TCP connections and registers a [`TcpEchoStream`] for each in the same group.
+/// Accepts TCP connections and serves each with a [`TcpEchoStream`] in the same group.
+///
+/// The connections come from a table preallocated by [`TcpEcho::new`]: `max_connections`
+/// echo streams, each with its pending buffer of `buffer_bytes` (pre-faulted). A connection
+/// takes one for its life, registered in the lane as it is, and gives it back when its handle
+/// is removed: accepting allocates nothing.
 ///
 /// # Failure behaviour
 /// * **Out of file descriptors or memory.** When `accept` fails with `EMFILE`, `ENFILE`,
@@ -174,9 +183,9 @@ impl EventHandler for UdpEcho {
 ///   (lfrt drops none); beyond the backlog the kernel stops answering new handshakes and
 ///   clients retry. An episode lasts until the listener has drained its backlog again; each
 ///   counts once in `accept_exhausted`, its start is logged (and its end, if its start was).
-/// * **Handle table full.** A connection that cannot be registered (the group already has
-///   `max_handles` handles, or epoll refuses the fd) is closed at once, counted in
-///   `connections_refused` and logged.
+/// * **Connection or handle table full.** A connection beyond `max_connections`, or one that
+///   cannot be registered (the group already has `max_handles` handles, or epoll refuses the
+///   fd), is closed at once, counted in `connections_refused` and logged.
 ///
 /// Both logs follow the [module](self)'s rule. The same accept side (pause, retry, refusal)
 /// serves [`stream::Framed`](crate::sources::stream::Framed).
@@ -203,24 +212,53 @@ impl EventHandler for UdpEcho {
 /// # fn f(lane: lfrt::Lane) -> Result<(), Box<dyn std::error::Error>> {
 /// use lfrt::handlers::TcpEcho;
 /// let listener = std::net::TcpListener::bind("127.0.0.1:7001")?;
-/// // Each accepted connection becomes a TcpEchoStream in the same lane.
-/// lane.registry().register(Box::new(TcpEcho::new(listener, 0)?))?;
+/// // Up to 64 connections at once, each keeping up to 64 KiB of echo its peer has not taken.
+/// lane.registry().register(Box::new(TcpEcho::new(listener, 0, 64, 64 * 1024)?))?;
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
 pub struct TcpEcho {
     acceptor: Acceptor,
-    work_us: u64,
+    table: Arc<ConnectionTable<TcpEchoStream>>,
 }
 
 impl TcpEcho {
-    /// Wraps a bound listener (made nonblocking here). Opens two more descriptors, an epoll
-    /// set and a timer (see the type's implementation notes).
-    pub fn new(listener: TcpListener, work_us: u64) -> io::Result<TcpEcho> {
+    /// Wraps a bound listener (made nonblocking here) and preallocates and pre-faults its
+    /// connection table: `max_connections` streams of `buffer_bytes` each
+    /// ([`table_bytes`](Self::table_bytes)), each echoing after `work_us` of busy work per
+    /// read. Opens two more descriptors, an epoll set and a timer (see the type's
+    /// implementation notes).
+    ///
+    /// # Errors
+    /// `InvalidInput` if `max_connections` or `buffer_bytes` is 0; the errors of opening the
+    /// accept side.
+    pub fn new(
+        listener: TcpListener,
+        work_us: u64,
+        max_connections: usize,
+        buffer_bytes: usize,
+    ) -> io::Result<TcpEcho> {
+        if max_connections == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "TcpEcho needs a max_connections of at least 1",
+            ));
+        }
+        let table = ConnectionTable::new(max_connections, || {
+            let mut stream = TcpEchoStream::idle(work_us, buffer_bytes)?;
+            sys::mem::prefault(&mut stream.pending);
+            Ok(stream)
+        })?;
         Ok(TcpEcho {
             acceptor: Acceptor::new(listener)?,
-            work_us,
+            table,
         })
+    }
+
+    /// Bytes [`new`](Self::new) allocates for its connection table: `max_connections ×
+    /// buffer_bytes`.
+    pub fn table_bytes(max_connections: usize, buffer_bytes: usize) -> u64 {
+        (max_connections as u64).saturating_mul(buffer_bytes as u64)
     }
 }
 
@@ -230,17 +268,9 @@ impl EventHandler for TcpEcho {
     }
 
     fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
-        let work_us = self.work_us;
-        self.acceptor.accept(ctx, |stream, ctx| {
-            // Accepting allocates the connection's handler: connection set-up is not the
-            // per-message path.
-            let h =
-                TcpEchoStream::new(stream, work_us, ctx.buffer().len()).map_err(Refused::Setup)?;
-            // On error the handler, and with it the connection, was dropped: closed.
-            ctx.registry()
-                .register(Box::new(h))
-                .map(drop)
-                .map_err(Refused::Register)
+        let TcpEcho { acceptor, table } = self;
+        acceptor.accept(ctx, |stream, ctx| {
+            table.admit(ctx, |echo| echo.open(stream))
         })
     }
 }
@@ -526,6 +556,128 @@ impl Acceptor {
     }
 }
 
+/// What a listener's [`ConnectionTable`] holds per connection: a handler that serves one
+/// accepted connection at a time and can be emptied for the next.
+pub(crate) trait Reusable: EventHandler {
+    /// Ends the connection it serves (closing its socket) and forgets it, leaving the entry as
+    /// new. Called when its handle is removed, and when setting it up for a connection failed.
+    fn clear(&mut self);
+}
+
+/// A listener's connections, preallocated: `max` entries made with the listener, each lent to
+/// one accepted connection for its life and given back when its handle is removed. The entry
+/// is registered in the lane as it is (it was boxed once, at construction, and the handle set
+/// [releases](Pooled::release) it back here instead of freeing it), so accepting a connection
+/// allocates nothing. A connection beyond `max` is refused, closed and counted
+/// (`connections_refused`). The one connection table of the built-in listeners ([`TcpEcho`]
+/// and [`stream::Framed`](crate::sources::stream::Framed)).
+///
+/// Invariant: every entry is either in `free` or lent, with `home` set, to exactly one
+/// registered handle (or to the [`admit`](Self::admit) call setting it up); a lent entry holds
+/// the only `Arc` of its table that is not the listener's, so the table outlives its
+/// connections and nothing keeps it alive in a cycle (`home` is cleared on return).
+pub(crate) struct ConnectionTable<C> {
+    free: ArrayQueue<Box<Lent<C>>>,
+    max: usize,
+}
+
+/// One entry of a [`ConnectionTable`]: a connection's state and, while lent, its table.
+struct Lent<C> {
+    conn: C,
+    home: Option<Arc<ConnectionTable<C>>>,
+}
+
+impl<C: Reusable> ConnectionTable<C> {
+    /// A table of `max` (at least 1) entries, each made by `make`, which allocates (and
+    /// pre-faults) what a connection needs.
+    pub(crate) fn new(
+        max: usize,
+        mut make: impl FnMut() -> io::Result<C>,
+    ) -> io::Result<Arc<ConnectionTable<C>>> {
+        let free = ArrayQueue::new(max.max(1));
+        for _ in 0..max {
+            // Cannot fail: the queue holds exactly `max`.
+            let _ = free.push(Box::new(Lent {
+                conn: make()?,
+                home: None,
+            }));
+        }
+        Ok(Arc::new(ConnectionTable { free, max }))
+    }
+
+    /// Lends an entry to an accepted connection: `open` sets it up (the connection is moved
+    /// into it), then it is registered in the lane of `ctx`. Nothing here allocates.
+    ///
+    /// # Errors
+    /// [`Refused::TableFull`] when every entry is lent (`open` is dropped unrun, closing the
+    /// connection it holds); `open`'s error; the registration's. The entry goes back to the
+    /// table in every case.
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        ctx: &Context,
+        open: impl FnOnce(&mut C) -> io::Result<()>,
+    ) -> Result<(), Refused> {
+        let mut lent = self
+            .free
+            .pop()
+            .ok_or(Refused::TableFull { max: self.max })?;
+        lent.home = Some(Arc::clone(self));
+        if let Err(e) = open(&mut lent.conn) {
+            lent.release();
+            return Err(Refused::Setup(e));
+        }
+        // A registration that fails drops the handle set's `Held`, which releases the entry.
+        ctx.registry()
+            .register_pooled(lent)
+            .map(drop)
+            .map_err(Refused::Register)
+    }
+}
+
+impl<C> fmt::Debug for ConnectionTable<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectionTable")
+            .field("max", &self.max)
+            .field("free", &self.free.len())
+            .finish()
+    }
+}
+
+impl<C: Reusable> Pooled for Lent<C> {
+    /// Clears the entry and puts it back in its table. The entry goes back even if `clear`
+    /// panics (in a user handler's `Drop`), so the table never shrinks; the panic then goes
+    /// on to the handle set, which counts it.
+    fn release(mut self: Box<Self>) {
+        let cleared = catch_unwind(AssertUnwindSafe(|| self.conn.clear()));
+        if let Some(home) = self.home.take() {
+            // Cannot fail: the table has room for every entry it lent.
+            let _ = home.free.push(self);
+        }
+        if let Err(panic) = cleared {
+            resume_unwind(panic);
+        }
+    }
+}
+
+/// A lent entry serves as its connection's handler.
+impl<C: Reusable> EventHandler for Lent<C> {
+    fn source(&self) -> BorrowedFd<'_> {
+        self.conn.source()
+    }
+    fn interest(&self) -> Interest {
+        self.conn.interest()
+    }
+    fn handle(&mut self, event: &Event, ctx: &mut Context) -> Disposition {
+        self.conn.handle(event, ctx)
+    }
+    fn after_panic(&mut self) -> Disposition {
+        self.conn.after_panic()
+    }
+    fn on_close(&mut self) {
+        self.conn.on_close()
+    }
+}
+
 /// Writes `buf[*sent..]` to a nonblocking stream, advancing `*sent`: `Ok(true)` when all of
 /// `buf` is out, `Ok(false)` when the socket is full (`EAGAIN`; wait for writability). The one
 /// flush loop of the stream handlers ([`TcpEchoStream`] and
@@ -550,8 +702,10 @@ pub(crate) fn write_out(stream: &TcpStream, buf: &[u8], sent: &mut usize) -> io:
 /// re-arms: a connection that keeps sending is served in turns with the group's other
 /// handles, as a busy UDP socket is, instead of holding a thread until it pauses.
 ///
-/// Unsent bytes (the peer is not reading) are kept in a buffer sized at accept time, and the
-/// handle waits for writability until they are flushed: no allocation per message.
+/// Unsent bytes (the peer is not reading) are kept in a buffer of `buffer_bytes`, allocated
+/// with the stream, and the handle waits for writability until they are flushed: no
+/// allocation per message. [`TcpEcho`] preallocates its streams, so accepting allocates
+/// nothing either.
 ///
 /// # Examples
 /// ```no_run
@@ -563,11 +717,13 @@ pub(crate) fn write_out(stream: &TcpStream, buf: &[u8], sent: &mut usize) -> io:
 ///     .register(Box::new(TcpEchoStream::new(stream, 0, 64 * 1024)?))?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
 pub struct TcpEchoStream {
-    stream: TcpStream,
+    /// `None` only while it waits in a [`TcpEcho`]'s connection table.
+    stream: Option<TcpStream>,
     work_us: u64,
-    pending: Vec<u8>,
+    /// The echo the peer has not taken yet: `pending[sent..len]`.
+    pending: Box<[u8]>,
+    len: usize,
     sent: usize,
 }
 
@@ -579,40 +735,76 @@ impl TcpEchoStream {
     /// # Errors
     /// `InvalidInput` if `buffer_bytes` is 0; the socket's errors.
     pub fn new(stream: TcpStream, work_us: u64, buffer_bytes: usize) -> io::Result<TcpEchoStream> {
+        let mut echo = TcpEchoStream::idle(work_us, buffer_bytes)?;
+        echo.open(stream)?;
+        Ok(echo)
+    }
+
+    /// A stream with its buffer and no connection (an entry of [`TcpEcho`]'s table).
+    fn idle(work_us: u64, buffer_bytes: usize) -> io::Result<TcpEchoStream> {
         if buffer_bytes == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "TcpEchoStream needs a buffer_bytes of at least 1",
             ));
         }
-        stream.set_nonblocking(true)?;
-        stream.set_nodelay(true)?;
         Ok(TcpEchoStream {
-            stream,
+            stream: None,
             work_us,
-            pending: Vec::with_capacity(buffer_bytes),
+            pending: vec![0u8; buffer_bytes].into_boxed_slice(),
+            len: 0,
             sent: 0,
         })
     }
 
+    /// Takes on an accepted connection (the stream is idle).
+    fn open(&mut self, stream: TcpStream) -> io::Result<()> {
+        stream.set_nonblocking(true)?;
+        stream.set_nodelay(true)?;
+        self.stream = Some(stream);
+        Ok(())
+    }
+
     /// Writes pending bytes; true when all are out.
     fn flush(&mut self) -> io::Result<bool> {
-        if !write_out(&self.stream, &self.pending, &mut self.sent)? {
+        let Some(stream) = &self.stream else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        if !write_out(stream, &self.pending[..self.len], &mut self.sent)? {
             return Ok(false);
         }
-        self.pending.clear();
+        self.len = 0;
         self.sent = 0;
         Ok(true)
     }
 }
 
+impl fmt::Debug for TcpEchoStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpEchoStream")
+            .field(
+                "peer",
+                &self.stream.as_ref().and_then(|s| s.peer_addr().ok()),
+            )
+            .field("work_us", &self.work_us)
+            .field("buffer_bytes", &self.pending.len())
+            .field("pending", &(self.len - self.sent))
+            .finish()
+    }
+}
+
 impl EventHandler for TcpEchoStream {
     fn source(&self) -> BorrowedFd<'_> {
-        self.stream.as_fd()
+        match &self.stream {
+            Some(s) => s.as_fd(),
+            // A stream without a connection waits in its table, unregistered: `source` is
+            // asked only by a registration, and `ConnectionTable::admit` opens it first.
+            None => unreachable!("an idle TcpEchoStream is never registered"),
+        }
     }
 
     fn interest(&self) -> Interest {
-        if self.pending.is_empty() {
+        if self.len == 0 {
             Interest::READABLE
         } else {
             Interest::WRITABLE
@@ -625,16 +817,18 @@ impl EventHandler for TcpEchoStream {
             Ok(false) => return Disposition::Rearm,
             Err(_) => return Disposition::Close,
         }
+        let Some(mut stream) = self.stream.as_ref() else {
+            return Disposition::Close;
+        };
         // Each read is bounded by what the connection can keep if the peer stops taking the
         // echo: `pending` is empty here (flushed above), so whatever a write leaves unsent
         // fits in it. The thread's buffer may be larger (a thread lent by a lane with bigger
         // buffers, or a connection built with a smaller `buffer_bytes`).
-        let keepable = self.pending.capacity();
         let buf = ctx.buffer();
-        let take = buf.len().min(keepable);
+        let take = buf.len().min(self.pending.len());
         let buf = &mut buf[..take];
         for _ in 0..DATAGRAM_BATCH {
-            let n = match self.stream.read(buf) {
+            let n = match stream.read(buf) {
                 Ok(0) => return Disposition::Close,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Disposition::Rearm,
@@ -643,13 +837,15 @@ impl EventHandler for TcpEchoStream {
             };
             busy_work(self.work_us);
             let mut off = 0;
-            match write_out(&self.stream, &buf[..n], &mut off) {
+            match write_out(stream, &buf[..n], &mut off) {
                 Ok(true) => {}
                 Ok(false) => {
-                    // Keep the rest (it fits: the read was bounded by the buffer reserved at
-                    // accept) and wait for writability before reading more.
-                    debug_assert!(n - off <= self.pending.capacity() - self.pending.len());
-                    self.pending.extend_from_slice(&buf[off..n]);
+                    // Keep the rest (it fits: the read was bounded by the pending buffer) and
+                    // wait for writability before reading more.
+                    let rest = n - off;
+                    self.pending[..rest].copy_from_slice(&buf[off..n]);
+                    self.len = rest;
+                    self.sent = 0;
                     return Disposition::Rearm;
                 }
                 Err(_) => return Disposition::Close,
@@ -658,6 +854,14 @@ impl EventHandler for TcpEchoStream {
         // Bytes may still be queued: the re-armed handle is ready again at once and queues
         // behind the handles that were already ready.
         Disposition::Rearm
+    }
+}
+
+impl Reusable for TcpEchoStream {
+    fn clear(&mut self) {
+        self.stream = None;
+        self.len = 0;
+        self.sent = 0;
     }
 }
 

@@ -2,7 +2,7 @@
 //! [`EventHandler`](crate::EventHandler) registered in a handle set.
 //!
 //! * **Owns:** UDP/TCP echo and the shared accept path ([`handlers`]), framed TCP streams
-//!   ([`stream`]), lane inboxes ([`inbox`]), callback timers ([`timer`]), priority bands on one
+//!   ([`stream`]) and the one frame reader they share with the bound pool (`frame`), lane inboxes ([`inbox`]), callback timers ([`timer`]), priority bands on one
 //!   port ([`band`]) and the raw timerfd/eventfd sources ([`source`]).
 //! * **May use:** the engine's handler interface (`engine::handler`), `sys`, `sync`, `observe`
 //!   and `error`.
@@ -10,6 +10,7 @@
 //!   group); the engine never uses a source.
 
 pub mod band;
+pub(crate) mod frame;
 pub mod handlers;
 pub mod inbox;
 pub(crate) mod source;

@@ -4,7 +4,9 @@
 //! A [`Framed`] listener, registered in a lane, accepts connections and registers one handle
 //! per connection in the same lane, so the lane's threads serve different connections at the
 //! same time (one thread per connection at a time, as for every handle). On the wire a frame
-//! is a 4-byte big-endian body length ([`HEADER`]) followed by the body. The user's
+//! is a 4-byte big-endian body length ([`HEADER`]) followed by the body, read by the runtime's
+//! one frame reader (`sources/frame.rs`, which the bound pool's connection uses with its own
+//! header). The user's
 //! [`FrameHandler`] (a closure is one) receives each complete frame and writes reply frames
 //! into an [`Output`].
 //!
@@ -74,14 +76,12 @@
 //! [`Framed::new`] allocates and pre-faults the whole connection table:
 //! `max_connections × (HEADER + max_frame + max_output)` bytes ([`Limits::table_bytes`]),
 //! and opens each slot's epoll set and timer (`2 × max_connections` descriptors). A
-//! connection borrows one slot (its input and output buffers) for its life and returns it when
-//! it closes. Reading, framing, the handler calls and writing allocate nothing. Accepting a
-//! connection allocates only its handle (one small `Box`, because [`Registry::register`]
-//! takes one; connection set-up, not the per-frame path). The accept side — the pause when
-//! descriptors or memory run out, refusals counted in `connections_refused` — is the one
-//! [`TcpEcho`](crate::sources::handlers::TcpEcho) uses.
-//!
-//! [`Registry::register`]: crate::Registry::register
+//! connection takes one entry of the table (its buffers, gate and timer, and the handle the
+//! lane runs, boxed once at construction) for its life and returns it when its handle is
+//! removed. Accepting, reading, framing, the handler calls and writing allocate nothing (a
+//! test counts the allocations over 1000 accepted connections). The accept side — the pause
+//! when descriptors or memory run out, refusals counted in `connections_refused` — and the
+//! connection table are the ones [`TcpEcho`](crate::sources::handlers::TcpEcho) uses.
 //!
 //! # Example
 //! A lane that answers each frame with its body reversed:
@@ -113,10 +113,10 @@
 
 use crate::engine::handler::{Context, Disposition, Event, EventHandler, DATAGRAM_BATCH};
 use crate::observe::metrics::Incident;
-use crate::sources::handlers::{write_out, Acceptor, Refused};
+use crate::sources::frame::{Format, Next, Reader};
+use crate::sources::handlers::{write_out, Acceptor, ConnectionTable, Reusable};
 use crate::sources::source::Timer;
 use crate::sys::{self, epoll::Epoll, mem, net};
-use crossbeam_queue::ArrayQueue;
 use std::fmt;
 use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -126,6 +126,21 @@ use std::time::Duration;
 
 /// Bytes of a frame's header: the body length, big-endian `u32`.
 pub const HEADER: usize = 4;
+
+/// The wire format for the runtime's one frame reader ([`crate::sources::frame`]): a
+/// [`HEADER`] of the body length, big-endian, and no tag.
+#[derive(Debug)]
+struct LengthPrefix;
+
+impl Format for LengthPrefix {
+    const HEADER: usize = HEADER;
+    type Tag = ();
+    fn decode(header: &[u8]) -> ((), u32) {
+        let mut h = [0u8; HEADER];
+        h.copy_from_slice(header);
+        ((), u32::from_be_bytes(h))
+    }
+}
 
 /// Most `read` calls one event of a connection makes.
 pub const READS_PER_EVENT: usize = DATAGRAM_BATCH;
@@ -324,11 +339,12 @@ impl fmt::Debug for Output<'_> {
     }
 }
 
-/// One slot of the connection table: a connection's input and output buffers.
+/// A connection's preallocated resources: its input and output buffers, and what its handle
+/// waits on.
 struct Slot {
-    /// Input: at most one frame (`HEADER + max_frame`); complete frames are consumed from the
-    /// front, a partial one moves to the front.
-    rx: Box<[u8]>,
+    /// Input: room for one largest frame (`HEADER + max_frame`), read by the runtime's one
+    /// frame reader ([`crate::sources::frame`]).
+    rx: Reader<LengthPrefix>,
     /// Output: `max_output` bytes of reply frames.
     tx: Box<[u8]>,
     /// What the connection's handle waits on: its socket (readable or writable, as its state
@@ -342,14 +358,11 @@ struct Slot {
 const GATE_STREAM: u64 = 0;
 const GATE_TIMER: u64 = 1;
 
-/// The free slots. Lock-free and preallocated: taking and returning a slot allocates nothing.
-type Table = ArrayQueue<Box<Slot>>;
-
 /// A TCP listener whose connections speak length-prefixed frames to a [`FrameHandler`]. See
 /// the [module docs](self).
 pub struct Framed<H> {
     acceptor: Acceptor,
-    table: Arc<Table>,
+    table: Arc<ConnectionTable<Connection<H>>>,
     handler: H,
     limits: Limits,
 }
@@ -366,24 +379,21 @@ impl<H: FrameHandler> Framed<H> {
     /// or a slot's descriptors.
     pub fn new(listener: TcpListener, limits: Limits, handler: H) -> io::Result<Framed<H>> {
         limits.check()?;
-        let table = ArrayQueue::new(limits.max_connections);
-        for _ in 0..limits.max_connections {
-            let mut slot = Box::new(Slot {
-                rx: vec![0u8; HEADER + limits.max_frame].into_boxed_slice(),
+        let table = ConnectionTable::new(limits.max_connections, || {
+            let mut slot = Slot {
+                rx: Reader::new(limits.max_frame, 0),
                 tx: vec![0u8; limits.max_output].into_boxed_slice(),
                 gate: Epoll::new()?,
                 timer: Timer::new()?,
-            });
+            };
             slot.gate
                 .add(slot.timer.as_fd().as_raw_fd(), sys::epoll::IN, GATE_TIMER)?;
-            mem::prefault(&mut slot.rx);
             mem::prefault(&mut slot.tx);
-            // Cannot fail: the queue holds exactly `max_connections`.
-            let _ = table.push(slot);
-        }
+            Ok(Connection::idle(slot, &limits))
+        })?;
         Ok(Framed {
             acceptor: Acceptor::new(listener)?,
-            table: Arc::new(table),
+            table,
             handler,
             limits,
         })
@@ -400,7 +410,7 @@ impl<H> fmt::Debug for Framed<H> {
         f.debug_struct("Framed")
             .field("listener", &self.acceptor.local_addr())
             .field("limits", &self.limits)
-            .field("free_slots", &self.table.len())
+            .field("table", &self.table)
             .finish_non_exhaustive()
     }
 }
@@ -415,43 +425,12 @@ impl<H: FrameHandler> EventHandler for Framed<H> {
             acceptor,
             table,
             handler,
-            limits,
+            ..
         } = self;
         acceptor.accept(ctx, |stream, ctx| {
-            // Cloned before the slot is taken: a panicking user `Clone` must not lose a slot.
+            // Cloned before an entry is taken: a panicking user `Clone` must not lose one.
             let handler = handler.clone();
-            let slot = table.pop().ok_or(Refused::TableFull {
-                max: limits.max_connections,
-            })?;
-            // From here on, dropping `conn` (any error below) returns the slot and closes the
-            // stream.
-            let mut conn = Connection {
-                stream,
-                handler,
-                slot: Some(slot),
-                table: Arc::clone(table),
-                max_frame: limits.max_frame,
-                idle_ns: limits.idle_timeout.as_nanos().min(u64::MAX as u128) as u64,
-                write_ns: limits.write_timeout.as_nanos().min(u64::MAX as u128) as u64,
-                rx_len: 0,
-                tx_len: 0,
-                tx_sent: 0,
-                state: State::Reading,
-                again: false,
-                watching: 0,
-                moved: false,
-                oversized: false,
-                progress_ns: sys::now_ns(),
-                armed_ns: 0,
-            };
-            conn.stream.set_nonblocking(true).map_err(Refused::Setup)?;
-            conn.stream.set_nodelay(true).map_err(Refused::Setup)?;
-            conn.watch().map_err(Refused::Setup)?;
-            conn.arm_deadline().map_err(Refused::Setup)?;
-            ctx.registry()
-                .register(Box::new(conn))
-                .map(drop)
-                .map_err(Refused::Register)
+            table.admit(ctx, |conn| conn.open(stream, handler))
         })
     }
 }
@@ -487,19 +466,20 @@ enum Stop {
     Oversize,
 }
 
-/// One accepted connection: its stream, its handler, and its slot of the table.
+/// One entry of a listener's connection table: its slot, and while it serves an accepted
+/// connection, that connection's stream, handler and state. Registered in the lane as it is
+/// (the table boxed it once, at construction) and returned to the table when its handle is
+/// removed ([`Reusable::clear`]).
 struct Connection<H> {
-    stream: TcpStream,
-    handler: H,
-    /// Always `Some` until dropped (then returned to `table`).
-    slot: Option<Box<Slot>>,
-    table: Arc<Table>,
+    /// The accepted connection's socket; `None` while the entry waits in its table.
+    stream: Option<TcpStream>,
+    /// Its clone of the listener's handler; `None` while the entry waits in its table.
+    handler: Option<H>,
+    slot: Slot,
     max_frame: usize,
     /// [`Limits::idle_timeout`] and [`Limits::write_timeout`], in ns.
     idle_ns: u64,
     write_ns: u64,
-    /// Bytes in `rx`, from its start: complete frames first, then at most one partial frame.
-    rx_len: usize,
     /// Reply bytes in `tx`, and how many of them were written (`tx_sent <= tx_len`).
     tx_len: usize,
     tx_sent: usize,
@@ -522,13 +502,46 @@ struct Connection<H> {
 }
 
 impl<H: FrameHandler> Connection<H> {
+    /// A table entry with `slot`, serving no connection yet.
+    fn idle(slot: Slot, limits: &Limits) -> Connection<H> {
+        Connection {
+            stream: None,
+            handler: None,
+            slot,
+            max_frame: limits.max_frame,
+            idle_ns: sys::duration_ns(limits.idle_timeout).unwrap_or(u64::MAX),
+            write_ns: sys::duration_ns(limits.write_timeout).unwrap_or(u64::MAX),
+            tx_len: 0,
+            tx_sent: 0,
+            state: State::Reading,
+            again: false,
+            watching: 0,
+            moved: false,
+            oversized: false,
+            progress_ns: 0,
+            armed_ns: 0,
+        }
+    }
+
+    /// Takes on an accepted connection (the entry is idle: [`clear`](Reusable::clear)ed or
+    /// new). On an error the table clears it again and the connection is refused.
+    fn open(&mut self, stream: TcpStream, handler: H) -> io::Result<()> {
+        stream.set_nonblocking(true)?;
+        stream.set_nodelay(true)?;
+        self.stream = Some(stream);
+        self.handler = Some(handler);
+        self.progress_ns = sys::now_ns();
+        self.watch()?;
+        self.arm_deadline()
+    }
+
     /// Writes pending replies ([`write_out`]); true when all are out.
     fn flush(&mut self) -> io::Result<bool> {
-        let Some(slot) = self.slot.as_deref() else {
+        let Some(stream) = &self.stream else {
             return Err(io::ErrorKind::NotConnected.into());
         };
         let before = self.tx_sent;
-        let out = write_out(&self.stream, &slot.tx[..self.tx_len], &mut self.tx_sent);
+        let out = write_out(stream, &self.slot.tx[..self.tx_len], &mut self.tx_sent);
         self.moved |= self.tx_sent != before;
         if !out? {
             return Ok(false);
@@ -539,63 +552,48 @@ impl<H: FrameHandler> Connection<H> {
     }
 
     /// Hands complete frames to the handler, oldest first, while the output has room for a
-    /// reply and the event's budget lasts; then moves a partial frame to the front of `rx`.
-    /// Called only with the output flushed (`tx_sent == 0`).
+    /// reply and the event's budget lasts. Called only with the output flushed
+    /// (`tx_sent == 0`).
     fn deliver(&mut self, frames: &mut usize) -> Stop {
         debug_assert_eq!(self.tx_sent, 0);
-        let Some(slot) = self.slot.as_deref_mut() else {
+        let slot = &mut self.slot;
+        let Some(handler) = self.handler.as_mut() else {
             return Stop::Drained;
         };
-        let mut start = 0;
-        let mut stop = Stop::Drained;
         while self.state != State::Closing {
-            let avail = self.rx_len - start;
-            if avail < HEADER {
-                break;
-            }
-            let mut header = [0u8; HEADER];
-            header.copy_from_slice(&slot.rx[start..start + HEADER]);
-            let len = u32::from_be_bytes(header) as usize;
-            if len > self.max_frame {
-                stop = Stop::Oversize;
-                break;
-            }
-            if avail < HEADER + len {
-                break;
-            }
+            let body = match slot.rx.next() {
+                Next::Incomplete => break,
+                Next::Oversized(_) => return Stop::Oversize,
+                Next::Frame { body, .. } => body,
+            };
             if *frames == FRAMES_PER_EVENT {
-                stop = Stop::Budget;
-                break;
+                return Stop::Budget;
             }
             if slot.tx.len() - self.tx_len < HEADER + self.max_frame {
-                stop = Stop::OutputFull;
-                break;
+                return Stop::OutputFull;
             }
-            let body = &slot.rx[start + HEADER..start + HEADER + len];
             let mut out = Output {
                 buf: &mut slot.tx,
                 len: &mut self.tx_len,
                 max_frame: self.max_frame,
             };
-            let flow = self.handler.frame(body, &mut out);
+            let flow = handler.frame(slot.rx.slice(body.clone()), &mut out);
             // Consumed: never delivered again, whatever comes next.
-            start += HEADER + len;
+            slot.rx.consume(body.end);
             *frames += 1;
             if flow == Flow::Close {
                 self.state = State::Closing;
             }
         }
-        if start > 0 {
-            slot.rx.copy_within(start..self.rx_len, 0);
-            self.rx_len -= start;
-        }
-        stop
+        Stop::Drained
     }
 
     /// Whether the socket would take output now (`poll` with a zero timeout; an error
     /// counts as writable: the next `write` reports it).
     fn writable(&self) -> bool {
-        net::poll_one(self.stream.as_fd(), net::POLL_OUT, 0).map_or(true, |r| r != 0)
+        self.stream
+            .as_ref()
+            .is_none_or(|s| net::poll_one(s.as_fd(), net::POLL_OUT, 0).map_or(true, |r| r != 0))
     }
 
     /// Closed abnormally: count it, unless its end was counted already (an oversized frame
@@ -626,14 +624,14 @@ impl<H: FrameHandler> Connection<H> {
         if want == self.watching {
             return Ok(());
         }
-        let Some(slot) = self.slot.as_deref() else {
+        let Some(stream) = &self.stream else {
             return Err(io::ErrorKind::NotConnected.into());
         };
-        let fd = self.stream.as_raw_fd();
+        let fd = stream.as_raw_fd();
         if self.watching == 0 {
-            slot.gate.add(fd, want, GATE_STREAM)?;
+            self.slot.gate.add(fd, want, GATE_STREAM)?;
         } else {
-            slot.gate.modify(fd, want, GATE_STREAM)?;
+            self.slot.gate.modify(fd, want, GATE_STREAM)?;
         }
         self.watching = want;
         Ok(())
@@ -662,10 +660,7 @@ impl<H: FrameHandler> Connection<H> {
         if self.armed_ns != 0 && self.armed_ns <= due {
             return Ok(());
         }
-        let Some(slot) = self.slot.as_deref_mut() else {
-            return Err(io::ErrorKind::NotConnected.into());
-        };
-        slot.timer.arm(due, 0)?;
+        self.slot.timer.arm(due, 0)?;
         self.armed_ns = due;
         Ok(())
     }
@@ -674,9 +669,7 @@ impl<H: FrameHandler> Connection<H> {
     /// so an event before then costs a clock read, not a system call.
     fn expired(&mut self, now: u64) -> bool {
         if self.armed_ns != 0 && now >= self.armed_ns {
-            if let Some(slot) = self.slot.as_deref_mut() {
-                let _ = slot.timer.read();
-            }
+            let _ = self.slot.timer.read();
             self.armed_ns = 0;
         }
         now >= self.deadline_ns()
@@ -685,7 +678,8 @@ impl<H: FrameHandler> Connection<H> {
     /// Replies flushed after a close: shut our side down (a FIN after the last reply) and
     /// start the bounded drain.
     fn linger(&mut self, now: u64) -> Disposition {
-        if self.stream.shutdown(Shutdown::Write).is_err() {
+        let shut = self.stream.as_ref().map(|s| s.shutdown(Shutdown::Write));
+        if !matches!(shut, Some(Ok(()))) {
             return Disposition::Close;
         }
         self.state = State::Linger;
@@ -696,11 +690,12 @@ impl<H: FrameHandler> Connection<H> {
     /// LINGER: reads and drops the peer's input, at most [`READS_PER_EVENT`] reads; closes at
     /// its end of stream (or an error).
     fn discard(&mut self) -> Disposition {
-        let Some(slot) = self.slot.as_deref_mut() else {
+        let Some(mut stream) = self.stream.as_ref() else {
             return Disposition::Close;
         };
         for _ in 0..READS_PER_EVENT {
-            match (&self.stream).read(&mut slot.rx) {
+            self.slot.rx.clear();
+            match stream.read(self.slot.rx.space()) {
                 Ok(0) => return Disposition::Close,
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Disposition::Rearm,
@@ -778,7 +773,7 @@ impl<H: FrameHandler> Connection<H> {
                     ctx.count(Incident::FrameOversize, 1);
                     self.oversized = true;
                     self.state = State::Closing;
-                    self.rx_len = 0;
+                    self.slot.rx.clear();
                     continue;
                 }
             }
@@ -787,7 +782,7 @@ impl<H: FrameHandler> Connection<H> {
                 if self.tx_len > 0 {
                     continue;
                 }
-                if self.state == State::Draining && self.rx_len > 0 {
+                if self.state == State::Draining && self.slot.rx.buffered() > 0 {
                     // The peer's stream ended inside a frame.
                     return self.reset(ctx);
                 }
@@ -803,15 +798,14 @@ impl<H: FrameHandler> Connection<H> {
                 continue;
             }
             reads += 1;
-            let Some(slot) = self.slot.as_deref_mut() else {
+            let Some(mut stream) = self.stream.as_ref() else {
                 return Disposition::Close;
             };
             // Not empty: after `deliver`, `rx` holds less than one whole frame.
-            debug_assert!(self.rx_len < slot.rx.len());
-            match (&self.stream).read(&mut slot.rx[self.rx_len..]) {
+            match stream.read(self.slot.rx.space()) {
                 Ok(0) => self.state = State::Draining,
                 Ok(n) => {
-                    self.rx_len += n;
+                    self.slot.rx.commit(n);
                     self.moved = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => done = true,
@@ -825,11 +819,7 @@ impl<H: FrameHandler> Connection<H> {
 impl<H: FrameHandler> EventHandler for Connection<H> {
     /// The slot's gate (see [`Slot::gate`]).
     fn source(&self) -> BorrowedFd<'_> {
-        match self.slot.as_deref() {
-            Some(slot) => slot.gate.as_fd(),
-            // Unreachable: the slot is taken only in `drop`.
-            None => self.stream.as_fd(),
-        }
+        self.slot.gate.as_fd()
     }
 
     /// The readiness itself is not inspected: every path ends in a `read` or `write` that
@@ -867,28 +857,40 @@ impl<H: FrameHandler> EventHandler for Connection<H> {
     }
 }
 
-impl<H> Drop for Connection<H> {
-    fn drop(&mut self) {
-        if let Some(mut slot) = self.slot.take() {
-            // Leave the slot as new: the socket out of its gate (before the socket closes, so
-            // the next connection's gate never reports this one), the timer disarmed (which
-            // also clears an unread expiry).
+impl<H: FrameHandler> Reusable for Connection<H> {
+    /// Leaves the entry as new: the socket out of its gate (before the socket closes, so the
+    /// next connection's gate never reports this one), the timer disarmed (which also clears
+    /// an unread expiry), the socket closed, the state reset; the handler's clone is dropped
+    /// last (user code).
+    fn clear(&mut self) {
+        if let Some(stream) = self.stream.take() {
             if self.watching != 0 {
-                let _ = slot.gate.delete(self.stream.as_raw_fd());
+                let _ = self.slot.gate.delete(stream.as_raw_fd());
             }
-            let _ = slot.timer.arm(0, 0);
-            // Cannot fail: the table has room for every slot it handed out.
-            let _ = self.table.push(slot);
         }
+        let _ = self.slot.timer.arm(0, 0);
+        self.slot.rx.clear();
+        self.tx_len = 0;
+        self.tx_sent = 0;
+        self.state = State::Reading;
+        self.again = false;
+        self.watching = 0;
+        self.moved = false;
+        self.oversized = false;
+        self.armed_ns = 0;
+        self.handler = None;
     }
 }
 
 impl<H> fmt::Debug for Connection<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Connection")
-            .field("peer", &self.stream.peer_addr().ok())
+            .field(
+                "peer",
+                &self.stream.as_ref().and_then(|s| s.peer_addr().ok()),
+            )
             .field("state", &self.state)
-            .field("rx_len", &self.rx_len)
+            .field("rx", &self.slot.rx)
             .field("tx_pending", &(self.tx_len - self.tx_sent))
             .finish_non_exhaustive()
     }

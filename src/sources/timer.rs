@@ -59,7 +59,7 @@ impl Expiry {
         match self {
             // A delay beyond u64 ns saturates (`as u64` would wrap it to a short one).
             Expiry::After(d) => {
-                sys::now_ns().saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+                sys::now_ns().saturating_add(sys::duration_ns(d).unwrap_or(u64::MAX))
             }
             // 0 would disarm the timerfd; the earliest instant is 1 ns.
             Expiry::At(ns) => ns.max(1),
@@ -150,13 +150,12 @@ impl TimerControl {
     /// # Errors
     /// `InvalidInput` for a zero period or one of 2^64 ns or more; `timerfd_settime`'s error.
     pub fn arm_periodic(&self, first: Expiry, period: Duration) -> io::Result<()> {
-        let interval = u64::try_from(period.as_nanos()).unwrap_or(0);
-        if interval == 0 {
+        let Some(interval) = sys::duration_ns(period).filter(|&ns| ns > 0) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("a periodic timer needs a period of 1 ns to 2^64 - 1 ns, not {period:?}"),
             ));
-        }
+        };
         self.shared
             .locked(|| self.shared.set(first.absolute_ns(), interval))
     }

@@ -73,6 +73,8 @@ mod imp {
         state: LMutex<(usize, Vec<bool>)>,
     }
 
+    // Built by the models only (`leader.rs`'s `linked_*`).
+    #[cfg_attr(not(test), allow(dead_code))]
     impl Readiness {
         pub(crate) fn new(threads: usize) -> Arc<Readiness> {
             Arc::new(Readiness {
@@ -107,6 +109,7 @@ mod imp {
             }
         }
         /// Thread `me`'s parker, linked to the model set `r`.
+        #[cfg(test)]
         pub(crate) fn linked(r: &Arc<Readiness>, me: usize) -> Self {
             Parker {
                 link: Some((r.clone(), me)),
@@ -157,7 +160,7 @@ mod imp {
     }
 }
 
-#[cfg(loom)]
+#[cfg(all(loom, test))]
 pub(crate) use imp::Readiness;
 pub(crate) use imp::{Mutex, MutexGuard, Parker};
 

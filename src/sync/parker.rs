@@ -15,7 +15,10 @@
 //!   arms the link: the owner then wakes as soon as the handle set has a ready event (at once if
 //!   it has one now, since `EPOLL_CTL_MOD` checks readiness), and not before. A follower promoted
 //!   that way is the leader at once, waiting on the handle set through its link, and no thread
-//!   is woken until there is an event to lead for (`leader.rs`).
+//!   is woken until there is an event to lead for (`leader.rs`). The link nests the handle set
+//!   in the parker's own set, one level of the kernel's epoll nesting; a lane whose set is
+//!   already nested as deep as allowed (lane borrowing) keeps its parkers unlinked, and they
+//!   then wake at once, like futex parkers (`engine/group.rs`).
 //!
 //! [`unpark_on_readiness`]: Parker::unpark_on_readiness
 
@@ -28,6 +31,7 @@ use crate::sys::futex;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering::*};
+use std::sync::OnceLock;
 
 const EMPTY: u32 = 0;
 const PARKED: u32 = 1;
@@ -38,12 +42,12 @@ const BELL: u64 = 0;
 /// Data word of the handle set's epoll fd (the link) in a linked parker's set.
 const LINK: u64 = 1;
 
-/// A linked parker's epoll set, its token eventfd and the handle set it links to.
+/// A linkable parker's epoll set, its token eventfd and, once linked, the handle set.
 #[derive(Debug)]
 struct Link {
     set: Epoll,
     bell: EventFd,
-    handles: RawFd,
+    handles: OnceLock<RawFd>,
 }
 
 /// A single-owner parker; any thread may `unpark` it.
@@ -62,18 +66,37 @@ impl Parker {
         }
     }
 
-    /// A parker linked to the handle set whose epoll fd is `handles` (module docs). The fd
-    /// must outlive the parker (the group owns both).
-    pub(crate) fn linked(handles: RawFd) -> io::Result<Parker> {
+    /// A parker that can be linked to a handle set ([`link`](Self::link), module docs). Until
+    /// it is, it parks on its token eventfd alone, and
+    /// [`unpark_on_readiness`](Self::unpark_on_readiness) unparks at once.
+    pub(crate) fn linkable() -> io::Result<Parker> {
         let set = Epoll::new()?;
         let bell = EventFd::new()?;
         set.add(bell.as_fd().as_raw_fd(), epoll::IN | epoll::ET, BELL)?;
-        // No interest until armed: ONESHOT alone never reports.
-        set.add(handles, epoll::ONESHOT, LINK)?;
         Ok(Parker {
             state: AtomicU32::new(EMPTY),
-            link: Some(Link { set, bell, handles }),
+            link: Some(Link {
+                set,
+                bell,
+                handles: OnceLock::new(),
+            }),
         })
+    }
+
+    /// Links a [`linkable`](Self::linkable) parker to the handle set whose epoll fd is
+    /// `handles`, which must outlive the parker (the group owns both). The link nests the
+    /// handle set in the parker's own, one level more of the kernel's epoll nesting
+    /// (`sys::epoll::MAX_NESTED_SETS`): `ELOOP` if that is too deep. Once, before its owner
+    /// first parks.
+    pub(crate) fn link(&self, handles: RawFd) -> io::Result<()> {
+        let Some(l) = &self.link else {
+            return Err(io::Error::other("a futex parker cannot be linked"));
+        };
+        // No interest until armed: ONESHOT alone never reports.
+        l.set.add(handles, epoll::ONESHOT, LINK)?;
+        l.handles
+            .set(handles)
+            .map_err(|_| io::Error::other("a parker is linked once"))
     }
 
     /// Blocks until the token is present, then consumes it. Only the owner thread calls this.
@@ -186,10 +209,14 @@ impl Parker {
     /// has one now (arms the link, `EPOLL_CTL_MOD` with `EPOLLIN | EPOLLONESHOT`). A futex
     /// parker: [`unpark`](Self::unpark).
     pub(crate) fn unpark_on_readiness(&self) {
-        match &self.link {
-            Some(l) => {
+        match self
+            .link
+            .as_ref()
+            .and_then(|l| Some((l, *l.handles.get()?)))
+        {
+            Some((l, handles)) => {
                 if l.set
-                    .modify(l.handles, epoll::IN | epoll::ONESHOT, LINK)
+                    .modify(handles, epoll::IN | epoll::ONESHOT, LINK)
                     .is_err()
                 {
                     // Cannot happen for a live set; an eager wake is always correct.
@@ -267,7 +294,14 @@ mod tests {
         let handles = Epoll::new().unwrap();
         let ev = EventFd::new().unwrap();
         handles.add(ev.as_fd().as_raw_fd(), epoll::IN, 7).unwrap();
-        let p = Parker::linked(handles.as_fd().as_raw_fd()).unwrap();
+        let p = Parker::linkable().unwrap();
+        // Not linked yet: an arming unparks at once.
+        p.unpark_on_readiness();
+        assert!(
+            p.park_until(crate::sys::now_ns() + 10_000_000_000),
+            "unlinked: not woken"
+        );
+        p.link(handles.as_fd().as_raw_fd()).unwrap();
         let soon = || crate::sys::now_ns() + 50_000_000;
 
         p.unpark();

@@ -50,6 +50,12 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// `d` in nanoseconds, or `None` for 2^64 ns or more (about 584 years): never the wrapped value
+/// `d.as_nanos() as u64` gives. Callers refuse a period that long and saturate a delay.
+pub(crate) fn duration_ns(d: std::time::Duration) -> Option<u64> {
+    u64::try_from(d.as_nanos()).ok()
+}
+
 /// `CAP_IPC_LOCK` (linux/capability.h; the libc crate does not define capability numbers).
 pub(crate) const CAP_IPC_LOCK: u32 = 14;
 /// `CAP_SYS_NICE` (linux/capability.h).

@@ -33,9 +33,11 @@ pub fn sleep_until(deadline_ns: u64) -> Sleep {
     Sleep { deadline_ns }
 }
 
-/// Completes after `d` (from now).
+/// Completes after `d` (from now). A delay of 2^64 ns or more (about 584 years) saturates: it
+/// completes at the end of `CLOCK_MONOTONIC`'s range, that is never (it is not wrapped to a
+/// short one).
 pub fn sleep(d: Duration) -> Sleep {
-    sleep_until(sys::now_ns().saturating_add(d.as_nanos() as u64))
+    sleep_until(sys::now_ns().saturating_add(sys::duration_ns(d).unwrap_or(u64::MAX)))
 }
 
 /// The future of [`sleep_until`] and [`sleep`].
@@ -107,22 +109,30 @@ pub struct Interval {
 /// Ticks every `period`, the first one `period` from now.
 ///
 /// # Panics
-/// If `period` is zero.
+/// If `period` is zero or 2^64 ns or more (about 584 years), as a callback timer's period is
+/// refused ([`TimerControl::arm_periodic`](crate::timer::TimerControl::arm_periodic)); never
+/// wrapped to a short one.
 pub fn interval(period: Duration) -> Interval {
-    let p = period.as_nanos() as u64;
-    interval_at(sys::now_ns().saturating_add(p), period)
+    let period_ns = period_ns(period);
+    interval_at(sys::now_ns().saturating_add(period_ns), period)
 }
 
 /// Ticks every `period`, the first one at `first_ns`.
 ///
 /// # Panics
-/// If `period` is zero.
+/// As [`interval`]: if `period` is zero or 2^64 ns or more.
 pub fn interval_at(first_ns: u64, period: Duration) -> Interval {
-    let period_ns = period.as_nanos() as u64;
-    assert!(period_ns > 0, "an interval needs a period above zero");
     Interval {
         next_ns: first_ns,
-        period_ns,
+        period_ns: period_ns(period),
+    }
+}
+
+/// An interval's period in ns; panics (the documented refusal) outside 1 ns ..= 2^64 - 1 ns.
+fn period_ns(period: Duration) -> u64 {
+    match sys::duration_ns(period) {
+        Some(ns) if ns > 0 => ns,
+        _ => panic!("an interval needs a period of 1 ns to 2^64 - 1 ns, not {period:?}"),
     }
 }
 
@@ -162,5 +172,42 @@ impl Future for TickFuture<'_> {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A delay of 2^64 ns or more saturates; `as u64` wrapped 2^64 ns to 0, a sleep that
+    /// completed at once.
+    #[test]
+    fn a_delay_beyond_u64_ns_saturates() {
+        assert_eq!(sleep(Duration::MAX).deadline_ns(), u64::MAX);
+        let just_past = Duration::from_nanos(u64::MAX) + Duration::from_nanos(1);
+        assert_eq!(sleep(just_past).deadline_ns(), u64::MAX);
+        let now = sys::now_ns();
+        let soon = sleep(Duration::from_millis(1)).deadline_ns();
+        assert!(soon >= now + 1_000_000 && soon < u64::MAX);
+    }
+
+    /// The largest period that fits is taken as it is; one more nanosecond is refused naming
+    /// the range, and `Duration::MAX` too (`as u64` took the low 64 bits of its nanoseconds).
+    #[test]
+    fn the_longest_interval_period_is_taken_and_one_more_ns_refused() {
+        let longest = Duration::from_nanos(u64::MAX);
+        let iv = interval_at(5, longest);
+        assert_eq!((iv.next_ns(), iv.period_ns), (5, u64::MAX));
+        assert_eq!(
+            interval(longest).next_ns(),
+            u64::MAX,
+            "the first tick saturates"
+        );
+        let refused =
+            std::panic::catch_unwind(|| interval_at(5, longest + Duration::from_nanos(1)));
+        let message = *refused.expect_err("refused").downcast::<String>().unwrap();
+        assert!(message.contains("1 ns to 2^64 - 1 ns"), "{message}");
+        assert!(std::panic::catch_unwind(|| interval(Duration::MAX)).is_err());
+        assert!(std::panic::catch_unwind(|| interval(Duration::ZERO)).is_err());
     }
 }

@@ -1,5 +1,5 @@
 //! Two processes exchanging commands and telemetry through Zenoh on loopback, priorities
-//! mapped to lanes (configs/zenoh-robot.toml, configs/zenoh-operator.toml).
+//! mapped to lanes (zenoh/configs/robot.toml, zenoh/configs/operator.toml).
 //!
 //! `cargo run --release -p lfrt-zenoh --example robot` is the operator: it starts a copy of
 //! itself as the robot (`robot robot`), sends 200 `move` commands at real-time priority (and a
@@ -32,7 +32,7 @@ fn runtime(lanes: &[(&str, u8)]) -> Result<Runtime, lfrt::Error> {
 }
 
 fn config(name: &str) -> Result<Config, lfrt_zenoh::Error> {
-    Config::load(format!("{}/../configs/{name}", env!("CARGO_MANIFEST_DIR")).as_ref())
+    Config::load(format!("{}/configs/{name}", env!("CARGO_MANIFEST_DIR")).as_ref())
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -40,7 +40,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return robot();
     }
     let mut rt = runtime(&[("display", 60)])?;
-    let mut bridge = Bridge::open(&config("zenoh-operator.toml")?)?;
+    let mut bridge = Bridge::open(&config("operator.toml")?)?;
     let (seen, worst_us) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let (s, w) = (seen.clone(), worst_us.clone());
     bridge.route(&rt, "display", move |t, _ctx| {
@@ -87,7 +87,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// The robot: applies commands on its control lane, answers with telemetry from that lane.
 fn robot() -> Result<(), Box<dyn std::error::Error>> {
     let mut rt = runtime(&[("control", 80), ("bulk", 10)])?;
-    let mut bridge = Bridge::open(&config("zenoh-robot.toml")?)?;
+    let mut bridge = Bridge::open(&config("robot.toml")?)?;
     let outbox: Arc<OnceLock<lfrt_zenoh::Outbox>> = Arc::default();
     let (ob, moves, logs) = (
         outbox.clone(),

@@ -4,7 +4,7 @@
 use std::process::Command;
 
 fn doctor(env: Option<&str>) -> (i32, String) {
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/zenoh-robot.toml");
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/robot.toml");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lfrt-zenoh"));
     cmd.args(["doctor", file]).env_remove("ZENOH_RUNTIME");
     if let Some(e) = env {

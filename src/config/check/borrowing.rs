@@ -5,10 +5,15 @@ use super::*;
 use crate::engine::follower_queue::Promotion;
 use crate::sys::sched;
 
-/// The most epoll instances the kernel nests in one another (`EP_MAX_NESTS` 4 levels below the
-/// outermost; a sixth fails `epoll_ctl` with ELOOP, measured): the longest borrowing chain,
-/// in lanes.
-pub(crate) const MAX_EPOLL_CHAIN: usize = 5;
+/// The longest borrowing chain, in lanes. The kernel nests at most 5 epoll instances in one
+/// another (`EP_MAX_NESTS`: 4 levels below the outermost; `epoll_ctl` refuses a sixth with
+/// ELOOP, which `epoll_nesting_is_the_kernels` checks on the running kernel). A chain of lanes
+/// is a chain of nested epoll sets, and one level more is kept for a gate: the private epoll
+/// set of a `tcp-echo` or [`Framed`](crate::sources::stream::Framed) listener, and of each
+/// `Framed` connection, is a member of its lane's set. A gate on the lane at the top of the
+/// chain (its innermost set) makes the chain's sets one deeper; `check` cannot see a listener
+/// registered in code, so every chain keeps that level.
+pub(crate) const MAX_EPOLL_CHAIN: usize = 4;
 
 impl RuntimeConfig {
     /// Lane borrowing (`borrow_from`, `max_borrowed`; `borrow.rs`): a real-time lane borrows
@@ -144,7 +149,7 @@ impl RuntimeConfig {
         }
         // Each borrower's epoll instance is nested in its lenders': a chain of lanes is a chain
         // of nested epoll instances, which the kernel refuses (epoll_ctl ELOOP) deeper than
-        // MAX_EPOLL_CHAIN. Lanes borrow only from lower ones, so the chains end.
+        // MAX_EPOLL_CHAIN and a gate. Lanes borrow only from lower ones, so the chains end.
         fn chain<'a>(c: &'a RuntimeConfig, g: &'a GroupConfig) -> Vec<&'a str> {
             let longest = g
                 .borrow_from
@@ -163,11 +168,13 @@ impl RuntimeConfig {
                     "borrow_from",
                     format!(
                         "the borrowing chain {} is {} lanes deep: each borrower's epoll instance \
-                         is nested in its lenders', and the kernel nests epoll instances at most \
-                         {MAX_EPOLL_CHAIN} deep (EP_MAX_NESTS; epoll_ctl fails with ELOOP); \
-                         borrow from fewer levels",
+                         is nested in its lenders', a listener's gate (tcp-echo, Framed) is one \
+                         more inside its lane's, and the kernel nests epoll instances at most {} \
+                         deep (EP_MAX_NESTS; epoll_ctl fails with ELOOP), so a chain is at most \
+                         {MAX_EPOLL_CHAIN} lanes; borrow from fewer levels",
                         lanes.join(" → "),
-                        lanes.len()
+                        lanes.len(),
+                        MAX_EPOLL_CHAIN + 1
                     ),
                 ));
             }

@@ -7,6 +7,8 @@
 
 mod binds;
 mod borrowing;
+#[cfg(test)]
+pub(crate) use borrowing::MAX_EPOLL_CHAIN;
 mod bound;
 mod deadline;
 mod settings;

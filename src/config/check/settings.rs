@@ -290,7 +290,22 @@ fn check_handler(here: Section, h: &HandlerConfig, seen: &mut Seen<'_>) -> Resul
         message,
     };
     match h {
-        HandlerConfig::UdpEcho { bind, work_us } | HandlerConfig::TcpEcho { bind, work_us } => {
+        HandlerConfig::UdpEcho { bind, work_us } | HandlerConfig::TcpEcho { bind, work_us, .. } => {
+            if let HandlerConfig::TcpEcho {
+                max_connections, ..
+            } = h
+            {
+                if *max_connections == 0 || *max_connections > crate::engine::word::MAX_HANDLES {
+                    return Err(hbad(
+                        "max_connections",
+                        format!(
+                            "{max_connections}: must be 1..={} (each connection also takes \
+                             one of the group's max_handles)",
+                            crate::engine::word::MAX_HANDLES
+                        ),
+                    ));
+                }
+            }
             if *work_us > 100_000 {
                 return Err(hbad(
                     "work_us",
