@@ -45,7 +45,7 @@
 //!   lock and never runs the handler beside it; the slot generation drops an event of a
 //!   removed handle (`handle_set.rs`). Nothing here depends on *which* thread called
 //!   `epoll_wait`: lending adds callers of the same wait on the same epoll instance, which is
-//!   exactly the argument of the concurrent promotion mode (`group.rs`);
+//!   exactly the argument of the concurrent promotion mode (`dispatch.rs`);
 //! * **every event is dispatched exactly once**: `epoll_wait` removes what it returns under the
 //!   epoll instance's lock, so an event goes to the borrower's leader or to one lent thread; a
 //!   lent thread whose `epoll_wait(…, 0)` finds nothing (the leader or another lent thread was
@@ -296,7 +296,7 @@ mod loom_tests {
         w.poll();
     }
 
-    /// One lender turn on a report, as `group.rs` runs it. Returns whether it dispatched.
+    /// One lender turn on a report, as `lend.rs` runs it. Returns whether it dispatched.
     fn lend(gate: &Gate, w: &Mutex<World>) -> bool {
         {
             let mut g = w.lock().unwrap();

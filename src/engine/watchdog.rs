@@ -8,7 +8,7 @@
 //! when the handler returns.
 //!
 //! The demotion itself, its restore and their protocol belong to the thread's slot
-//! (`ThreadSlot::demote` / `restore_if_demoted` in `group.rs`); this thread only decides when.
+//! (`ThreadSlot::demote` / `restore_if_demoted` in `slot.rs`); this thread only decides when.
 //! A demotion changes the target's policy only: the watchdog keeps its own nice value, so it
 //! keeps its share of the CPU against the runaway it has just demoted.
 //!
