@@ -58,10 +58,22 @@
 //! from [`Lane::bound_pool`](crate::Lane::bound_pool). A pool built with
 //! [`BoundPool::new`] is served by threads of the caller's own, as below.
 //!
+//! # Layer
+//! * **Owns:** the bound pool ([`BoundPool`], this file), its wire format and receive buffer
+//!   (`frame.rs`), its hand-off state machine (`table.rs`) and a bound pool as a runtime
+//!   group's body (`lane.rs`: the connection made when the group is built, the waiters leased
+//!   then, served through the engine's `Served` trait).
+//! * **May use:** the engine (the promotion protocol, follower queue, handle set, data word,
+//!   handler interface and `Served`), `observe` (its counters, [`BoundStats`], live there),
+//!   `sync`, `sys` and `error`.
+//! * **Must never use:** `config` (a bound group's sizes arrive as a [`BoundConfig`] that
+//!   `config` builds), `runtime`, the sources or `task`. Only `config` (the `[group.bound]`
+//!   document) and `runtime` (connecting and serving bound groups) use it.
+//!
 //! # Invariants
 //! The state machine is `bound/table.rs`, built on the runtime's one Leader/Followers protocol
-//! (`leader.rs`: leader slot, follower queue, promotion and parkers, shared with the unbound
-//! groups and extended with the hand-off of a reply to a named follower): one PI lock, no
+//! (`engine/leader.rs`: leader slot, follower queue, promotion and parkers, shared with the
+//! unbound groups and extended with the hand-off of a reply to a named follower): one PI lock, no
 //! system calls but the lock's and the parkers', checked by loom models (`scripts/loom.sh`;
 //! in `leader.rs`: hand-off, failure, shutdown, a timeout racing a hand-off; in `table.rs`:
 //! reverse-order hand-off, connection close, timeout with a late reply, deferral to a serving

@@ -52,9 +52,9 @@
 //!   first) dispatches nothing;
 //! * **the borrowed count never exceeds `max_borrowed`**: [`Gate::try_take`] increments it only
 //!   below the limit (one compare-and-swap loop), [`Gate::give_back`] after the dispatch;
-//! * **no lost borrow** (the model [`loom_tests`] checks it): while the borrower has no leader,
-//!   its events have a lender coming: the link is armed in the kernel, or a lender holds its
-//!   report and will look, or a borrowed thread is dispatching and will re-arm it. The arming
+//! * **no lost borrow** (the loom models in `loom_tests` check it): while the borrower has no
+//!   leader, its events have a lender coming: the link is armed in the kernel, or a lender holds
+//!   its report and will look, or a borrowed thread is dispatching and will re-arm it. The arming
 //!   flag only saves `epoll_ctl` calls: `arm` calls the kernel when it turns the flag on, and a
 //!   lender turns it off *before* it looks at the borrower's leader, so a vacancy that began
 //!   after that look arms again; a lender refused by the count leaves the link disarmed, but

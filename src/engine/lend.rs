@@ -15,8 +15,9 @@ impl PoolThread<'_> {
     /// A lender's turn (module docs of `borrow.rs`): this thread (its own lane's promotion
     /// done) was woken by the link of lane `to`, which may have no idle thread. If so, and
     /// `max_borrowed` allows, it raises itself to that lane's priority, dispatches one of its
-    /// events with that lane's handle set and its own [`Context`] (naming that lane while the
-    /// handler runs), and restores itself. No allocation; in user space no lock but PI locks.
+    /// events with that lane's handle set and its own [`Context`](crate::Context) (naming that
+    /// lane while the handler runs), and restores itself. No allocation; in user space no lock
+    /// but PI locks.
     ///
     /// `lender` is the lane whose epoll set reported the link: its own, or, when the event it
     /// took from a borrower's set is that borrower's own link to a lane higher still, the

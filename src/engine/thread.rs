@@ -9,10 +9,11 @@
 //! rejoins while a sibling is mid-handler, so a sibling preempted while holding its disarmed
 //! handle finishes first.
 //!
-//! A thread of a **bound** group ([`GroupConfig::bound`]) makes the same set-up, (1) and (2),
-//! then takes the waiter leased for it when the group was built and serves the group's
-//! [`BoundPool`] (`crate::bound`: the same [`Protocol`], over the pool's slots) until the group
-//! stops; `Group::stop` shuts the pool down too.
+//! A thread of a **bound** group ([`GroupConfig::bound`](crate::GroupConfig::bound)) makes
+//! the same set-up, (1) and (2), then takes the waiter leased for it when the group was built
+//! and serves the group's [`BoundPool`](crate::bound::BoundPool) (the same
+//! [`Protocol`](crate::engine::leader::Protocol), over the pool's slots) until the group stops;
+//! `Group::stop` shuts the pool down too.
 //!
 
 use crate::engine::dispatch::PoolThread;

@@ -66,7 +66,7 @@ pub fn cpu_work(ns: u64) {
     burn_cpu(ns);
 }
 
-/// [`cpu_work`]'s body, which the built-in handlers' `work_us` uses with or without the
+/// `cpu_work`'s body, which the built-in handlers' `work_us` uses with or without the
 /// `tools` feature.
 pub(crate) fn burn_cpu(ns: u64) {
     if ns == 0 {
@@ -671,7 +671,7 @@ impl EventHandler for TcpEchoStream {
 /// let mut rt = Runtime::new(RuntimeConfig::default())?;
 /// let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
 /// let mut t = Timer::new()?;
-/// t.arm(lfrt::os::now_ns() + 1_000_000, 1_000_000)?; // 1 kHz
+/// t.arm(lfrt::time::now_ns() + 1_000_000, 1_000_000)?; // 1 kHz
 /// control.registry().register(Box::new(PeriodicTimer::new(t)))?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

@@ -113,7 +113,7 @@ impl RuntimeConfig {
     ///
     /// The last two are point-in-time checks: another process may take a port or memory between
     /// this call and [`Runtime::new`](crate::Runtime::new), which then fails with
-    /// [`Error::Bind`](crate::Error::Bind) (or cannot lock its memory).
+    /// [`Error::Bind`] (or cannot lock its memory).
     pub fn validate(&self) -> Result<(), Invalid> {
         self.validate_with_cpus(&sched::online_cpus())
     }
