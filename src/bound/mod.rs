@@ -63,7 +63,7 @@
 //!   (`frame.rs`), its hand-off state machine (`table.rs`) and a bound pool as a runtime
 //!   group's body (`lane.rs`: the connection made when the group is built, the waiters leased
 //!   then, served through the engine's `Served` trait).
-//! * **May use:** the engine (the promotion protocol, follower queue, handle set, data word,
+//! * **May use:** `engine` (the promotion protocol, follower queue, handle set, data word,
 //!   handler interface and `Served`), `observe` (its counters, [`BoundStats`], live there),
 //!   `sync`, `sys` and `error`.
 //! * **Must never use:** `config` (a bound group's sizes arrive as a [`BoundConfig`] that

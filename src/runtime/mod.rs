@@ -3,8 +3,8 @@
 //! * **Owns:** [`Runtime`] and what it hands out ([`Lane`], [`Stopper`], [`MetricsHandle`]).
 //!   Building (this file: `new`, `add_group`, `lane`), starting (`start.rs`), stopping
 //!   (`stop.rs`) and reporting (`report.rs`) are one file each.
-//! * **May use:** every layer below it (`config`, `bound`, `sources`, `engine`, `observe`,
-//!   `sync`, `sys`).
+//! * **May use:** every layer below it (`config`, `bound`, `task`, `sources`, `engine`,
+//!   `observe`, `sync`, `sys`, `error`).
 //! * **Must never use:** the tools crate. Nothing in the library imports `runtime` but
 //!   `lib.rs`'s re-exports.
 
