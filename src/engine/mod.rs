@@ -22,6 +22,8 @@ pub(crate) mod handler;
 pub(crate) mod leader;
 mod lend;
 pub(crate) mod slot;
+#[cfg(all(test, not(loom)))]
+mod testing;
 pub(crate) mod thread;
 pub(crate) mod watchdog;
 pub(crate) mod word;
