@@ -50,7 +50,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cfg = RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        metrics: None,
         groups: Vec::new(), // added below, each returning its Lane
         bands: Vec::new(),
     };

@@ -197,7 +197,9 @@ impl fmt::Display for Report {
 /// The loader's [`lfrt::Error::Config`] (file, line and field) if the configuration cannot be
 /// read or is invalid; `lfrt doctor` exits 2 with it.
 pub fn run(config: Option<&Path>) -> Result<Report, lfrt::Error> {
-    let cfg = config.map(lfrt::load_config).transpose()?;
+    let cfg = config
+        .map(|path| crate::overrides::load(path, &[]).map(|loaded| loaded.config))
+        .transpose()?;
     let machine = Machine::read(cfg.as_ref());
     Ok(diagnose(&machine, config.zip(cfg.as_ref())))
 }

@@ -746,7 +746,6 @@ fn runtime_of(groups: Vec<lfrt::GroupConfig>) -> lfrt::Runtime {
     lfrt::Runtime::new(lfrt::RuntimeConfig {
         rt: lfrt::RtMode::Required,
         lock_memory: false,
-        metrics: None,
         groups,
         bands: Vec::new(),
     })

@@ -33,7 +33,6 @@ fn runtime(g: GroupConfig, lock_memory: bool) -> Runtime {
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory,
-        metrics: None,
         groups: vec![g],
         bands: Vec::new(),
     })
@@ -410,7 +409,6 @@ fn watchdog_reports_and_demotes_an_overrunning_handler() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        metrics: None,
         groups: vec![slow, fast],
         bands: Vec::new(),
     })
@@ -502,7 +500,6 @@ fn watchdog_keeps_its_own_nice_after_a_demotion() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        metrics: None,
         groups: vec![slow],
         bands: Vec::new(),
     })
@@ -752,7 +749,6 @@ fn zero_allocations_banded_sockets() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        metrics: None,
         groups: vec![control, bulk],
         bands: vec![BandConfig {
             bind: addr,
@@ -825,7 +821,6 @@ fn zero_allocations_borrowed() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        metrics: None,
         groups: vec![high, low],
         bands: Vec::new(),
     })

@@ -306,6 +306,90 @@ fn metrics_flag_is_an_override() {
     );
 }
 
+/// `[runtime] metrics` in a file: the command's own key, which lfrt's loader does not know. The
+/// command takes it out, accepts a good address (check, doctor), and refuses, at the key's line
+/// or naming the override, what `run` could not serve.
+#[test]
+fn the_metrics_key_is_the_commands_and_checked_as_run_would_fail_on_it() {
+    let dir = std::env::temp_dir().join(format!("lfrt-overrides-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("metrics.toml");
+    let f = file.to_str().unwrap();
+    let free_tcp = || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    // Line 2 is the key; the lane has a tcp-echo handler (`tcp`, an address) and a udp-echo
+    // handler on 127.0.0.1:`udp`.
+    let write = |metrics: &str, tcp: &str, udp: u16| {
+        let text = format!(
+            "[runtime]\nmetrics = {metrics}\n\n[[group]]\nname = \"a\"\npolicy = \"other\"\n\
+             priority = 0\n[[group.handler]]\nkind = \"tcp-echo\"\nbind = \"{tcp}\"\n\
+             [[group.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:{udp}\"\n"
+        );
+        std::fs::write(&file, text).unwrap();
+    };
+    let tcp = format!("127.0.0.1:{}", free_tcp());
+
+    // A good address; a udp-echo on its port does not collide with a TCP listener.
+    let port = free_tcp();
+    write(&format!("\"127.0.0.1:{port}\""), &tcp, port);
+    stdout(&lfrt(&["check", f], &[]));
+    let doctor = lfrt(&["doctor", f], &[]);
+    assert_ne!(
+        doctor.status.code(),
+        Some(2),
+        "doctor reads the file: {doctor:?}"
+    );
+
+    let refused = |metrics: &str, tcp: &str| {
+        write(metrics, tcp, 9);
+        stderr(&lfrt(&["check", f], &[]))
+    };
+    let at = format!("lfrt: {f}:2: invalid `runtime.metrics`: ");
+    for (metrics, why) in [
+        (
+            r#""localhost""#.to_string(),
+            r#"`"localhost"` is not an address"#.to_string(),
+        ),
+        ("9464".to_string(), "`9464` is not an address".to_string()),
+        (
+            r#""0.0.0.0:9464""#.to_string(),
+            "0.0.0.0:9464: give an explicit".to_string(),
+        ),
+        (
+            r#""127.0.0.1:0""#.to_string(),
+            "127.0.0.1:0: give an explicit".to_string(),
+        ),
+        (
+            format!("\"{tcp}\""),
+            format!("{tcp} collides with {tcp} of `group[0].handler[0].bind`"),
+        ),
+    ] {
+        let e = refused(&metrics, &tcp);
+        assert!(e.starts_with(&format!("{at}{why}")), "{metrics}: {e}");
+    }
+    // A wildcard tcp-echo on the port collides as well: the kernel decides, not a comparison.
+    let port = free_tcp();
+    let e = refused(&format!("\"127.0.0.1:{port}\""), &format!("0.0.0.0:{port}"));
+    assert!(e.contains(&format!("collides with 0.0.0.0:{port}")), "{e}");
+    // In use now.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = held.local_addr().unwrap();
+    let e = refused(&format!("\"{taken}\""), &tcp);
+    assert!(e.starts_with(&format!("{at}cannot bind {taken}")), "{e}");
+    // Overridden: the override is blamed.
+    let e = stderr(&lfrt(
+        &["check", f, "--set", "runtime.metrics=[::]:9464"],
+        &[],
+    ));
+    assert!(
+        e.starts_with("lfrt: invalid `--set runtime.metrics=[::]:9464`: [::]:9464: give"),
+        "{e}"
+    );
+    std::fs::remove_file(&file).unwrap();
+}
+
 /// A file with a `[[band]]` and a bound group, written for one test.
 fn band_file(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("lfrt-overrides-{}", std::process::id()));

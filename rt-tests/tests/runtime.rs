@@ -15,7 +15,6 @@ fn cfg(groups: Vec<GroupConfig>) -> RuntimeConfig {
     RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        metrics: None,
         groups,
         bands: Vec::new(),
     }
@@ -255,7 +254,6 @@ fn threads_run_at_configured_policy_priority_and_cpus() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        metrics: None,
         groups: vec![hi, lo],
         bands: Vec::new(),
     })
@@ -397,7 +395,6 @@ fn deadline_lane_runs_under_sched_deadline_with_its_reservation() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        metrics: None,
         groups: vec![g],
         bands: Vec::new(),
     })
@@ -441,7 +438,6 @@ fn a_narrowed_affinity_is_not_reported_as_a_missing_privilege() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        metrics: None,
         groups: vec![g],
         bands: Vec::new(),
     })

@@ -16,7 +16,6 @@ fn lane() -> Runtime {
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        metrics: None,
         groups: vec![g],
         bands: Vec::new(),
     })

@@ -8,7 +8,6 @@ fn cfg(groups: Vec<GroupConfig>) -> RuntimeConfig {
     RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        metrics: None,
         groups,
         bands: Vec::new(),
     }
@@ -272,45 +271,6 @@ fn ephemeral_ports_never_conflict() {
         work_us: 0,
     });
     cfg(vec![a, b]).validate_on(&machine()).unwrap();
-}
-
-#[test]
-fn metrics_address_is_validated() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut c = cfg(vec![GroupConfig::new("a", Policy::Fifo, 80)]);
-    c.metrics = Some(format!("127.0.0.1:{port}").parse().unwrap());
-    c.validate_on(&machine()).unwrap();
-    for wrong in ["127.0.0.1:0", "0.0.0.0:9464", "[::]:9464"] {
-        c.metrics = Some(wrong.parse().unwrap());
-        let e = c.validate_on(&machine()).unwrap_err();
-        assert_eq!(e.path(), "runtime.metrics", "{wrong}");
-    }
-    // A tcp-echo on the same port collides; a udp-echo does not.
-    c.metrics = Some(format!("127.0.0.1:{port}").parse().unwrap());
-    c.groups[0].handlers.push(udp(&format!("0.0.0.0:{port}")));
-    c.check_settings(&[0, 1]).unwrap();
-    c.groups[0].handlers.push(HandlerConfig::TcpEcho {
-        bind: format!("0.0.0.0:{port}").parse().unwrap(),
-        work_us: 0,
-    });
-    let e = c.check_settings(&[0, 1]).unwrap_err();
-    assert_eq!(e.path(), "runtime.metrics");
-    assert!(
-        e.message.contains("group[0].handler[1].bind"),
-        "{}",
-        e.message
-    );
-    // A port in use now is refused like a handler's.
-    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    c.groups[0].handlers.clear();
-    c.metrics = Some(held.local_addr().unwrap());
-    let e = c.validate_on(&machine()).unwrap_err();
-    assert_eq!(e.path(), "runtime.metrics");
-    assert!(e.message.contains("in use"), "{}", e.message);
 }
 
 #[test]

@@ -383,7 +383,6 @@ pub(crate) fn from_flags(
             RtMode::Required
         },
         lock_memory: a.mlockall,
-        metrics: None,
         groups: vec![g],
         bands: Vec::new(),
     };

@@ -87,7 +87,6 @@ pub fn lane(threads: usize) -> lfrt::Runtime {
     lfrt::Runtime::new(lfrt::RuntimeConfig {
         rt: lfrt::RtMode::BestEffort,
         lock_memory: false,
-        metrics: None,
         groups: vec![g],
         bands: Vec::new(),
     })

@@ -1,6 +1,6 @@
 //! The validation and probe step: everything `check` refuses and `run` would fail on, checked
-//! without starting anything. One file per table or concern: the settings of `[runtime]`,
-//! each `[[group]]` and its handlers (`settings.rs`), deadline lanes against the kernel's
+//! without starting anything. One file per table or concern: the settings of each
+//! `[[group]]` and its handlers (`settings.rs`), deadline lanes against the kernel's
 //! rules (`deadline.rs`), lane borrowing (`borrowing.rs`), bound groups (`bound.rs`), and
 //! the bind checks (`binds.rs`); the memory plan is `memory.rs` beside it. Each returns the
 //! first [`Invalid`] it finds, naming its section and field.

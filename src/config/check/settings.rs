@@ -1,5 +1,5 @@
-//! The settings of each table: `[runtime]`, every `[[group]]` and its `[[group.handler]]`s, one
-//! check per table.
+//! The settings of each table: every `[[group]]` and its `[[group.handler]]`s, one check per
+//! table (`[runtime]`'s two settings need none).
 
 use super::super::*;
 use super::*;
@@ -40,7 +40,6 @@ impl RuntimeConfig {
                 )?;
             }
         }
-        self.check_runtime(&seen)?;
         self.check_thread_priorities(&seen)
     }
 
@@ -202,36 +201,6 @@ impl RuntimeConfig {
                     handles, g.max_handles
                 ),
             ));
-        }
-        Ok(())
-    }
-
-    /// `[runtime]`: the metrics address.
-    fn check_runtime(&self, seen: &Seen<'_>) -> Result<(), Invalid> {
-        if let Some(m) = self.metrics {
-            let bad_metrics = |message: String| Invalid {
-                section: Section::Runtime,
-                field: "metrics",
-                message,
-            };
-            // A scraper must know the port, and serving every interface must be written out.
-            if m.port() == 0 || m.ip().is_unspecified() {
-                return Err(bad_metrics(format!(
-                    "{m}: give an explicit address and port, like \"127.0.0.1:9464\" (no port 0, \
-                     no wildcard address)"
-                )));
-            }
-            // The exporter is a TCP listener: only a tcp-echo handler can take its port.
-            if let Some((_, other, at)) = seen
-                .addrs
-                .iter()
-                .find(|(tcp, a, _)| *tcp && addresses_collide(*a, m))
-            {
-                return Err(bad_metrics(format!(
-                    "{m} collides with {other} of `{}`",
-                    at.path("bind")
-                )));
-            }
         }
         Ok(())
     }
