@@ -103,7 +103,8 @@ pub use config::{
 pub use engine::dispatch::WARMUP_DISPATCHES;
 pub use engine::follower_queue::{Promotion, MAX_GROUP_THREADS};
 pub use engine::handler::{
-    Context, Disposition, Event, EventHandler, Interest, Registry, DATAGRAM_BATCH,
+    Context, Datagram, DatagramBatch, Disposition, Event, EventHandler, Interest, Registry,
+    DATAGRAM_BATCH,
 };
 pub use engine::word::Token;
 pub use error::Error;
@@ -114,7 +115,6 @@ pub use observe::metrics::{GroupMetrics, Incident};
 pub use runtime::{Lane, MetricsHandle, Runtime, StartReport, Stopper, SHUTDOWN_TIMEOUT};
 pub use sources::source::{Notifier, Timer};
 pub use sync::pi_mutex::{PiMutex, PiMutexGuard};
-pub use sys::net::{Datagram, DatagramBatch};
 
 /// (With the `tools` feature: the measuring side's hooks, not a service's API.)
 ///

@@ -79,6 +79,12 @@ pub(crate) fn burn_cpu(ns: u64) {
     }
 }
 
+/// `work_us` of the built-in echoes. It stays in the library, unlike `cpu_work`: it is a field
+/// of the configuration file (`[[group.handler]]`, `[[band]]`) and of the echoes' public
+/// constructors, and putting it behind a feature would make the file format and those
+/// signatures depend on the build. It is how a configuration alone stands for a service whose
+/// handlers cost something (what `lfrt run`, the benchmarks and the inversion experiments
+/// measure), bounded by validation (at most 100 ms an event), and costs one comparison at 0.
 fn busy_work(us: u64) {
     burn_cpu(us.saturating_mul(1000));
 }
