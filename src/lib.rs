@@ -131,7 +131,8 @@ pub mod os {
     pub use crate::sys::reuseport::set_tos;
     pub use crate::sys::sched::{
         affinity, available_cpus, current_cpu, effective_rt_priority, minor_faults, online_cpus,
-        read_back, set_current as set_current_sched, set_current_affinity, RtPrivilege, Sched,
+        parse_cpu_list, read_back, set_current as set_current_sched, set_current_affinity,
+        RtPrivilege, Sched,
     };
     pub use crate::sys::signal::{block_termination, wait_termination};
     pub use crate::sys::{gettid, now_ns};

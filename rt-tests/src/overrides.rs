@@ -107,31 +107,38 @@ pub fn load(file: &Path, overrides: &[Override]) -> Result<Loaded, Error> {
         field,
         message,
     };
+    // An error of lfrt's loader about this text, pointed at the file.
+    let of_file = |e: Error| match e {
+        Error::Config {
+            line,
+            field,
+            message,
+            ..
+        } => in_file(line, field, message),
+        other => other,
+    };
     let src = std::fs::read_to_string(file)
         .map_err(|e| in_file(None, "file".into(), format!("cannot read: {e}")))?;
     if overrides.is_empty() && lfrt::config_line(&src, METRICS).is_none() {
         // Nothing for this loader to do: lfrt's own, with its exact lines.
         return lfrt::parse_config(&src)
-            .map_err(|e| match e {
-                Error::Config {
-                    line,
-                    field,
-                    message,
-                    ..
-                } => in_file(line, field, message),
-                other => other,
-            })
+            .map_err(of_file)
             .map(|config| Loaded {
                 config,
                 metrics: None,
                 provenance: Vec::new(),
             });
     }
-    // Syntax errors of the file itself first, at their lines.
-    let mut doc: toml::Table = toml::from_str(&src).map_err(|e| {
-        let line = e.span().map(|s| line_of(&src, s.start));
-        in_file(line, "toml".into(), e.message().trim().to_string())
-    })?;
+    // Syntax errors of the file itself first, as lfrt's loader names them (at their lines).
+    let mut doc: toml::Table = match toml::from_str(&src) {
+        Ok(doc) => doc,
+        Err(e) => {
+            return Err(match lfrt::parse_config(&src) {
+                Err(syntax) => of_file(syntax),
+                Ok(_) => in_file(None, "toml".into(), e.message().trim().to_string()),
+            })
+        }
+    };
     // Path as errors name it, and the override that set it last.
     let mut applied: Vec<(String, Override)> = Vec::new();
     for o in overrides {
@@ -221,15 +228,6 @@ fn metrics_address(value: &toml::Value, cfg: &RuntimeConfig) -> Result<SocketAdd
     }
     drop(exporter);
     Ok(addr)
-}
-
-/// 1-based line of a byte offset.
-fn line_of(src: &str, offset: usize) -> usize {
-    src.as_bytes()[..offset.min(src.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
 }
 
 /// The index in `item[INDEX]`, or an error naming the expected form.

@@ -29,16 +29,6 @@ fn group(name: &str, promotion: Promotion) -> GroupConfig {
     g
 }
 
-fn runtime(g: GroupConfig, lock_memory: bool) -> Runtime {
-    Runtime::new(RuntimeConfig {
-        rt: RtMode::BestEffort,
-        lock_memory,
-        groups: vec![g],
-        bands: Vec::new(),
-    })
-    .unwrap()
-}
-
 fn target(m: &GroupMetrics) -> bool {
     m.dispatched >= DISPATCHES + (THREADS as u64) * WARMUP_DISPATCHES
 }
@@ -97,29 +87,33 @@ fn zero_allocations_udp() {
                 work_us: 0,
             });
         }
-        assert_no_allocations(&format!("udp/{p:?}"), runtime(g, false), |done| {
-            let stop = AtomicBool::new(false);
-            let stop = &stop;
-            std::thread::scope(|s| {
-                for a in &addrs {
-                    s.spawn(move || {
-                        let c = UdpSocket::bind("127.0.0.1:0").unwrap();
-                        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                        let mut buf = [0u8; 64];
-                        while !stop.load(Relaxed) {
-                            for _ in 0..4 {
-                                c.send_to(&[7u8; 32], a).unwrap();
+        assert_no_allocations(
+            &format!("udp/{p:?}"),
+            util::runtime(RtMode::BestEffort, false, vec![g]),
+            |done| {
+                let stop = AtomicBool::new(false);
+                let stop = &stop;
+                std::thread::scope(|s| {
+                    for a in &addrs {
+                        s.spawn(move || {
+                            let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+                            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                            let mut buf = [0u8; 64];
+                            while !stop.load(Relaxed) {
+                                for _ in 0..4 {
+                                    c.send_to(&[7u8; 32], a).unwrap();
+                                }
+                                for _ in 0..4 {
+                                    c.recv_from(&mut buf).expect("echo");
+                                }
                             }
-                            for _ in 0..4 {
-                                c.recv_from(&mut buf).expect("echo");
-                            }
-                        }
-                    });
-                }
-                assert!(util::wait_until(120, done));
-                stop.store(true, Relaxed);
-            });
-        });
+                        });
+                    }
+                    assert!(util::wait_until(120, done));
+                    stop.store(true, Relaxed);
+                });
+            },
+        );
     }
 }
 
@@ -136,7 +130,7 @@ fn zero_allocations_tcp_stream() {
             bind: addr,
             work_us: 0,
         });
-        let rt = runtime(g, false);
+        let rt = util::runtime(RtMode::BestEffort, false, vec![g]);
         let reg = rt.lane("tcp").unwrap().registry();
         assert_no_allocations(&format!("tcp/{p:?}"), rt, |done| {
             // Connection set-up (accept allocates the stream's handler) happens before the
@@ -175,7 +169,7 @@ fn zero_allocations_framed_stream() {
     use lfrt::stream::{Flow, Framed, Limits, Output};
     let _l = util::rt_lock();
     for p in PROMOTIONS {
-        let rt = runtime(group("stream", p), false);
+        let rt = util::runtime(RtMode::BestEffort, false, vec![group("stream", p)]);
         let reg = rt.lane("stream").unwrap().registry();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -228,7 +222,7 @@ fn zero_allocations_framed_stream() {
 fn zero_allocations_timerfd() {
     let _l = util::rt_lock();
     for p in PROMOTIONS {
-        let rt = runtime(group("timer", p), false);
+        let rt = util::runtime(RtMode::BestEffort, false, vec![group("timer", p)]);
         let reg = rt.lane("timer").unwrap().registry();
         let first = lfrt::os::now_ns() + 5_000_000;
         for k in 0..4 {
@@ -258,7 +252,7 @@ impl EventHandler for Take {
 fn zero_allocations_eventfd() {
     let _l = util::rt_lock();
     for p in PROMOTIONS {
-        let rt = runtime(group("efd", p), false);
+        let rt = util::runtime(RtMode::BestEffort, false, vec![group("efd", p)]);
         let reg = rt.lane("efd").unwrap().registry();
         let writers: Vec<OwnedFd> = (0..4)
             .map(|_| {
@@ -293,7 +287,7 @@ fn locked_memory_pool_threads_do_not_fault_in_steady_state() {
         bind: addr,
         work_us: 0,
     });
-    let mut rt = runtime(g, true);
+    let mut rt = util::runtime(RtMode::BestEffort, true, vec![g]);
     let rep = rt.start().unwrap();
     assert!(
         rep.memory_locked,
@@ -330,7 +324,7 @@ fn telemetry_samples_are_all_accounted_for() {
         count: 3,
         distance_us: 50,
     });
-    let mut rt = runtime(g, false);
+    let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     rt.start().unwrap();
     assert!(util::wait_until(30, || rt.metrics()[0].dispatched > 20_000));
     let m = rt.shutdown().unwrap();
@@ -670,7 +664,7 @@ fn an_allocating_handler_is_reported() {
     let _l = util::rt_lock();
     let mut g = group("alloc", Promotion::Priority);
     g.threads = 1;
-    let mut rt = runtime(g, false);
+    let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     let n = Notifier::new().unwrap();
     let w = n.as_fd().try_clone_to_owned().unwrap();
     rt.lane("alloc")
@@ -696,7 +690,7 @@ fn hygiene_counters_before_warmup_are_not_measured() {
     let _l = util::rt_lock();
     let mut g = group("cold", Promotion::Priority);
     g.threads = 2;
-    let mut rt = runtime(g, false);
+    let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     let n = Notifier::new().unwrap();
     let w = n.as_fd().try_clone_to_owned().unwrap();
     rt.lane("cold")

@@ -311,9 +311,7 @@ fn metrics_flag_is_an_override() {
 /// or naming the override, what `run` could not serve.
 #[test]
 fn the_metrics_key_is_the_commands_and_checked_as_run_would_fail_on_it() {
-    let dir = std::env::temp_dir().join(format!("lfrt-overrides-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("metrics.toml");
+    let file = tmp_file("metrics.toml", "");
     let f = file.to_str().unwrap();
     let free_tcp = || {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -390,13 +388,19 @@ fn the_metrics_key_is_the_commands_and_checked_as_run_would_fail_on_it() {
     std::fs::remove_file(&file).unwrap();
 }
 
-/// A file with a `[[band]]` and a bound group, written for one test.
-fn band_file(name: &str) -> std::path::PathBuf {
+/// A file `name` of this test process's own directory, holding `text`.
+fn tmp_file(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("lfrt-overrides-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
-    std::fs::write(
-        &p,
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// A file with a `[[band]]` and a bound group, written for one test.
+fn band_file(name: &str) -> std::path::PathBuf {
+    tmp_file(
+        name,
         "[[group]]\nname = \"control\"\npriority = 80\n\n\
          [[group]]\nname = \"bulk\"\npriority = 20\n\n\
          [[group]]\nname = \"db\"\npriority = 30\nthreads = 2\n\
@@ -405,8 +409,6 @@ fn band_file(name: &str) -> std::path::PathBuf {
          classify = { dscp = { 46 = \"control\", default = \"bulk\" } }\n\
          work_us = 5\n",
     )
-    .unwrap();
-    p
 }
 
 /// `band[I].KEY` reaches a `[[band]]` (bands have no names: by index, from 0) and
@@ -539,4 +541,17 @@ fn bands_and_bound_tables_are_overridden_too() {
         "{e}"
     );
     let _ = std::fs::remove_dir_all(file.parent().unwrap());
+}
+
+/// A syntax error in a file read with overrides is reported as lfrt's loader reports it without
+/// them: the same line, field and message.
+#[test]
+fn a_syntax_error_reads_the_same_with_and_without_overrides() {
+    let file = tmp_file("syntax.toml", "[[group]]\nname = \"a\"\npriority = = 5\n");
+    let f = file.to_str().unwrap();
+    let plain = stderr(&lfrt(&["check", f], &[]));
+    let overridden = stderr(&lfrt(&["check", f, "--set", "group.a.threads=2"], &[]));
+    assert!(plain.starts_with(&format!("lfrt: {f}:3: ")), "{plain}");
+    assert_eq!(plain, overridden);
+    std::fs::remove_file(&file).unwrap();
 }

@@ -289,15 +289,8 @@ fn required_rt_without_privilege_names_what_is_missing() {
         "[runtime]\nrt = \"required\"\n[[group]]\nname = \"g\"\npriority = 50\nthreads = 1\n",
     )
     .unwrap();
-    let have_setpriv = std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_ok();
-    if !have_setpriv {
-        util::skip(
-            "required_rt_without_privilege_names_what_is_missing",
-            "setpriv (util-linux) not installed",
-        );
+    let test = "required_rt_without_privilege_names_what_is_missing";
+    if !util::tools_installed(test, &["prlimit", "setpriv"]) {
         return;
     }
     let out = std::process::Command::new("prlimit")
@@ -544,12 +537,7 @@ fn nix_write(fd: &std::os::fd::OwnedFd) {
 #[test]
 fn best_effort_without_privilege_reports_the_kernels_policy_and_keeps_lane_order() {
     let test = "best_effort_without_privilege_reports_the_kernels_policy_and_keeps_lane_order";
-    if std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        util::skip(test, "setpriv (util-linux) not installed");
+    if !util::tools_installed(test, &["prlimit", "setpriv"]) {
         return;
     }
     let _l = util::rt_lock();

@@ -128,21 +128,18 @@ impl RuntimeConfig {
     /// already there: the runtime holds their sockets already, and binds the new group's itself
     /// (a failed bind is [`Error::Bind`]).
     pub(crate) fn validate_without_binds(&self) -> Result<(), Invalid> {
-        let machine = Machine::probe(sched::online_cpus());
-        self.check_settings(&machine.cpus)?;
-        self.check_bands()?;
-        self.check_bound()?;
-        self.check_deadlines(
-            &machine.cpus,
-            sched::rt_bandwidth(),
-            &DeadlineKernel::probe(),
-        )?;
-        self.check_borrowing()?;
-        self.check_lender_privilege(sched::RtPrivilege::probe())?;
-        self.check_memory(&machine)
+        self.check_all_but_binds(&Machine::probe(sched::online_cpus()))
     }
 
+    /// [`validate`](Self::validate) against `machine`.
     pub(crate) fn validate_on(&self, machine: &Machine) -> Result<(), Invalid> {
+        self.check_all_but_binds(machine)?;
+        self.check_binds()
+    }
+
+    /// Every check but the bind probe, table by table and concern by concern, against
+    /// `machine`.
+    fn check_all_but_binds(&self, machine: &Machine) -> Result<(), Invalid> {
         self.check_settings(&machine.cpus)?;
         self.check_bands()?;
         self.check_bound()?;
@@ -153,7 +150,6 @@ impl RuntimeConfig {
         )?;
         self.check_borrowing()?;
         self.check_lender_privilege(sched::RtPrivilege::probe())?;
-        self.check_memory(machine)?;
-        self.check_binds()
+        self.check_memory(machine)
     }
 }
