@@ -33,6 +33,35 @@ fn machine() -> Machine {
     }
 }
 
+/// Every size of a group is refused one past either end of its range, naming the field and the
+/// range, and taken at both ends (settings only: the memory plan is another check).
+#[test]
+fn sizes_are_taken_at_the_ends_of_their_ranges_and_refused_past_them() {
+    type Set = fn(&mut GroupConfig, usize);
+    let sizes: [(&str, Set, usize, usize); 5] = [
+        ("buffer_bytes", |g, v| g.buffer_bytes = v, 64, 64 << 20),
+        ("max_handles", |g, v| g.max_handles = v, 1, 1 << 20),
+        ("max_tasks", |g, v| g.max_tasks = v, 0, 1 << 16),
+        ("task_bytes", |g, v| g.task_bytes = v, 64, 1 << 20),
+        ("stack_bytes", |g, v| g.stack_bytes = v, 64 * 1024, 64 << 20),
+    ];
+    for (field, set, lo, hi) in sizes {
+        let with = |v: usize| {
+            let mut c = cfg(vec![GroupConfig::new("a", Policy::Fifo, 80)]);
+            set(&mut c.groups[0], v);
+            c.check_settings(&[0, 1])
+        };
+        with(lo).unwrap();
+        with(hi).unwrap();
+        let past = [lo.checked_sub(1), Some(hi + 1)];
+        for v in past.into_iter().flatten() {
+            let e = with(v).unwrap_err();
+            assert_eq!(e.path(), format!("group[0].{field}"));
+            assert_eq!(e.message, format!("{v}: must be {lo}..={hi}"));
+        }
+    }
+}
+
 #[test]
 fn each_invalid_setting_names_its_field() {
     let ok = cfg(vec![

@@ -16,6 +16,7 @@
 //! it still gets the kernel's RT-throttle share (`sched_rt_runtime_us`, 5% by default).
 
 use crate::engine::group::{Group, OnOverrun};
+use crate::engine::word::Token;
 use crate::observe::metrics::Counters;
 use crate::sys::{self, sched::Sched};
 use std::sync::atomic::{AtomicBool, Ordering::*};
@@ -62,11 +63,11 @@ fn scan(watched: &[(Arc<Group>, u64)], last: &mut [Vec<u64>], now: u64) {
             }
             last[i] = start;
             Counters::add(&g.counters.budget_overruns, 1);
-            let token = slot.busy_token.load(Relaxed);
+            let token = Token::from_raw(slot.busy_token.load(Relaxed));
             tracing::warn!(
                 group = %g.spec.name,
                 thread = i,
-                handle = token & 0xffff_ffff,
+                handle = token.index(),
                 running_us = now.saturating_sub(start) / 1000,
                 budget_us = budget / 1000,
                 "handler overran its budget"

@@ -145,40 +145,22 @@ impl RuntimeConfig {
                 ));
             }
         }
-        if g.buffer_bytes < 64 || g.buffer_bytes > 64 << 20 {
-            return Err(bad(
-                gi,
-                "buffer_bytes",
-                format!("{}: must be 64..=67108864", g.buffer_bytes),
-            ));
-        }
-        if g.max_handles == 0 || g.max_handles > crate::engine::word::MAX_HANDLES {
-            return Err(bad(
-                gi,
+        // The sizes: each within its range.
+        for (field, value, range) in [
+            ("buffer_bytes", g.buffer_bytes, 64..=64 << 20),
+            (
                 "max_handles",
-                format!("{}: must be 1..=1048576", g.max_handles),
-            ));
-        }
-        if g.max_tasks > crate::task::MAX_TASKS {
-            return Err(bad(
-                gi,
-                "max_tasks",
-                format!("{}: must be 0..=65536", g.max_tasks),
-            ));
-        }
-        if g.task_bytes < 64 || g.task_bytes > 1 << 20 {
-            return Err(bad(
-                gi,
-                "task_bytes",
-                format!("{}: must be 64..=1048576", g.task_bytes),
-            ));
-        }
-        if g.stack_bytes < 64 * 1024 || g.stack_bytes > 64 << 20 {
-            return Err(bad(
-                gi,
-                "stack_bytes",
-                format!("{}: must be 65536..=67108864", g.stack_bytes),
-            ));
+                g.max_handles,
+                1..=crate::engine::word::MAX_HANDLES,
+            ),
+            ("max_tasks", g.max_tasks, 0..=crate::task::MAX_TASKS),
+            ("task_bytes", g.task_bytes, 64..=1 << 20),
+            ("stack_bytes", g.stack_bytes, 64 * 1024..=64 << 20),
+        ] {
+            if !range.contains(&value) {
+                let (lo, hi) = range.into_inner();
+                return Err(bad(gi, field, format!("{value}: must be {lo}..={hi}")));
+            }
         }
         if let Some(b) = g.budget_us {
             if b == 0 || b > 10_000_000 {
