@@ -57,13 +57,13 @@
 //! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`BandConfig`] (`[[band]]`), [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`, `config_line` (where a field is written); errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
 //! | write handlers | [`EventHandler`], [`Event`], [`Interest`], [`Disposition`], [`Context`] (thread-specific storage), [`Registry`], [`Token`], [`Incident`] |
 //! | event sources | [`timer`] (callback timers: periodic or one-shot, cancel and re-arm from any thread), [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots; only the datagrams a handler marks with [`Datagram::answer`] are answered) |
-//! | async tasks | [`Lane::spawn`], [`task`] ([`task::Spawner`], [`task::JoinHandle`], channels and reply slots for tokio or any thread), [`time`] (`sleep_until`, `interval` on the lane's timerfd), [`net`] (UDP, TCP listener and stream on the lane's handle set); sizes: [`GroupConfig::max_tasks`], [`GroupConfig::task_bytes`] |
+//! | async tasks | [`Lane::spawn`], [`task`] ([`task::Spawner`], [`task::JoinHandle`], channels and reply slots for tokio or any thread), [`time`] (`sleep_until`, `interval` on the lane's timerfd; [`time::now_ns`], the clock of every timer), [`net`] (UDP, TCP listener and stream on the lane's handle set); sizes: [`GroupConfig::max_tasks`], [`GroupConfig::task_bytes`] |
 //! | streams | [`stream`]: length-prefixed frames over TCP ([`stream::Framed`]): per-connection read and write state, bounded preallocated buffers ([`stream::Limits`]), back-pressure, half-close and reset handling |
-//! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer, and [`handlers::cpu_work`] |
+//! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer |
 //! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]); as a runtime group: [`GroupConfig::bound`] ([`BoundGroup`], TOML `[group.bound]`), [`Lane::bound_pool`] |
 //! | share state across lanes | [`PiMutex`], [`PiMutexGuard`] (priority inheritance) |
 //! | observe | [`GroupMetrics`], [`telemetry`] (latency histograms), [`CountingAlloc`], [`thread_allocations`], [`counting_alloc_active`], [`WARMUP_DISPATCHES`] |
-//! | the Linux facade | [`os`]: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits |
+//! | measuring (feature `tools`) | `os`: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits; `handlers::cpu_work`. The tools crate's hooks, not a service's API |
 //!
 //! The measuring side — the `lfrt` command (`check`, `run`, `cyclic`, `inversion`, `plot`,
 //! `doctor`), the Half-Sync/Half-Reactive baseline, the load generator, benchmarks, examples
@@ -103,7 +103,8 @@ pub use config::{
 pub use engine::dispatch::WARMUP_DISPATCHES;
 pub use engine::follower_queue::{Promotion, MAX_GROUP_THREADS};
 pub use engine::handler::{
-    Context, Disposition, Event, EventHandler, Interest, Registry, DATAGRAM_BATCH,
+    Context, Datagram, DatagramBatch, Disposition, Event, EventHandler, Interest, Registry,
+    DATAGRAM_BATCH,
 };
 pub use engine::word::Token;
 pub use error::Error;
@@ -114,7 +115,6 @@ pub use observe::metrics::{GroupMetrics, Incident};
 pub use runtime::{Lane, MetricsHandle, Runtime, StartReport, Stopper, SHUTDOWN_TIMEOUT};
 pub use sources::source::{Notifier, Timer};
 pub use sync::pi_mutex::{PiMutex, PiMutexGuard};
-pub use sys::net::{Datagram, DatagramBatch};
 
 /// (With the `tools` feature: the measuring side's hooks, not a service's API.)
 ///
@@ -131,7 +131,8 @@ pub mod os {
     pub use crate::sys::reuseport::set_tos;
     pub use crate::sys::sched::{
         affinity, available_cpus, current_cpu, effective_rt_priority, minor_faults, online_cpus,
-        read_back, set_current as set_current_sched, set_current_affinity, RtPrivilege, Sched,
+        parse_cpu_list, read_back, set_current as set_current_sched, set_current_affinity,
+        RtPrivilege, Sched,
     };
     pub use crate::sys::signal::{block_termination, wait_termination};
     pub use crate::sys::{gettid, now_ns};

@@ -266,7 +266,6 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
             let cfg = lfrt::RuntimeConfig {
                 rt: lfrt::RtMode::BestEffort,
                 lock_memory: false,
-                metrics: None,
                 groups: vec![g],
                 bands: Vec::new(),
             };

@@ -83,7 +83,6 @@ fn lanes(spec: &[(&str, u8)], threads: usize, max_tasks: usize) -> Runtime {
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: true,
-        metrics: None,
         groups,
         bands: Vec::new(),
     })

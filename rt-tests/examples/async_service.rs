@@ -59,7 +59,7 @@ async fn control_loop(mut commands: Receiver<Command>, stats: Arc<ControlStats>)
     let mut output = 0i64;
     loop {
         let tick = every_ms.tick().await;
-        let late = lfrt::os::now_ns().saturating_sub(tick.due_ns);
+        let late = lfrt::time::now_ns().saturating_sub(tick.due_ns);
         stats.max_late_ns.fetch_max(late, Relaxed);
         stats.missed.fetch_add(tick.missed, Relaxed);
         while let Some(cmd) = commands.try_recv() {

@@ -50,7 +50,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cfg = RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        metrics: None,
         groups: Vec::new(), // added below, each returning its Lane
         bands: Vec::new(),
     };
@@ -70,7 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .registry()
         .register(Box::new(Uppercase { socket }))?;
     let mut timer = Timer::new()?;
-    timer.arm(lfrt::os::now_ns() + 1_000_000, 1_000_000)?;
+    timer.arm(lfrt::time::now_ns() + 1_000_000, 1_000_000)?;
     control
         .registry()
         .register(Box::new(PeriodicTimer::new(timer)))?;

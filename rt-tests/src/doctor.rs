@@ -197,7 +197,9 @@ impl fmt::Display for Report {
 /// The loader's [`lfrt::Error::Config`] (file, line and field) if the configuration cannot be
 /// read or is invalid; `lfrt doctor` exits 2 with it.
 pub fn run(config: Option<&Path>) -> Result<Report, lfrt::Error> {
-    let cfg = config.map(lfrt::load_config).transpose()?;
+    let cfg = config
+        .map(|path| crate::overrides::load(path, &[]).map(|loaded| loaded.config))
+        .transpose()?;
     let machine = Machine::read(cfg.as_ref());
     Ok(diagnose(&machine, config.zip(cfg.as_ref())))
 }
@@ -319,7 +321,7 @@ impl Machine {
                 (!siblings.is_empty()).then(|| {
                     let shared = siblings
                         .iter()
-                        .any(|s| parse_cpulist(s).is_some_and(|v| v.len() > 1));
+                        .any(|s| lfrt::os::parse_cpu_list(s).is_some_and(|v| v.len() > 1));
                     (shared, "thread_siblings_list".to_string())
                 })
             }
@@ -354,12 +356,12 @@ impl Machine {
                 &["cpuset"],
                 &["cpuset.effective_cpus", "cpuset.cpus.effective"],
             )
-            .and_then(|(_, s)| parse_cpulist(&s)),
+            .and_then(|(_, s)| lfrt::os::parse_cpu_list(&s)),
             isolated: read("/sys/devices/system/cpu/isolated")
-                .and_then(|s| parse_cpulist(&s))
+                .and_then(|s| lfrt::os::parse_cpu_list(&s))
                 .unwrap_or_default(),
             nohz_full: read("/sys/devices/system/cpu/nohz_full")
-                .map(|s| parse_cpulist(&s).unwrap_or_default()),
+                .map(|s| lfrt::os::parse_cpu_list(&s).unwrap_or_default()),
             governors: online
                 .iter()
                 .map(|&n| (n, cpu(n, "cpufreq/scaling_governor")))
@@ -540,19 +542,7 @@ fn find_process(name: &str) -> Option<u32> {
     })
 }
 
-/// A kernel CPU list (`0-3,6`, empty for none).
-fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
-    let mut v = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => v.extend(a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?),
-            None => v.push(part.parse().ok()?),
-        }
-    }
-    Some(v)
-}
-
-/// The inverse of [`parse_cpulist`] for sorted lists.
+/// The inverse of [`lfrt::os::parse_cpu_list`] for sorted lists.
 fn cpulist(cpus: &[usize]) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
@@ -1730,8 +1720,6 @@ mod tests {
 
     #[test]
     fn proc_formats() {
-        assert_eq!(parse_cpulist("0-3,6\n"), Some(vec![0, 1, 2, 3, 6]));
-        assert_eq!(parse_cpulist(""), Some(vec![]));
         assert_eq!(cpulist(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
         let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
                       Max locked memory         8388608              unlimited            bytes     \n\

@@ -1085,7 +1085,6 @@ fn run_once_counting(
             let mut rt = Runtime::new(RuntimeConfig {
                 rt: plan.rt,
                 lock_memory: false,
-                metrics: None,
                 groups,
                 bands: Vec::new(),
             })?;
@@ -1338,7 +1337,6 @@ pub fn lock_experiment(plan: &Plan, pi: bool) -> Result<LockResult, BoxError> {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: plan.rt,
         lock_memory: false,
-        metrics: None,
         groups,
         bands: Vec::new(),
     })?;

@@ -126,7 +126,7 @@ fn load(
     config: Option<PathBuf>,
     set: &SetArgs,
     shorthands: impl IntoIterator<Item = Override>,
-) -> Result<(lfrt::RuntimeConfig, Vec<Provenance>), Box<dyn std::error::Error>> {
+) -> Result<rt_tests::overrides::Loaded, Box<dyn std::error::Error>> {
     let path = config
         .or_else(|| std::env::var_os("LFRT_CONFIG").map(PathBuf::from))
         .ok_or("no configuration: give CONFIG or set LFRT_CONFIG")?;
@@ -234,9 +234,9 @@ fn check(config: Option<PathBuf>, set: &SetArgs) -> Result<(), Box<dyn std::erro
     // Validation (in `load`) refuses what `run` would fail on: ranges, colliding
     // addresses, a plan larger than memory (or RLIMIT_MEMLOCK with lock_memory), and ports
     // that cannot be bound now.
-    let (cfg, from) = load(config, set, None)?;
-    print!("{}{}", plan(&cfg), provenance(&from));
-    warn_exposed(&cfg);
+    let loaded = load(config, set, None)?;
+    print!("{}{}", plan(&loaded.config), provenance(&loaded.provenance));
+    warn_exposed(&loaded.config);
     Ok(())
 }
 
@@ -435,9 +435,9 @@ fn run(
         source: OverrideSource::Shorthand("--metrics"),
         text: format!("runtime.metrics={addr}"),
     });
-    let (cfg, from) = load(config, set, metrics)?;
-    print!("{}{}", plan(&cfg), provenance(&from));
-    warn_exposed(&cfg);
+    let loaded = load(config, set, metrics)?;
+    print!("{}{}", plan(&loaded.config), provenance(&loaded.provenance));
+    warn_exposed(&loaded.config);
     use std::io::IsTerminal;
     // As cyclictest: redrawn in place on a terminal, appended blocks with --status to a pipe.
     let mut status = match (status, std::io::stdout().is_terminal()) {
@@ -449,9 +449,9 @@ fn run(
     // main thread takes the signal synchronously below.
     lfrt::os::block_termination()?;
     let shared = rt_tests::live::Shared::default();
-    let metrics = cfg.metrics;
+    let metrics = loaded.metrics;
     let publish = metrics.is_some() || status.is_some();
-    let mut rt = lfrt::Runtime::new(cfg)?;
+    let mut rt = lfrt::Runtime::new(loaded.config)?;
     // Bound after `Runtime::new` (whose validation probes the port) and before `start`, so a
     // port taken since fails before any RT thread exists. The exporter thread is spawned here,
     // by this time-shared thread.

@@ -1,11 +1,17 @@
-//! `--set PATH=VALUE` and `LFRT_SET`: overrides of a configuration file's values, without
-//! editing the file.
+//! How the `lfrt` command reads a configuration file: `--set PATH=VALUE` and `LFRT_SET`
+//! (overrides of the file's values, without editing the file), and the command's own key,
+//! `[runtime] metrics`.
 //!
 //! The overrides edit the file's TOML document, which is then read by lfrt's own loader
 //! ([`lfrt::parse_config`]: the same deserializer and validation as a file). Errors are pointed
 //! back at their cause: an error in an overridden value names the override
 //! (``invalid `--set group.a.priority=900`: 900: must be 1..=99``), any other error the file and
 //! its line there ([`lfrt::config_line`]), as [`lfrt::load_config`]'s do.
+//!
+//! `[runtime] metrics = "127.0.0.1:9464"` says where `lfrt run` serves live metrics in
+//! Prometheus text format ([`crate::live`]). The runtime never reads it, so the library does not
+//! know the key: it is taken out of the document here, before lfrt reads the rest, and checked
+//! here as `run` would fail on it (see [`Loaded::metrics`]), so `lfrt check` refuses it too.
 //!
 //! `PATH` is one of
 //! * `runtime.KEY`;
@@ -18,8 +24,24 @@
 //! its fields (and a bound table changes what the group is). `VALUE` is a TOML value (`90`,
 //! `[1]`, `"rr"`), or, if it does not parse as one, a string (`policy=rr`).
 
-use lfrt::{Error, RuntimeConfig};
+use lfrt::{Error, HandlerConfig, RuntimeConfig};
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
+
+/// A configuration as the `lfrt` command reads it.
+#[derive(Debug)]
+pub struct Loaded {
+    /// What the runtime runs (validated by lfrt).
+    pub config: RuntimeConfig,
+    /// Where `lfrt run` serves live metrics (`[runtime] metrics`, `--metrics`); `None`: not
+    /// served. Checked as `run` would fail on it: an address like `"127.0.0.1:9464"` with an
+    /// explicit port and address (a scraper must know the port, and serving every interface
+    /// must be written out), bindable now, and not the address of a `tcp-echo` handler (both
+    /// are bound at once and the kernel says whether they collide).
+    pub metrics: Option<SocketAddr>,
+    /// Where each overridden value came from, for the plan.
+    pub provenance: Vec<Provenance>,
+}
 
 /// Where an override comes from, in the precedence REP-2017 gives them: the file is overridden
 /// by the environment ([`OverrideSource::Env`]), which is overridden by the command line
@@ -71,35 +93,52 @@ pub struct Provenance {
 }
 
 /// Reads a configuration file, applies `overrides` in order (give the environment's before the
-/// flags': the last one of a path wins) and validates the result as [`lfrt::load_config`] does.
+/// flags': the last one of a path wins), takes the command's own `[runtime] metrics` out and
+/// validates the rest as [`lfrt::load_config`] does.
 ///
 /// # Errors
 /// As [`lfrt::load_config`], plus an override that is not `PATH=VALUE`, names no existing
-/// group, handler, bound table or band, or sets a value the configuration refuses.
-pub fn load(
-    file: &Path,
-    overrides: &[Override],
-) -> Result<(RuntimeConfig, Vec<Provenance>), Error> {
-    if overrides.is_empty() {
-        return lfrt::load_config(file).map(|c| (c, Vec::new()));
-    }
-    let src = std::fs::read_to_string(file).map_err(|e| Error::Config {
-        file: Some(file.to_path_buf()),
-        line: None,
-        field: "file".into(),
-        message: format!("cannot read: {e}"),
-    })?;
+/// group, handler, bound table or band, or sets a value the configuration refuses, and a
+/// metrics address `run` could not serve ([`Loaded::metrics`]).
+pub fn load(file: &Path, overrides: &[Override]) -> Result<Loaded, Error> {
     let in_file = |line: Option<usize>, field: String, message: String| Error::Config {
         file: Some(file.to_path_buf()),
         line,
         field,
         message,
     };
-    // Syntax errors of the file itself first, at their lines.
-    let mut doc: toml::Table = toml::from_str(&src).map_err(|e| {
-        let line = e.span().map(|s| line_of(&src, s.start));
-        in_file(line, "toml".into(), e.message().trim().to_string())
-    })?;
+    // An error of lfrt's loader about this text, pointed at the file.
+    let of_file = |e: Error| match e {
+        Error::Config {
+            line,
+            field,
+            message,
+            ..
+        } => in_file(line, field, message),
+        other => other,
+    };
+    let src = std::fs::read_to_string(file)
+        .map_err(|e| in_file(None, "file".into(), format!("cannot read: {e}")))?;
+    if overrides.is_empty() && lfrt::config_line(&src, METRICS).is_none() {
+        // Nothing for this loader to do: lfrt's own, with its exact lines.
+        return lfrt::parse_config(&src)
+            .map_err(of_file)
+            .map(|config| Loaded {
+                config,
+                metrics: None,
+                provenance: Vec::new(),
+            });
+    }
+    // Syntax errors of the file itself first, as lfrt's loader names them (at their lines).
+    let mut doc: toml::Table = match toml::from_str(&src) {
+        Ok(doc) => doc,
+        Err(e) => {
+            return Err(match lfrt::parse_config(&src) {
+                Err(syntax) => of_file(syntax),
+                Ok(_) => in_file(None, "toml".into(), e.message().trim().to_string()),
+            })
+        }
+    };
     // Path as errors name it, and the override that set it last.
     let mut applied: Vec<(String, Override)> = Vec::new();
     for o in overrides {
@@ -112,28 +151,36 @@ pub fn load(
         applied.retain(|(p, _)| *p != path);
         applied.push((path, o.clone()));
     }
+    let metrics = doc
+        .get_mut("runtime")
+        .and_then(toml::Value::as_table_mut)
+        .and_then(|t| t.remove("metrics"));
+    // An error in an overridden value names the override; any other, the file's line of the
+    // value, else of its table.
+    let blame = |field: String, message: String| match applied.iter().find(|(p, _)| *p == field) {
+        Some((_, o)) => Error::Config {
+            file: None,
+            line: None,
+            field: o.label(),
+            message,
+        },
+        None => {
+            let line = lfrt::config_line(&src, &field).or_else(|| {
+                let table = field.rsplit_once('.').map_or("", |(t, _)| t);
+                lfrt::config_line(&src, table)
+            });
+            in_file(line, field, message)
+        }
+    };
     let edited = toml::to_string(&doc).map_err(|e| in_file(None, "toml".into(), e.to_string()))?;
     let cfg = lfrt::parse_config(&edited).map_err(|e| match e {
-        Error::Config { field, message, .. } => {
-            match applied.iter().find(|(p, _)| *p == field) {
-                Some((_, o)) => Error::Config {
-                    file: None,
-                    line: None,
-                    field: o.label(),
-                    message,
-                },
-                // Not an overridden value: where the file has it, else its table.
-                None => {
-                    let line = lfrt::config_line(&src, &field).or_else(|| {
-                        let table = field.rsplit_once('.').map_or("", |(t, _)| t);
-                        lfrt::config_line(&src, table)
-                    });
-                    in_file(line, field, message)
-                }
-            }
-        }
+        Error::Config { field, message, .. } => blame(field, message),
         other => other,
     })?;
+    let metrics = metrics
+        .map(|v| metrics_address(&v, &cfg))
+        .transpose()
+        .map_err(|message| blame(METRICS.into(), message))?;
     let provenance = applied
         .into_iter()
         .map(|(path, set_by)| Provenance {
@@ -143,16 +190,44 @@ pub fn load(
             set_by,
         })
         .collect();
-    Ok((cfg, provenance))
+    Ok(Loaded {
+        config: cfg,
+        metrics,
+        provenance,
+    })
 }
 
-/// 1-based line of a byte offset.
-fn line_of(src: &str, offset: usize) -> usize {
-    src.as_bytes()[..offset.min(src.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
+/// The path of the command's own key, as errors name it.
+const METRICS: &str = "runtime.metrics";
+
+/// `[runtime] metrics`, checked as [`Loaded::metrics`] says.
+fn metrics_address(value: &toml::Value, cfg: &RuntimeConfig) -> Result<SocketAddr, String> {
+    let addr = value
+        .as_str()
+        .and_then(|t| t.parse::<SocketAddr>().ok())
+        .ok_or_else(|| format!("`{value}` is not an address like \"127.0.0.1:9464\""))?;
+    if addr.port() == 0 || addr.ip().is_unspecified() {
+        return Err(format!(
+            "{addr}: give an explicit address and port, like \"127.0.0.1:9464\" (no port 0, no \
+             wildcard address)"
+        ));
+    }
+    let exporter = TcpListener::bind(addr).map_err(|e| format!("cannot bind {addr}: {e}"))?;
+    // `run` listens on it beside every tcp-echo handler; lfrt's validation has just bound each
+    // handler's address alone, so one that fails while the exporter listens collides with it.
+    for (gi, g) in cfg.groups.iter().enumerate() {
+        for (hi, h) in g.handlers.iter().enumerate() {
+            if let HandlerConfig::TcpEcho { bind, .. } = h {
+                if let Err(e) = TcpListener::bind(bind) {
+                    return Err(format!(
+                        "{addr} collides with {bind} of `group[{gi}].handler[{hi}].bind` ({e})"
+                    ));
+                }
+            }
+        }
+    }
+    drop(exporter);
+    Ok(addr)
 }
 
 /// The index in `item[INDEX]`, or an error naming the expected form.

@@ -12,24 +12,7 @@ fn the_async_service_example_runs_its_control_loop_on_a_lane_and_allocates_nothi
         return;
     }
     let _l = util::rt_lock();
-    // cargo builds the examples next to the test binaries: target/<profile>/examples/.
-    let exe = std::env::current_exe().unwrap();
-    let example = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join("examples/async_service");
-    assert!(example.exists(), "{} not built", example.display());
-    let out = std::process::Command::new(&example)
-        .arg("2")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = util::run_example("async_service", &["2"]);
     let field = |line_start: &str, key: &str| -> u64 {
         text.lines()
             .find(|l| l.starts_with(line_start))

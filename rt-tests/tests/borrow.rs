@@ -36,7 +36,6 @@ fn lanes(rt: RtMode, low_threads: usize, max_borrowed: Option<usize>) -> Runtime
     Runtime::new(RuntimeConfig {
         rt,
         lock_memory: false,
-        metrics: None,
         groups: vec![high, low],
         bands: Vec::new(),
     })

@@ -220,6 +220,139 @@ fn run_many(order: Order, promotion: Promotion) {
     assert_eq!(s.timeouts, 0);
 }
 
+// One pool, one back-end thread: configuration, a call, misuse, timeouts, body sizes and
+// shutdown.
+
+#[test]
+fn config_is_validated() {
+    let (a, _b) = pair();
+    let bad = BoundConfig {
+        max_waiters: 0,
+        ..BoundConfig::default()
+    };
+    assert!(matches!(
+        BoundPool::new(a.try_clone().unwrap(), bad),
+        Err(lfrt::Error::Config { .. })
+    ));
+    let bad = BoundConfig {
+        max_body: lfrt::bound::MAX_BODY + 1,
+        ..BoundConfig::default()
+    };
+    assert!(matches!(
+        BoundPool::new(a.try_clone().unwrap(), bad),
+        Err(lfrt::Error::Config { .. })
+    ));
+    let bad = BoundConfig {
+        max_nesting: 0,
+        ..BoundConfig::default()
+    };
+    assert!(matches!(
+        BoundPool::new(a, bad),
+        Err(lfrt::Error::Config { .. })
+    ));
+}
+
+#[test]
+fn single_call_round_trip_and_misuse() {
+    let (a, mut b) = pair();
+    let pool = BoundPool::new(
+        a,
+        BoundConfig {
+            max_waiters: 2,
+            ..BoundConfig::default()
+        },
+    )
+    .unwrap();
+    let srv = std::thread::spawn(move || {
+        let (id, body) = read_frame(&mut b).unwrap();
+        let mut r = body.clone();
+        r.reverse();
+        write_frame(&mut b, id, &r);
+        b
+    });
+    let mut w = pool.waiter().unwrap();
+    assert_eq!(
+        pool.join(&mut w, deadline()).unwrap_err(),
+        BoundError::NotExpecting
+    );
+    assert_eq!(&*pool.call(&mut w, b"abc", deadline()).unwrap(), b"cba");
+    let _b = srv.join().unwrap();
+    // waiter of another pool
+    let (c, _d) = pair();
+    let other = BoundPool::new(c, BoundConfig::default()).unwrap();
+    assert_eq!(other.expecting_response(&mut w), Err(BoundError::WrongPool));
+    // slots run out
+    let _w2 = pool.waiter().unwrap();
+    assert_eq!(pool.waiter().unwrap_err(), BoundError::NoWaiter);
+    let s = pool.stats();
+    assert_eq!((s.replies, s.own), (1, 1));
+}
+
+#[test]
+fn timeout_then_late_reply_is_dropped() {
+    let (a, mut b) = pair();
+    let pool = BoundPool::new(a, BoundConfig::default()).unwrap();
+    let mut w = pool.waiter().unwrap();
+    let id = pool.expecting_response(&mut w).unwrap();
+    pool.send(id, b"x", None).unwrap();
+    let (rid, _) = read_frame(&mut b).unwrap();
+    assert_eq!(rid, id);
+    let soon = Some(Instant::now() + Duration::from_millis(20));
+    assert_eq!(pool.join(&mut w, soon).unwrap_err(), BoundError::Timeout);
+    // the late reply arrives, then the reply to a new request: only the latter is returned
+    write_frame(&mut b, id, b"late");
+    let id2 = pool.expecting_response(&mut w).unwrap();
+    pool.send(id2, b"y", None).unwrap();
+    let (rid2, _) = read_frame(&mut b).unwrap();
+    write_frame(&mut b, rid2, b"fresh");
+    assert_eq!(&*pool.join(&mut w, deadline()).unwrap(), b"fresh");
+    let s = pool.stats();
+    assert_eq!((s.late, s.timeouts, s.replies), (1, 1, 1));
+}
+
+#[test]
+fn reply_body_may_be_exactly_max_body_and_empty() {
+    let (a, mut b) = pair();
+    let pool = BoundPool::new(
+        a,
+        BoundConfig {
+            max_body: 100,
+            ..BoundConfig::default()
+        },
+    )
+    .unwrap();
+    let mut w = pool.waiter().unwrap();
+    for len in [100usize, 0, 1] {
+        let id = pool.expecting_response(&mut w).unwrap();
+        pool.send(id, b"", None).unwrap();
+        let (rid, _) = read_frame(&mut b).unwrap();
+        write_frame(&mut b, rid, &vec![len as u8; len]);
+        assert_eq!(pool.join(&mut w, deadline()).unwrap().len(), len);
+    }
+}
+
+#[test]
+fn shutdown_wakes_a_waiting_thread() {
+    let (a, _b) = pair();
+    let pool = BoundPool::new(a, BoundConfig::default()).unwrap();
+    let p2 = pool.clone();
+    let t = std::thread::spawn(move || {
+        let mut w = p2.waiter().unwrap();
+        let id = p2.expecting_response(&mut w).unwrap();
+        p2.send(id, b"never answered", None).unwrap();
+        p2.join(&mut w, None).map(|r| r.len())
+    });
+    assert!(
+        util::wait_until(20, || pool.snapshot().0),
+        "the waiter never led"
+    );
+    pool.shutdown();
+    assert_eq!(t.join().unwrap(), Err(BoundError::Shutdown));
+    let mut w = pool.waiter().unwrap();
+    assert_eq!(pool.expecting_response(&mut w), Err(BoundError::Shutdown));
+    assert_eq!(pool.serve(&mut w, None), Ok(()));
+}
+
 #[test]
 fn eight_threads_own_replies_arrival_order() {
     run_many(Order::Arrival, Promotion::Fifo);
@@ -742,17 +875,6 @@ fn bound_group(addr: std::net::SocketAddr, priority: u8, threads: usize) -> lfrt
     g
 }
 
-fn runtime_of(groups: Vec<lfrt::GroupConfig>) -> lfrt::Runtime {
-    lfrt::Runtime::new(lfrt::RuntimeConfig {
-        rt: lfrt::RtMode::Required,
-        lock_memory: false,
-        metrics: None,
-        groups,
-        bands: Vec::new(),
-    })
-    .unwrap()
-}
-
 /// Relays each datagram to the back-end through the bound pool and answers with the reply
 /// (`error` if the call failed). Counts dispatches on the runtime's threads (`on_runtime`) and
 /// on threads neither the runtime's nor `also` (`strangers`), and allocations around calls
@@ -885,7 +1007,7 @@ fn bound_group_threads_run_at_their_policy_priority_and_cpus() {
     let mut g = bound_group(addr, 30, 2);
     g.thread_priorities = Some(vec![30, 25]);
     g.cpus = Some(vec![last]);
-    let mut rt = runtime_of(vec![g]);
+    let mut rt = util::runtime(lfrt::RtMode::Required, false, vec![g]);
     assert!(rt.start().unwrap().rt_applied);
     let ids = rt.thread_ids();
     assert_eq!(ids.len(), 2);
@@ -933,7 +1055,11 @@ fn requests_through_a_runtime_bound_group_arrive_exactly_once() {
     let (addr, be) = loopback_backend(None);
     let mut idle = lfrt::GroupConfig::new("idle", lfrt::Policy::Fifo, 10);
     idle.threads = 1;
-    let mut rt = runtime_of(vec![idle, bound_group(addr, 20, 3)]);
+    let mut rt = util::runtime(
+        lfrt::RtMode::Required,
+        false,
+        vec![idle, bound_group(addr, 20, 3)],
+    );
     rt.start().unwrap();
     let counts = RelayCounts::default();
     // The outside caller (this thread) may run the relays inline while it leads the pool.
@@ -1004,7 +1130,11 @@ fn bound_group_shuts_down_mid_request() {
     }
     let (held_tx, held) = mpsc::channel();
     let (addr, be) = loopback_backend(Some(held_tx));
-    let mut rt = runtime_of(vec![bound_group(addr, 20, 2)]);
+    let mut rt = util::runtime(
+        lfrt::RtMode::Required,
+        false,
+        vec![bound_group(addr, 20, 2)],
+    );
     rt.start().unwrap();
     let counts = RelayCounts::default();
     let to = relays(&rt, 1, 0, &counts)[0];
@@ -1283,7 +1413,11 @@ fn shutdown_within_names_a_stuck_bound_group_handler() {
         return;
     }
     let (addr, _be) = loopback_backend(None);
-    let mut rt = runtime_of(vec![bound_group(addr, 20, 1)]);
+    let mut rt = util::runtime(
+        lfrt::RtMode::Required,
+        false,
+        vec![bound_group(addr, 20, 1)],
+    );
     let running = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let bell = lfrt::Notifier::new().unwrap();
     let ring = bell.as_fd().try_clone_to_owned().unwrap();

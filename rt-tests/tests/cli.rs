@@ -187,17 +187,8 @@ fn check_refuses_lock_memory_beyond_rlimit_memlock() {
         "memlock.toml",
         "[runtime]\nrt = \"required\"\nlock_memory = true\n[[group]]\nname = \"a\"\npriority = 50\nthreads = 1\n",
     );
-    let tools = ["prlimit", "setpriv"].iter().all(|t| {
-        Command::new(t)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if !tools {
-        util::skip(
-            "check_refuses_lock_memory_beyond_rlimit_memlock",
-            "prlimit/setpriv (util-linux) not installed",
-        );
+    let test = "check_refuses_lock_memory_beyond_rlimit_memlock";
+    if !util::tools_installed(test, &["prlimit", "setpriv"]) {
         return;
     }
     let limited = |conf: &std::path::Path| {
@@ -375,12 +366,7 @@ fn the_service_units_rights_are_exactly_enough() {
     if !util::rt_allowed(test, 80) {
         return;
     }
-    if std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        util::skip(test, "setpriv (util-linux) not installed");
+    if !util::tools_installed(test, &["prlimit", "setpriv"]) {
         return;
     }
     let _l = util::rt_lock();
@@ -488,12 +474,7 @@ fn a_deadline_lane_without_cap_sys_nice_is_refused_naming_it() {
     if !util::rt_allowed(test, 10) {
         return;
     }
-    let tools = Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !tools {
-        util::skip(test, "setpriv (util-linux) not installed");
+    if !util::tools_installed(test, &["setpriv"]) {
         return;
     }
     let p = tmp(
@@ -748,8 +729,7 @@ fn check_says_a_narrowed_affinity_refuses_a_deadline_lane() {
         util::skip(test, "needs 2 CPUs to narrow the affinity to one");
         return;
     }
-    if Command::new("taskset").arg("--version").output().is_err() {
-        util::skip(test, "taskset (util-linux) not installed");
+    if !util::tools_installed(test, &["taskset"]) {
         return;
     }
     let p = tmp(

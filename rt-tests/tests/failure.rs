@@ -6,7 +6,7 @@
 mod util;
 
 use lfrt::handlers::{TcpEcho, UdpEcho};
-use lfrt::{GroupConfig, GroupMetrics, Policy, Runtime, RuntimeConfig};
+use lfrt::{GroupConfig, GroupMetrics, Policy, RtMode};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
@@ -38,14 +38,6 @@ fn one_thread_group(name: &str) -> GroupConfig {
     g
 }
 
-fn runtime(g: GroupConfig) -> Runtime {
-    Runtime::new(RuntimeConfig {
-        groups: vec![g],
-        ..Default::default()
-    })
-    .unwrap()
-}
-
 /// Sends `msg` on `c` and reads its echo (at most 10 s: a liveness bound).
 fn echo(c: &mut TcpStream, msg: &[u8]) -> Vec<u8> {
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -65,12 +57,8 @@ const CONNECTIONS: usize = 2 * NOFILE as usize;
 #[test]
 fn a_listener_out_of_descriptors_pauses_counts_and_recovers() {
     let _l = util::rt_lock();
-    let have_prlimit = Command::new("prlimit").arg("--version").output().is_ok();
-    if !have_prlimit {
-        util::skip(
-            "a_listener_out_of_descriptors_pauses_counts_and_recovers",
-            "prlimit (util-linux) not installed",
-        );
+    let test = "a_listener_out_of_descriptors_pauses_counts_and_recovers";
+    if !util::tools_installed(test, &["prlimit"]) {
         return;
     }
     let port = TcpListener::bind("127.0.0.1:0")
@@ -177,7 +165,7 @@ fn a_streaming_connection_does_not_starve_another_on_a_one_thread_group() {
     // receive window alone is 1 s of work); the queue never drains while it writes.
     let mut g = one_thread_group("tcp");
     g.buffer_bytes = 64;
-    let mut rt = runtime(g);
+    let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     rt.lane("tcp")
         .unwrap()
         .registry()
@@ -247,7 +235,7 @@ fn a_datagram_longer_than_its_slot_is_counted_and_the_rest_still_echoed() {
     let _l = util::rt_lock();
     let mut g = one_thread_group("udp");
     g.buffer_bytes = 64;
-    let mut rt = runtime(g);
+    let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = s.local_addr().unwrap();
     rt.lane("udp")
@@ -272,7 +260,7 @@ fn a_connection_beyond_the_handle_table_is_closed_and_counted() {
     let _l = util::rt_lock();
     let mut g = one_thread_group("tcp");
     g.max_handles = 2; // the listener and one connection
-    let mut rt = runtime(g);
+    let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let reg = rt.lane("tcp").unwrap().registry();
@@ -306,7 +294,7 @@ fn a_connection_beyond_the_handle_table_is_closed_and_counted() {
 #[test]
 fn a_connection_beyond_the_echo_table_is_refused_and_counted_and_a_freed_entry_reused() {
     let _l = util::rt_lock();
-    let mut rt = runtime(one_thread_group("tcp"));
+    let mut rt = util::runtime(RtMode::BestEffort, false, vec![one_thread_group("tcp")]);
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let reg = rt.lane("tcp").unwrap().registry();

@@ -29,17 +29,6 @@ fn group(name: &str, promotion: Promotion) -> GroupConfig {
     g
 }
 
-fn runtime(g: GroupConfig, lock_memory: bool) -> Runtime {
-    Runtime::new(RuntimeConfig {
-        rt: RtMode::BestEffort,
-        lock_memory,
-        metrics: None,
-        groups: vec![g],
-        bands: Vec::new(),
-    })
-    .unwrap()
-}
-
 fn target(m: &GroupMetrics) -> bool {
     m.dispatched >= DISPATCHES + (THREADS as u64) * WARMUP_DISPATCHES
 }
@@ -98,29 +87,33 @@ fn zero_allocations_udp() {
                 work_us: 0,
             });
         }
-        assert_no_allocations(&format!("udp/{p:?}"), runtime(g, false), |done| {
-            let stop = AtomicBool::new(false);
-            let stop = &stop;
-            std::thread::scope(|s| {
-                for a in &addrs {
-                    s.spawn(move || {
-                        let c = UdpSocket::bind("127.0.0.1:0").unwrap();
-                        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                        let mut buf = [0u8; 64];
-                        while !stop.load(Relaxed) {
-                            for _ in 0..4 {
-                                c.send_to(&[7u8; 32], a).unwrap();
+        assert_no_allocations(
+            &format!("udp/{p:?}"),
+            util::runtime(RtMode::BestEffort, false, vec![g]),
+            |done| {
+                let stop = AtomicBool::new(false);
+                let stop = &stop;
+                std::thread::scope(|s| {
+                    for a in &addrs {
+                        s.spawn(move || {
+                            let c = UdpSocket::bind("127.0.0.1:0").unwrap();
+                            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                            let mut buf = [0u8; 64];
+                            while !stop.load(Relaxed) {
+                                for _ in 0..4 {
+                                    c.send_to(&[7u8; 32], a).unwrap();
+                                }
+                                for _ in 0..4 {
+                                    c.recv_from(&mut buf).expect("echo");
+                                }
                             }
-                            for _ in 0..4 {
-                                c.recv_from(&mut buf).expect("echo");
-                            }
-                        }
-                    });
-                }
-                assert!(util::wait_until(120, done));
-                stop.store(true, Relaxed);
-            });
-        });
+                        });
+                    }
+                    assert!(util::wait_until(120, done));
+                    stop.store(true, Relaxed);
+                });
+            },
+        );
     }
 }
 
@@ -138,7 +131,7 @@ fn zero_allocations_tcp_stream() {
             work_us: 0,
             max_connections: 4,
         });
-        let rt = runtime(g, false);
+        let rt = util::runtime(RtMode::BestEffort, false, vec![g]);
         let reg = rt.lane("tcp").unwrap().registry();
         assert_no_allocations(&format!("tcp/{p:?}"), rt, |done| {
             // Connect everything, wait until every stream is registered (accepting is
@@ -177,7 +170,7 @@ fn zero_allocations_framed_stream() {
     use lfrt::stream::{Flow, Framed, Limits, Output};
     let _l = util::rt_lock();
     for p in PROMOTIONS {
-        let rt = runtime(group("stream", p), false);
+        let rt = util::runtime(RtMode::BestEffort, false, vec![group("stream", p)]);
         let reg = rt.lane("stream").unwrap().registry();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -255,7 +248,7 @@ fn accepting_connections_allocates_nothing() {
             });
             None
         };
-        let mut rt = runtime(g, false);
+        let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
         if let Some(listener) = framed_listener {
             let echo = |frame: &[u8], out: &mut Output<'_>| {
                 out.send(frame).expect("one reply always fits");
@@ -315,7 +308,7 @@ fn accepting_connections_allocates_nothing() {
 fn zero_allocations_timerfd() {
     let _l = util::rt_lock();
     for p in PROMOTIONS {
-        let rt = runtime(group("timer", p), false);
+        let rt = util::runtime(RtMode::BestEffort, false, vec![group("timer", p)]);
         let reg = rt.lane("timer").unwrap().registry();
         let first = lfrt::os::now_ns() + 5_000_000;
         for k in 0..4 {
@@ -345,7 +338,7 @@ impl EventHandler for Take {
 fn zero_allocations_eventfd() {
     let _l = util::rt_lock();
     for p in PROMOTIONS {
-        let rt = runtime(group("efd", p), false);
+        let rt = util::runtime(RtMode::BestEffort, false, vec![group("efd", p)]);
         let reg = rt.lane("efd").unwrap().registry();
         let writers: Vec<OwnedFd> = (0..4)
             .map(|_| {
@@ -380,7 +373,7 @@ fn locked_memory_pool_threads_do_not_fault_in_steady_state() {
         bind: addr,
         work_us: 0,
     });
-    let mut rt = runtime(g, true);
+    let mut rt = util::runtime(RtMode::BestEffort, true, vec![g]);
     let rep = rt.start().unwrap();
     assert!(
         rep.memory_locked,
@@ -417,7 +410,7 @@ fn telemetry_samples_are_all_accounted_for() {
         count: 3,
         distance_us: 50,
     });
-    let mut rt = runtime(g, false);
+    let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     rt.start().unwrap();
     assert!(util::wait_until(30, || rt.metrics()[0].dispatched > 20_000));
     let m = rt.shutdown().unwrap();
@@ -496,7 +489,6 @@ fn watchdog_reports_and_demotes_an_overrunning_handler() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        metrics: None,
         groups: vec![slow, fast],
         bands: Vec::new(),
     })
@@ -588,7 +580,6 @@ fn watchdog_keeps_its_own_nice_after_a_demotion() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        metrics: None,
         groups: vec![slow],
         bands: Vec::new(),
     })
@@ -764,7 +755,7 @@ fn an_allocating_handler_is_reported() {
     let _l = util::rt_lock();
     let mut g = group("alloc", Promotion::Priority);
     g.threads = 1;
-    let mut rt = runtime(g, false);
+    let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     let n = Notifier::new().unwrap();
     let w = n.as_fd().try_clone_to_owned().unwrap();
     rt.lane("alloc")
@@ -790,7 +781,7 @@ fn hygiene_counters_before_warmup_are_not_measured() {
     let _l = util::rt_lock();
     let mut g = group("cold", Promotion::Priority);
     g.threads = 2;
-    let mut rt = runtime(g, false);
+    let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     let n = Notifier::new().unwrap();
     let w = n.as_fd().try_clone_to_owned().unwrap();
     rt.lane("cold")
@@ -843,7 +834,6 @@ fn zero_allocations_banded_sockets() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        metrics: None,
         groups: vec![control, bulk],
         bands: vec![BandConfig {
             bind: addr,
@@ -916,7 +906,6 @@ fn zero_allocations_borrowed() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        metrics: None,
         groups: vec![high, low],
         bands: Vec::new(),
     })

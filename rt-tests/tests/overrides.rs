@@ -306,13 +306,101 @@ fn metrics_flag_is_an_override() {
     );
 }
 
-/// A file with a `[[band]]` and a bound group, written for one test.
-fn band_file(name: &str) -> std::path::PathBuf {
+/// `[runtime] metrics` in a file: the command's own key, which lfrt's loader does not know. The
+/// command takes it out, accepts a good address (check, doctor), and refuses, at the key's line
+/// or naming the override, what `run` could not serve.
+#[test]
+fn the_metrics_key_is_the_commands_and_checked_as_run_would_fail_on_it() {
+    let file = tmp_file("metrics.toml", "");
+    let f = file.to_str().unwrap();
+    let free_tcp = || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    // Line 2 is the key; the lane has a tcp-echo handler (`tcp`, an address) and a udp-echo
+    // handler on 127.0.0.1:`udp`.
+    let write = |metrics: &str, tcp: &str, udp: u16| {
+        let text = format!(
+            "[runtime]\nmetrics = {metrics}\n\n[[group]]\nname = \"a\"\npolicy = \"other\"\n\
+             priority = 0\n[[group.handler]]\nkind = \"tcp-echo\"\nbind = \"{tcp}\"\n\
+             [[group.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:{udp}\"\n"
+        );
+        std::fs::write(&file, text).unwrap();
+    };
+    let tcp = format!("127.0.0.1:{}", free_tcp());
+
+    // A good address; a udp-echo on its port does not collide with a TCP listener.
+    let port = free_tcp();
+    write(&format!("\"127.0.0.1:{port}\""), &tcp, port);
+    stdout(&lfrt(&["check", f], &[]));
+    let doctor = lfrt(&["doctor", f], &[]);
+    assert_ne!(
+        doctor.status.code(),
+        Some(2),
+        "doctor reads the file: {doctor:?}"
+    );
+
+    let refused = |metrics: &str, tcp: &str| {
+        write(metrics, tcp, 9);
+        stderr(&lfrt(&["check", f], &[]))
+    };
+    let at = format!("lfrt: {f}:2: invalid `runtime.metrics`: ");
+    for (metrics, why) in [
+        (
+            r#""localhost""#.to_string(),
+            r#"`"localhost"` is not an address"#.to_string(),
+        ),
+        ("9464".to_string(), "`9464` is not an address".to_string()),
+        (
+            r#""0.0.0.0:9464""#.to_string(),
+            "0.0.0.0:9464: give an explicit".to_string(),
+        ),
+        (
+            r#""127.0.0.1:0""#.to_string(),
+            "127.0.0.1:0: give an explicit".to_string(),
+        ),
+        (
+            format!("\"{tcp}\""),
+            format!("{tcp} collides with {tcp} of `group[0].handler[0].bind`"),
+        ),
+    ] {
+        let e = refused(&metrics, &tcp);
+        assert!(e.starts_with(&format!("{at}{why}")), "{metrics}: {e}");
+    }
+    // A wildcard tcp-echo on the port collides as well: the kernel decides, not a comparison.
+    let port = free_tcp();
+    let e = refused(&format!("\"127.0.0.1:{port}\""), &format!("0.0.0.0:{port}"));
+    assert!(e.contains(&format!("collides with 0.0.0.0:{port}")), "{e}");
+    // In use now.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = held.local_addr().unwrap();
+    let e = refused(&format!("\"{taken}\""), &tcp);
+    assert!(e.starts_with(&format!("{at}cannot bind {taken}")), "{e}");
+    // Overridden: the override is blamed.
+    let e = stderr(&lfrt(
+        &["check", f, "--set", "runtime.metrics=[::]:9464"],
+        &[],
+    ));
+    assert!(
+        e.starts_with("lfrt: invalid `--set runtime.metrics=[::]:9464`: [::]:9464: give"),
+        "{e}"
+    );
+    std::fs::remove_file(&file).unwrap();
+}
+
+/// A file `name` of this test process's own directory, holding `text`.
+fn tmp_file(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("lfrt-overrides-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
-    std::fs::write(
-        &p,
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// A file with a `[[band]]` and a bound group, written for one test.
+fn band_file(name: &str) -> std::path::PathBuf {
+    tmp_file(
+        name,
         "[[group]]\nname = \"control\"\npriority = 80\n\n\
          [[group]]\nname = \"bulk\"\npriority = 20\n\n\
          [[group]]\nname = \"db\"\npriority = 30\nthreads = 2\n\
@@ -321,8 +409,6 @@ fn band_file(name: &str) -> std::path::PathBuf {
          classify = { dscp = { 46 = \"control\", default = \"bulk\" } }\n\
          work_us = 5\n",
     )
-    .unwrap();
-    p
 }
 
 /// `band[I].KEY` reaches a `[[band]]` (bands have no names: by index, from 0) and
@@ -455,4 +541,17 @@ fn bands_and_bound_tables_are_overridden_too() {
         "{e}"
     );
     let _ = std::fs::remove_dir_all(file.parent().unwrap());
+}
+
+/// A syntax error in a file read with overrides is reported as lfrt's loader reports it without
+/// them: the same line, field and message.
+#[test]
+fn a_syntax_error_reads_the_same_with_and_without_overrides() {
+    let file = tmp_file("syntax.toml", "[[group]]\nname = \"a\"\npriority = = 5\n");
+    let f = file.to_str().unwrap();
+    let plain = stderr(&lfrt(&["check", f], &[]));
+    let overridden = stderr(&lfrt(&["check", f, "--set", "group.a.threads=2"], &[]));
+    assert!(plain.starts_with(&format!("lfrt: {f}:3: ")), "{plain}");
+    assert_eq!(plain, overridden);
+    std::fs::remove_file(&file).unwrap();
 }

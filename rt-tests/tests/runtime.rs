@@ -15,7 +15,6 @@ fn cfg(groups: Vec<GroupConfig>) -> RuntimeConfig {
     RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        metrics: None,
         groups,
         bands: Vec::new(),
     }
@@ -255,7 +254,6 @@ fn threads_run_at_configured_policy_priority_and_cpus() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        metrics: None,
         groups: vec![hi, lo],
         bands: Vec::new(),
     })
@@ -291,15 +289,8 @@ fn required_rt_without_privilege_names_what_is_missing() {
         "[runtime]\nrt = \"required\"\n[[group]]\nname = \"g\"\npriority = 50\nthreads = 1\n",
     )
     .unwrap();
-    let have_setpriv = std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_ok();
-    if !have_setpriv {
-        util::skip(
-            "required_rt_without_privilege_names_what_is_missing",
-            "setpriv (util-linux) not installed",
-        );
+    let test = "required_rt_without_privilege_names_what_is_missing";
+    if !util::tools_installed(test, &["prlimit", "setpriv"]) {
         return;
     }
     let out = std::process::Command::new("prlimit")
@@ -397,7 +388,6 @@ fn deadline_lane_runs_under_sched_deadline_with_its_reservation() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        metrics: None,
         groups: vec![g],
         bands: Vec::new(),
     })
@@ -441,7 +431,6 @@ fn a_narrowed_affinity_is_not_reported_as_a_missing_privilege() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        metrics: None,
         groups: vec![g],
         bands: Vec::new(),
     })
@@ -548,12 +537,7 @@ fn nix_write(fd: &std::os::fd::OwnedFd) {
 #[test]
 fn best_effort_without_privilege_reports_the_kernels_policy_and_keeps_lane_order() {
     let test = "best_effort_without_privilege_reports_the_kernels_policy_and_keeps_lane_order";
-    if std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        util::skip(test, "setpriv (util-linux) not installed");
+    if !util::tools_installed(test, &["prlimit", "setpriv"]) {
         return;
     }
     let _l = util::rt_lock();

@@ -9,24 +9,7 @@ fn the_service_example_serves_live_counters_and_stops_on_request() {
         return;
     }
     let _l = util::rt_lock();
-    // cargo builds the examples next to the test binaries: target/<profile>/examples/.
-    let exe = std::env::current_exe().unwrap();
-    let example = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join("examples/service");
-    assert!(example.exists(), "{} not built", example.display());
-    let out = std::process::Command::new(&example)
-        .arg("2")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = util::run_example("service", &["2"]);
     // Two admin queries, one a second; the second is `stop`, which ends the run.
     let dispatched = |at: &str, group: &str| -> u64 {
         text.lines()

@@ -581,7 +581,6 @@ fn soak_under_load_loses_nothing_and_stays_flat() {
             RtMode::BestEffort
         },
         lock_memory: false,
-        metrics: None,
         groups: vec![lane("high", 60, 2048), lane("low", 20, 4096)],
         bands: Vec::new(),
     })

@@ -9,20 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn lane() -> Runtime {
-    let mut g = GroupConfig::new("lane", Policy::Fifo, 10);
-    g.threads = 2;
-    g.buffer_bytes = 2048;
-    Runtime::new(RuntimeConfig {
-        rt: RtMode::BestEffort,
-        lock_memory: false,
-        metrics: None,
-        groups: vec![g],
-        bands: Vec::new(),
-    })
-    .unwrap()
-}
-
 /// Counts notifications (the sum of what was notified); optionally suspends itself on each.
 struct Counter {
     bell: Arc<Notifier>,
@@ -62,7 +48,7 @@ fn counter(reg: &Registry, suspend_self: bool) -> (Token, Arc<Notifier>, Arc<Ato
 #[test]
 fn suspended_handles_are_not_dispatched_until_resumed() {
     let _l = util::rt_lock();
-    let mut rt = lane();
+    let mut rt = util::lane(2);
     let reg = rt.lane("lane").unwrap().registry();
     let (token, bell, got) = counter(&reg, false);
     rt.start().unwrap();
@@ -88,7 +74,7 @@ fn suspended_handles_are_not_dispatched_until_resumed() {
 #[test]
 fn a_handler_suspends_its_own_handle() {
     let _l = util::rt_lock();
-    let mut rt = lane();
+    let mut rt = util::lane(2);
     let reg = rt.lane("lane").unwrap().registry();
     let (token, bell, got) = counter(&reg, true);
     rt.start().unwrap();
@@ -120,7 +106,7 @@ fn suspend_during_a_running_handler_takes_effect_when_it_returns() {
         }
     }
     let _l = util::rt_lock();
-    let mut rt = lane();
+    let mut rt = util::lane(2);
     let reg = rt.lane("lane").unwrap().registry();
     let (bell, running, done) = (
         Arc::new(Notifier::new().unwrap()),
@@ -148,7 +134,7 @@ fn suspend_during_a_running_handler_takes_effect_when_it_returns() {
 #[test]
 fn a_stale_token_is_refused() {
     let _l = util::rt_lock();
-    let mut rt = lane();
+    let mut rt = util::lane(2);
     let reg = rt.lane("lane").unwrap().registry();
     let (old, _, _) = counter(&reg, false);
     assert!(reg.deregister(old));

@@ -35,7 +35,6 @@ fn lanes(spec: &[(&str, u8, usize)], max_tasks: usize, budget_us: Option<u64>) -
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        metrics: None,
         groups,
         bands: Vec::new(),
     })

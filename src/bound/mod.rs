@@ -58,10 +58,23 @@
 //! from [`Lane::bound_pool`](crate::Lane::bound_pool). A pool built with
 //! [`BoundPool::new`] is served by threads of the caller's own, as below.
 //!
+//! # Layer
+//! * **Owns:** the bound pool ([`BoundPool`], this file), its wire format and receive buffer
+//!   (`frame.rs`), its hand-off state machine (`table.rs`) and a bound pool as a runtime
+//!   group's body (`lane.rs`: the connection made when the group is built, the waiters leased
+//!   then, served through the engine's `Served` trait).
+//! * **May use:** `engine` (the promotion protocol, follower queue, handle set, data word,
+//!   handler interface and `Served`), `sources` (only the one length-prefixed frame reader,
+//!   `sources::frame`, which `Framed` shares), `observe` (its counters, [`BoundStats`], live
+//!   there), `sync`, `sys` and `error`.
+//! * **Must never use:** `config` (a bound group's sizes arrive as a [`BoundConfig`] that
+//!   `config` builds), `runtime`, any other source or `task`. Only `config` (the `[group.bound]`
+//!   document) and `runtime` (connecting and serving bound groups) use it.
+//!
 //! # Invariants
 //! The state machine is `bound/table.rs`, built on the runtime's one Leader/Followers protocol
-//! (`leader.rs`: leader slot, follower queue, promotion and parkers, shared with the unbound
-//! groups and extended with the hand-off of a reply to a named follower): one PI lock, no
+//! (`engine/leader.rs`: leader slot, follower queue, promotion and parkers, shared with the
+//! unbound groups and extended with the hand-off of a reply to a named follower): one PI lock, no
 //! system calls but the lock's and the parkers', checked by loom models (`scripts/loom.sh`;
 //! in `leader.rs`: hand-off, failure, shutdown, a timeout racing a hand-off; in `table.rs`:
 //! reverse-order hand-off, connection close, timeout with a late reply, deferral to a serving
@@ -743,13 +756,7 @@ impl BoundPool {
         deadline: Option<Instant>,
     ) -> Result<Reply<'w>, BoundError> {
         self.check(w)?;
-        let t = Turn {
-            slot: w.slot,
-            priority: w.priority,
-            bound: true,
-            eligible: nesting() < self.inner.cfg.max_nesting,
-            deadline: deadline.map(instant_ns),
-        };
+        let t = self.turn(w, true, deadline);
         match self.run(&t, &mut w.ctx) {
             Step::Replied(len) => {
                 let w: &'w Waiter = w;
@@ -796,13 +803,7 @@ impl BoundPool {
         if !self.inner.table.is_idle(w.slot) {
             return Err(BoundError::Busy);
         }
-        let t = Turn {
-            slot: w.slot,
-            priority: w.priority,
-            bound: false,
-            eligible: nesting() < self.inner.cfg.max_nesting,
-            deadline: deadline.map(instant_ns),
-        };
+        let t = self.turn(w, false, deadline);
         match self.run(&t, &mut w.ctx) {
             Step::Shutdown => Ok(()),
             Step::TimedOut => Err(BoundError::Timeout),
@@ -863,6 +864,17 @@ impl BoundPool {
     }
 
     /// The thread's loop: wait/lead until done, running unbound handlers on the way.
+    /// `w`'s turn in the pool: waiting for its own reply (`bound`, `join`) or serving only.
+    fn turn(&self, w: &Waiter, bound: bool, deadline: Option<Instant>) -> Turn {
+        Turn {
+            slot: w.slot,
+            priority: w.priority,
+            bound,
+            eligible: nesting() < self.inner.cfg.max_nesting,
+            deadline: deadline.map(instant_ns),
+        }
+    }
+
     fn run(&self, t: &Turn, ctx: &mut Context) -> Step {
         loop {
             let step = match self.inner.table.next_step(t) {
@@ -1013,165 +1025,5 @@ impl BoundPool {
                 self.inner.dispatched.fetch_add(1, Relaxed);
             }
         }
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-    use std::io::{Read, Write};
-    use std::net::TcpListener;
-    use std::time::Duration;
-
-    /// A connected pair: (pool side, back-end side).
-    fn pair() -> (TcpStream, TcpStream) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
-        (a, b)
-    }
-
-    fn read_frame(s: &mut TcpStream) -> Option<(u64, Vec<u8>)> {
-        let mut h = [0u8; HEADER_LEN];
-        s.read_exact(&mut h).ok()?;
-        let (id, len) = decode_header(&h);
-        let mut body = vec![0u8; len as usize];
-        s.read_exact(&mut body).ok()?;
-        Some((id, body))
-    }
-
-    fn write_frame(s: &mut TcpStream, id: u64, body: &[u8]) {
-        s.write_all(&encode_header(id, body.len() as u32)).unwrap();
-        s.write_all(body).unwrap();
-    }
-
-    fn in_secs(s: u64) -> Option<Instant> {
-        Some(Instant::now() + Duration::from_secs(s))
-    }
-
-    #[test]
-    fn config_is_validated() {
-        let (a, _b) = pair();
-        let bad = BoundConfig {
-            max_waiters: 0,
-            ..BoundConfig::default()
-        };
-        assert!(matches!(
-            BoundPool::new(a.try_clone().unwrap(), bad),
-            Err(Error::Config { .. })
-        ));
-        let bad = BoundConfig {
-            max_body: MAX_BODY + 1,
-            ..BoundConfig::default()
-        };
-        assert!(matches!(
-            BoundPool::new(a.try_clone().unwrap(), bad),
-            Err(Error::Config { .. })
-        ));
-        let bad = BoundConfig {
-            max_nesting: 0,
-            ..BoundConfig::default()
-        };
-        assert!(matches!(BoundPool::new(a, bad), Err(Error::Config { .. })));
-    }
-
-    #[test]
-    fn single_call_round_trip_and_misuse() {
-        let (a, mut b) = pair();
-        let pool = BoundPool::new(
-            a,
-            BoundConfig {
-                max_waiters: 2,
-                ..BoundConfig::default()
-            },
-        )
-        .unwrap();
-        let srv = std::thread::spawn(move || {
-            let (id, body) = read_frame(&mut b).unwrap();
-            let mut r = body.clone();
-            r.reverse();
-            write_frame(&mut b, id, &r);
-            b
-        });
-        let mut w = pool.waiter().unwrap();
-        assert_eq!(
-            pool.join(&mut w, in_secs(5)).unwrap_err(),
-            BoundError::NotExpecting
-        );
-        assert_eq!(&*pool.call(&mut w, b"abc", in_secs(5)).unwrap(), b"cba");
-        let _b = srv.join().unwrap();
-        // waiter of another pool
-        let (c, _d) = pair();
-        let other = BoundPool::new(c, BoundConfig::default()).unwrap();
-        assert_eq!(other.expecting_response(&mut w), Err(BoundError::WrongPool));
-        // slots run out
-        let _w2 = pool.waiter().unwrap();
-        assert_eq!(pool.waiter().unwrap_err(), BoundError::NoWaiter);
-        let s = pool.stats();
-        assert_eq!((s.replies, s.own), (1, 1));
-    }
-
-    #[test]
-    fn timeout_then_late_reply_is_dropped() {
-        let (a, mut b) = pair();
-        let pool = BoundPool::new(a, BoundConfig::default()).unwrap();
-        let mut w = pool.waiter().unwrap();
-        let id = pool.expecting_response(&mut w).unwrap();
-        pool.send(id, b"x", None).unwrap();
-        let (rid, _) = read_frame(&mut b).unwrap();
-        assert_eq!(rid, id);
-        let soon = Some(Instant::now() + Duration::from_millis(20));
-        assert_eq!(pool.join(&mut w, soon).unwrap_err(), BoundError::Timeout);
-        // the late reply arrives, then the reply to a new request: only the latter is returned
-        write_frame(&mut b, id, b"late");
-        let id2 = pool.expecting_response(&mut w).unwrap();
-        pool.send(id2, b"y", None).unwrap();
-        let (rid2, _) = read_frame(&mut b).unwrap();
-        write_frame(&mut b, rid2, b"fresh");
-        assert_eq!(&*pool.join(&mut w, in_secs(5)).unwrap(), b"fresh");
-        let s = pool.stats();
-        assert_eq!((s.late, s.timeouts, s.replies), (1, 1, 1));
-    }
-
-    #[test]
-    fn reply_body_may_be_exactly_max_body_and_empty() {
-        let (a, mut b) = pair();
-        let pool = BoundPool::new(
-            a,
-            BoundConfig {
-                max_body: 100,
-                ..BoundConfig::default()
-            },
-        )
-        .unwrap();
-        let mut w = pool.waiter().unwrap();
-        for len in [100usize, 0, 1] {
-            let id = pool.expecting_response(&mut w).unwrap();
-            pool.send(id, b"", None).unwrap();
-            let (rid, _) = read_frame(&mut b).unwrap();
-            write_frame(&mut b, rid, &vec![len as u8; len]);
-            assert_eq!(pool.join(&mut w, in_secs(5)).unwrap().len(), len);
-        }
-    }
-
-    #[test]
-    fn shutdown_wakes_a_waiting_thread() {
-        let (a, _b) = pair();
-        let pool = BoundPool::new(a, BoundConfig::default()).unwrap();
-        let p2 = pool.clone();
-        let t = std::thread::spawn(move || {
-            let mut w = p2.waiter().unwrap();
-            let id = p2.expecting_response(&mut w).unwrap();
-            p2.send(id, b"never answered", None).unwrap();
-            p2.join(&mut w, None).map(|r| r.len())
-        });
-        while !pool.snapshot().0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        pool.shutdown();
-        assert_eq!(t.join().unwrap(), Err(BoundError::Shutdown));
-        let mut w = pool.waiter().unwrap();
-        assert_eq!(pool.expecting_response(&mut w), Err(BoundError::Shutdown));
-        assert_eq!(pool.serve(&mut w, None), Ok(()));
     }
 }

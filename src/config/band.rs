@@ -410,7 +410,6 @@ mod tests {
         let cfg = |bands: Vec<BandConfig>, groups: Vec<GroupConfig>| RuntimeConfig {
             rt: crate::RtMode::BestEffort,
             lock_memory: false,
-            metrics: None,
             groups,
             bands,
         };

@@ -132,16 +132,6 @@ pub(crate) mod named {
         })
     }
 
-    /// `[runtime] metrics`, an address written as text like a handler's `bind`.
-    pub(crate) fn metrics<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map(Some).map_err(|_| {
-            D::Error::custom(format_args!(
-                "`{text}` is not an address like \"127.0.0.1:9464\""
-            ))
-        })
-    }
-
     pub(super) fn one() -> usize {
         1
     }
@@ -450,7 +440,6 @@ impl GroupConfig {
 /// let cfg = RuntimeConfig {
 ///     rt: RtMode::Required, // refuse to run without SCHED_FIFO
 ///     lock_memory: true,
-///     metrics: None,
 ///     groups: vec![GroupConfig::new("control", Policy::Fifo, 80)],
 ///     bands: Vec::new(), // [[band]]: priority bands on one port
 /// };
@@ -463,12 +452,6 @@ pub struct RuntimeConfig {
     pub rt: RtMode,
     /// `mlockall(MCL_CURRENT | MCL_FUTURE)` before the pool starts.
     pub lock_memory: bool,
-    /// Where the `lfrt` command serves live metrics in Prometheus text format
-    /// (`metrics = "127.0.0.1:9464"`); `None`: not served. The runtime itself never reads it:
-    /// the exporter lives in the tools crate, on a thread that is not a pool thread. Validation
-    /// asks for an explicit port and address (no wildcard), not colliding with a `tcp-echo`
-    /// handler's, and bindable now.
-    pub metrics: Option<SocketAddr>,
     /// The groups, highest priority first or in any order.
     pub groups: Vec<GroupConfig>,
     /// Priority bands on shared ports (`[[band]]`), served by the groups they name.
@@ -496,8 +479,6 @@ struct Settings {
     rt: RtMode,
     #[serde(default)]
     lock_memory: bool,
-    #[serde(default, deserialize_with = "named::metrics")]
-    metrics: Option<SocketAddr>,
 }
 
 impl From<Document> for RuntimeConfig {
@@ -505,7 +486,6 @@ impl From<Document> for RuntimeConfig {
         RuntimeConfig {
             rt: d.runtime.rt,
             lock_memory: d.runtime.lock_memory,
-            metrics: d.runtime.metrics,
             groups: d.group,
             bands: d.band,
         }

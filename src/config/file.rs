@@ -452,6 +452,20 @@ threads = 1
         assert_eq!((line, field.as_str()), (Some(1), "threads"));
     }
 
+    /// `[runtime] metrics` is the `lfrt` command's key (its Prometheus exporter), read by the
+    /// tools crate: the library, which serves no metrics, refuses it like any unknown key.
+    #[test]
+    fn metrics_is_the_commands_key_not_the_librarys() {
+        let with = "lock_memory = false\nmetrics = \"127.0.0.1:9464\"";
+        let (line, field, msg) = err(&GOOD.replace("lock_memory = false", with));
+        assert_eq!(
+            (line, field.as_str()),
+            (Some(5), "runtime.metrics"),
+            "{msg}"
+        );
+        assert!(msg.contains("unknown field"), "{msg}");
+    }
+
     #[test]
     fn unknown_promotion() {
         let (line, field, msg) = err(&GOOD.replace("\"lifo\"", "\"random\""));

@@ -4,7 +4,8 @@
 //!   validation and probe step (`check/`: machine probe, bind checks, one file per table or
 //!   concern), `[[band]]` plans (`band.rs`), TOML loading with file:line:field errors
 //!   (`file.rs`), and turning a group into the engine's own parameters (`spec.rs`).
-//! * **May use:** `bound`, `sources`, `engine`, `observe`, `sync`, `sys`.
+//! * **May use:** `bound`, `task` (its limits), `sources`, `engine`, `observe`, `sync`, `sys`
+//!   and `error`.
 //! * **Must never use:** `runtime`. Nothing below `config/` imports it: the engine, the
 //!   sources and the bound pool take their own plain parameters.
 //!

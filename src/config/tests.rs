@@ -8,7 +8,6 @@ fn cfg(groups: Vec<GroupConfig>) -> RuntimeConfig {
     RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        metrics: None,
         groups,
         bands: Vec::new(),
     }
@@ -31,6 +30,35 @@ fn machine() -> Machine {
         cpus: vec![0, 1],
         mem_total: Some(1 << 40),
         memlock_limit: None,
+    }
+}
+
+/// Every size of a group is refused one past either end of its range, naming the field and the
+/// range, and taken at both ends (settings only: the memory plan is another check).
+#[test]
+fn sizes_are_taken_at_the_ends_of_their_ranges_and_refused_past_them() {
+    type Set = fn(&mut GroupConfig, usize);
+    let sizes: [(&str, Set, usize, usize); 5] = [
+        ("buffer_bytes", |g, v| g.buffer_bytes = v, 64, 64 << 20),
+        ("max_handles", |g, v| g.max_handles = v, 1, 1 << 20),
+        ("max_tasks", |g, v| g.max_tasks = v, 0, 1 << 16),
+        ("task_bytes", |g, v| g.task_bytes = v, 64, 1 << 20),
+        ("stack_bytes", |g, v| g.stack_bytes = v, 64 * 1024, 64 << 20),
+    ];
+    for (field, set, lo, hi) in sizes {
+        let with = |v: usize| {
+            let mut c = cfg(vec![GroupConfig::new("a", Policy::Fifo, 80)]);
+            set(&mut c.groups[0], v);
+            c.check_settings(&[0, 1])
+        };
+        with(lo).unwrap();
+        with(hi).unwrap();
+        let past = [lo.checked_sub(1), Some(hi + 1)];
+        for v in past.into_iter().flatten() {
+            let e = with(v).unwrap_err();
+            assert_eq!(e.path(), format!("group[0].{field}"));
+            assert_eq!(e.message, format!("{v}: must be {lo}..={hi}"));
+        }
     }
 }
 
@@ -300,46 +328,6 @@ fn ephemeral_ports_never_conflict() {
         max_connections: 64,
     });
     cfg(vec![a, b]).validate_on(&machine()).unwrap();
-}
-
-#[test]
-fn metrics_address_is_validated() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut c = cfg(vec![GroupConfig::new("a", Policy::Fifo, 80)]);
-    c.metrics = Some(format!("127.0.0.1:{port}").parse().unwrap());
-    c.validate_on(&machine()).unwrap();
-    for wrong in ["127.0.0.1:0", "0.0.0.0:9464", "[::]:9464"] {
-        c.metrics = Some(wrong.parse().unwrap());
-        let e = c.validate_on(&machine()).unwrap_err();
-        assert_eq!(e.path(), "runtime.metrics", "{wrong}");
-    }
-    // A tcp-echo on the same port collides; a udp-echo does not.
-    c.metrics = Some(format!("127.0.0.1:{port}").parse().unwrap());
-    c.groups[0].handlers.push(udp(&format!("0.0.0.0:{port}")));
-    c.check_settings(&[0, 1]).unwrap();
-    c.groups[0].handlers.push(HandlerConfig::TcpEcho {
-        bind: format!("0.0.0.0:{port}").parse().unwrap(),
-        work_us: 0,
-        max_connections: 64,
-    });
-    let e = c.check_settings(&[0, 1]).unwrap_err();
-    assert_eq!(e.path(), "runtime.metrics");
-    assert!(
-        e.message.contains("group[0].handler[1].bind"),
-        "{}",
-        e.message
-    );
-    // A port in use now is refused like a handler's.
-    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    c.groups[0].handlers.clear();
-    c.metrics = Some(held.local_addr().unwrap());
-    let e = c.validate_on(&machine()).unwrap_err();
-    assert_eq!(e.path(), "runtime.metrics");
-    assert!(e.message.contains("in use"), "{}", e.message);
 }
 
 #[test]

@@ -45,16 +45,16 @@
 //!   lock and never runs the handler beside it; the slot generation drops an event of a
 //!   removed handle (`handle_set.rs`). Nothing here depends on *which* thread called
 //!   `epoll_wait`: lending adds callers of the same wait on the same epoll instance, which is
-//!   exactly the argument of the concurrent promotion mode (`group.rs`);
+//!   exactly the argument of the concurrent promotion mode (`dispatch.rs`);
 //! * **every event is dispatched exactly once**: `epoll_wait` removes what it returns under the
 //!   epoll instance's lock, so an event goes to the borrower's leader or to one lent thread; a
 //!   lent thread whose `epoll_wait(…, 0)` finds nothing (the leader or another lent thread was
 //!   first) dispatches nothing;
 //! * **the borrowed count never exceeds `max_borrowed`**: [`Gate::try_take`] increments it only
 //!   below the limit (one compare-and-swap loop), [`Gate::give_back`] after the dispatch;
-//! * **no lost borrow** (the model [`loom_tests`] checks it): while the borrower has no leader,
-//!   its events have a lender coming: the link is armed in the kernel, or a lender holds its
-//!   report and will look, or a borrowed thread is dispatching and will re-arm it. The arming
+//! * **no lost borrow** (the loom models in `loom_tests` check it): while the borrower has no
+//!   leader, its events have a lender coming: the link is armed in the kernel, or a lender holds
+//!   its report and will look, or a borrowed thread is dispatching and will re-arm it. The arming
 //!   flag only saves `epoll_ctl` calls: `arm` calls the kernel when it turns the flag on, and a
 //!   lender turns it off *before* it looks at the borrower's leader, so a vacancy that began
 //!   after that look arms again; a lender refused by the count leaves the link disarmed, but
@@ -296,7 +296,7 @@ mod loom_tests {
         w.poll();
     }
 
-    /// One lender turn on a report, as `group.rs` runs it. Returns whether it dispatched.
+    /// One lender turn on a report, as `lend.rs` runs it. Returns whether it dispatched.
     fn lend(gate: &Gate, w: &Mutex<World>) -> bool {
         {
             let mut g = w.lock().unwrap();

@@ -46,8 +46,8 @@
 //!   thread that sees it writes it once more before it returns, which wakes one more exclusive
 //!   waiter, so the threads asleep in `epoll_wait` are woken one after the other.
 //!
-//! What it gives up: the [`Protocol`] is not used (no leader, no follower queue, no promotion
-//! counters): "at most one leader" becomes "up to `threads` waiters", and the follower queue's
+//! What it gives up: the [`Protocol`](crate::engine::leader::Protocol) is not used (no leader,
+//! no follower queue, no promotion counters): "at most one leader" becomes "up to `threads` waiters", and the follower queue's
 //! order (priority, LIFO, FIFO) becomes the kernel's choice of waiter, so per-thread priorities
 //! no longer decide which thread takes the next event. It is a per-group mode, not the
 //! mechanism under the heap, because that order is the point of the other three.

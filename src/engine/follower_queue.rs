@@ -42,7 +42,7 @@ pub enum Promotion {
     Fifo,
     /// No leader and no promotion: every idle thread of the group waits in `epoll_wait` on
     /// the group's ONESHOT epoll set at once, and the kernel hands each ready event to one of
-    /// them (the POSA2 variant *Relaxing Serialization Constraints*; see `group.rs`). Removes
+    /// them (the POSA2 variant *Relaxing Serialization Constraints*; see `dispatch.rs`). Removes
     /// the hand-off (a futex wake and a futex wait) from every event. Gives up the follower
     /// queue's order: which idle thread takes an event is the kernel's choice (the most
     /// recent waiter in current kernels), not thread priority. Unbound groups only.

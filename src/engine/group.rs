@@ -245,3 +245,142 @@ pub(crate) fn link_parkers(groups: &[Arc<Group>]) -> Result<Vec<String>, Error> 
     }
     Ok(unlinked)
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::engine::handle_set::Wait;
+    use crate::engine::leader::Joined;
+    use crate::engine::testing::{borrowing, spec, Recorder};
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    fn group(index: u16, spec: GroupSpec) -> Arc<Group> {
+        Arc::new(Group::new(index, spec, None).unwrap())
+    }
+
+    #[test]
+    fn a_group_has_a_slot_per_thread_at_its_policy_and_its_own_handle_set() {
+        let mut s = spec("lane", 3);
+        s.threads[1] = (Sched::Fifo(30), 30);
+        let g = group(2, s);
+        let got: Vec<_> = g.threads.iter().map(|t| (t.sched, t.priority)).collect();
+        assert_eq!(
+            got,
+            [
+                (Sched::Other, 10),
+                (Sched::Fifo(30), 30),
+                (Sched::Other, 10)
+            ]
+        );
+        assert!(Arc::ptr_eq(&g.registry().set, &g.handles));
+        assert!(g.borrow.is_none() && g.lends.get().is_none() && g.served.is_none());
+        // The handle set is the group's own, with room for `max_handles`.
+        let h = Recorder::new();
+        h.fd.write(1).unwrap();
+        let token = g.registry().register(Box::new(h)).unwrap();
+        match g.handles.wait_timeout(1000).unwrap() {
+            Wait::Event { token: t, .. } => assert_eq!(t, token),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn stop_ends_the_protocol_wakes_the_handle_set_and_the_borrowing() {
+        let low = group(0, spec("low", 1));
+        let high = group(1, borrowing("high", &["low"], Sched::Other));
+        high.stop();
+        assert!(high.borrow.as_ref().unwrap().stopped.load(SeqCst));
+        assert!(matches!(
+            high.handles.wait_timeout(1000).unwrap(),
+            Wait::Shutdown
+        ));
+        assert_eq!(high.protocol.join(0, 20), Joined::Shutdown);
+        // The other group is untouched.
+        assert!(matches!(
+            low.handles.wait_timeout(0).unwrap(),
+            Wait::Interrupted
+        ));
+    }
+
+    /// A group whose threads serve something else uses its handle set and stops it too.
+    #[derive(Debug)]
+    struct Body {
+        handles: Arc<Handles>,
+        shutdowns: AtomicUsize,
+    }
+
+    impl Served for Body {
+        fn handles(&self) -> &Arc<Handles> {
+            &self.handles
+        }
+        fn serve(&self, _: &Arc<Group>, _: u16) {}
+        fn shutdown(&self) {
+            self.shutdowns.fetch_add(1, Relaxed);
+        }
+        fn stats(&self) -> (BoundStats, bool, usize) {
+            (BoundStats::default(), false, 0)
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    #[test]
+    fn a_served_group_uses_the_bodys_handle_set_and_stops_it() {
+        let body = Arc::new(Body {
+            handles: Arc::new(Handles::new(4).unwrap()),
+            shutdowns: AtomicUsize::new(0),
+        });
+        let g = Group::new(0, spec("bound", 2), Some(body.clone())).unwrap();
+        assert!(Arc::ptr_eq(&g.handles, &body.handles));
+        g.stop();
+        assert_eq!(body.shutdowns.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn wiring_puts_each_borrowers_link_disarmed_into_its_lenders_sets() {
+        let (a, b) = (group(0, spec("a", 1)), group(1, spec("b", 1)));
+        let high = group(2, borrowing("high", &["b", "a"], Sched::Other));
+        let plain = group(3, spec("plain", 1));
+        let groups = [a.clone(), b.clone(), high.clone(), plain.clone()];
+        wire_borrowing(&groups).unwrap();
+
+        // Who lends to whom, and the borrower's links in `borrow_from` order.
+        for lender in [&a, &b] {
+            let to = lender.lends.get().expect("a lender knows its borrower");
+            assert_eq!(to.len(), 1);
+            assert!(Arc::ptr_eq(&to[0], &high));
+        }
+        assert!(high.lends.get().is_none() && plain.lends.get().is_none());
+        let borrow = high.borrow.as_ref().unwrap();
+        assert_eq!((borrow.link_of(1), borrow.link_of(0)), (Some(0), Some(1)));
+        assert_eq!(borrow.link_of(3), None);
+
+        // An event on the borrower does not reach a lender until the link is armed.
+        let h = Recorder::new();
+        h.fd.write(1).unwrap();
+        high.registry().register(Box::new(h)).unwrap();
+        for lender in [&a, &b] {
+            assert!(matches!(
+                lender.handles.wait_timeout(0).unwrap(),
+                Wait::Interrupted
+            ));
+        }
+        // Armed (the borrower has no leader), each lender's set reports it once: ONESHOT.
+        borrow.arm(high.handles.epoll_fd().as_raw_fd(), high.index);
+        for lender in [&a, &b] {
+            match lender.handles.wait_timeout(1000).unwrap() {
+                Wait::Link { borrower } => assert_eq!(borrower, 2),
+                other => panic!("{other:?}"),
+            }
+            assert!(matches!(
+                lender.handles.wait_timeout(0).unwrap(),
+                Wait::Interrupted
+            ));
+        }
+        assert!(matches!(
+            plain.handles.wait_timeout(0).unwrap(),
+            Wait::Interrupted
+        ));
+    }
+}

@@ -1,9 +1,9 @@
 //! The event handler interface and what a handler sees: the event and its thread's context.
 
+pub use crate::engine::datagram::{Datagram, DatagramBatch};
 use crate::engine::handle_set::{HandleSet, Next, Ran, Token};
 use crate::error::Error;
 use crate::observe::metrics::Incident;
-use crate::sys::net::DatagramBatch;
 use crate::sys::{epoll, mem};
 use std::fmt;
 use std::mem::ManuallyDrop;

@@ -30,7 +30,7 @@
 //! not at all if the old leader finishes first. A leader that took several events in one wait
 //! leaves the others in the batch, and the follower it promotes is woken at once to take them.
 //!
-//! **Unbound** associations (`group.rs`, `X = ()`): any thread handles any event, so a thread
+//! **Unbound** associations (`dispatch.rs`, `X = ()`): any thread handles any event, so a thread
 //! waits only for the leader role: [`join`](Protocol::join), [`promote_with`](Protocol::promote_with),
 //! [`resign`](Protocol::resign), [`shutdown`](Protocol::shutdown).
 //!
@@ -91,7 +91,7 @@
 //!   the next event the leader (or the follower it promotes) takes, however long the lane's
 //!   other threads stay busy; no thread ever holds the role while it processes. Promotion
 //!   order only chooses *which* idle thread that is. In concurrent mode every idle thread
-//!   waits in `epoll_wait` itself (`group.rs`). A thread lent to a higher lane first promotes
+//!   waits in `epoll_wait` itself (`dispatch.rs`). A thread lent to a higher lane first promotes
 //!   a follower of its own lane (`borrow.rs`), so lending never takes the leader role away
 //!   from the lender's idle threads. This is the property ROS 2's multi-threaded executor
 //!   lacks (Casini et al., *Thread Carefully*, EMSOFT 2024: a ready callback starved on an

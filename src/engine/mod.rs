@@ -2,7 +2,8 @@
 //!
 //! * **Owns:** the promotion protocol ([`leader`]), the follower queue ([`follower_queue`]),
 //!   the handle set ([`handle_set`]) and the one owner of its epoll data word ([`word`]), the
-//!   handler interface a source implements ([`handler`]), a group's shared state built from the
+//!   handler interface a source implements ([`handler`], with the datagram batches of a
+//!   thread's context, [`datagram`], which it re-exports), a group's shared state built from the
 //!   engine's own parameters ([`group`]), a pool thread's slot and the one owner of its
 //!   demotion and restore ([`slot`]), its set-up ([`thread`]), its dispatch loops
 //!   ([`dispatch`]), lane borrowing ([`borrow`], and the lender's turn in `lend.rs`) and the
@@ -14,6 +15,7 @@
 //!   engine does not know any one of them.
 
 pub(crate) mod borrow;
+pub(crate) mod datagram;
 pub(crate) mod dispatch;
 pub(crate) mod follower_queue;
 pub(crate) mod group;
@@ -22,6 +24,8 @@ pub(crate) mod handler;
 pub(crate) mod leader;
 mod lend;
 pub(crate) mod slot;
+#[cfg(all(test, not(loom)))]
+mod testing;
 pub(crate) mod thread;
 pub(crate) mod watchdog;
 pub(crate) mod word;

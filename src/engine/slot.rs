@@ -174,3 +174,178 @@ impl Applied {
 pub(crate) fn best_effort_nice(priority: u8) -> i32 {
     (i32::from(99u8.saturating_sub(priority.min(99))) * 19 + 49) / 99
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::engine::testing::fifo_allowed;
+    use crate::sys::gettid;
+    use std::sync::{mpsc, Arc};
+
+    #[test]
+    fn applied_packs_what_the_kernel_reported_and_describes_it() {
+        let ok = |s| Applied::describe(Applied::pack(Ok(s), Ok(7)));
+        assert_eq!(ok(Sched::Fifo(80)), "fifo 80");
+        assert_eq!(ok(Sched::Rr(1)), "rr 1");
+        assert_eq!(ok(Sched::Other), "other nice 7");
+        assert_eq!(
+            ok(Sched::Deadline {
+                runtime_ns: 250_000,
+                deadline_ns: 1_000_000,
+                period_ns: 1_000_000
+            }),
+            "deadline runtime 250 us"
+        );
+        // A negative nice value survives the packing; an unreadable one shows as 0.
+        let other = |nice| Applied::describe(Applied::pack(Ok(Sched::Other), nice));
+        assert_eq!(other(Ok(-20)), "other nice -20");
+        assert_eq!(other(Err(io::Error::other("gone"))), "other nice 0");
+        // A deadline runtime beyond u32 µs saturates instead of wrapping into another policy.
+        let huge = Applied::pack(
+            Ok(Sched::Deadline {
+                runtime_ns: u64::MAX,
+                deadline_ns: u64::MAX,
+                period_ns: u64::MAX,
+            }),
+            Ok(0),
+        );
+        assert_eq!(huge >> 32, 4);
+        assert_eq!(
+            Applied::describe(huge),
+            format!("deadline runtime {} us", u32::MAX)
+        );
+        // Nothing read back, or not started yet: never mistaken for a policy.
+        let failed = Applied::pack(Err(io::Error::other("ESRCH")), Ok(0));
+        assert_eq!(Applied::describe(failed), "unreadable");
+        assert_eq!(Applied::describe(Applied::NOT_STARTED), "not started");
+    }
+
+    #[test]
+    fn best_effort_nice_keeps_the_lanes_in_order() {
+        assert_eq!(best_effort_nice(99), 0);
+        assert_eq!(best_effort_nice(1), 19);
+        assert_eq!(best_effort_nice(0), 19);
+        assert_eq!(best_effort_nice(u8::MAX), 0, "above 99 counts as 99");
+        for p in 1..99u8 {
+            let (lower, higher) = (best_effort_nice(p), best_effort_nice(p + 1));
+            assert!(
+                higher <= lower,
+                "priority {} runs at nice {higher} > {lower}",
+                p + 1
+            );
+            assert!((0..=19).contains(&lower));
+        }
+    }
+
+    #[test]
+    fn no_restore_without_a_demotion() {
+        let slot = ThreadSlot::new(Sched::Fifo(0), 1); // a policy the kernel would refuse
+        let counters = Counters::default();
+        slot.restore_if_demoted(&counters, "lane");
+        assert_eq!(
+            counters.restore_failures.load(Relaxed),
+            0,
+            "nothing was tried"
+        );
+    }
+
+    #[test]
+    fn a_failed_restore_is_counted_once_and_clears_the_demotion() {
+        // Priority 0 is refused for SCHED_FIFO whatever the privilege, so the restore fails.
+        let slot = ThreadSlot::new(Sched::Fifo(0), 1);
+        let counters = Counters::default();
+        slot.demoted.store(true, SeqCst);
+        slot.restore_if_demoted(&counters, "lane");
+        assert_eq!(counters.restore_failures.load(Relaxed), 1);
+        assert!(!slot.demoted.load(SeqCst));
+        slot.restore_if_demoted(&counters, "lane");
+        assert_eq!(counters.restore_failures.load(Relaxed), 1, "idempotent");
+        assert_eq!(
+            sched::read_back(0).unwrap(),
+            Sched::Other,
+            "this thread unchanged"
+        );
+    }
+
+    #[test]
+    fn demote_acts_only_on_the_handler_that_overran_and_leaves_the_callers_nice_alone() {
+        // The target is this (time-shared) thread, configured as FIFO: moving it to
+        // SCHED_OTHER needs no privilege, so the watchdog's side runs anywhere.
+        let slot = ThreadSlot::new(Sched::Fifo(10), 10);
+        slot.tid.store(gettid(), Relaxed);
+        let nice = sched::nice(0).unwrap();
+        slot.busy_since.store(5_000, SeqCst);
+        assert!(
+            !slot.demote(4_000),
+            "an earlier handler's start: it has returned"
+        );
+        assert!(
+            !slot.demoted.load(SeqCst),
+            "a refused demotion leaves no flag behind"
+        );
+        assert!(slot.demote(5_000));
+        assert!(slot.demoted.load(SeqCst));
+        assert_eq!(sched::read_back(0).unwrap(), Sched::Other);
+        assert_eq!(
+            sched::nice(0).unwrap(),
+            nice,
+            "demoting does not renice anyone"
+        );
+        // A thread that has exited (its tid gone) is not demoted.
+        let gone = std::thread::spawn(gettid).join().unwrap();
+        let stale = ThreadSlot::new(Sched::Fifo(10), 10);
+        stale.tid.store(gone, Relaxed);
+        stale.busy_since.store(1, SeqCst);
+        assert!(!stale.demote(1));
+        assert!(!stale.demoted.load(SeqCst));
+    }
+
+    #[test]
+    fn take_sched_ends_a_demotion_in_force() {
+        let slot = ThreadSlot::new(Sched::Other, 10);
+        slot.demoted.store(true, SeqCst);
+        slot.take_sched(Sched::Other).unwrap();
+        assert!(!slot.demoted.load(SeqCst));
+        let counters = Counters::default();
+        slot.restore_if_demoted(&counters, "lane");
+        assert_eq!(counters.restore_failures.load(Relaxed), 0);
+    }
+
+    /// The whole protocol on a real SCHED_FIFO thread, read back from the kernel: the
+    /// watchdog demotes it while its handler runs, the thread restores itself after.
+    #[test]
+    fn a_demoted_fifo_thread_is_time_shared_until_its_handler_returns() {
+        let Some(_rt) = fifo_allowed("slot::a_demoted_fifo_thread_is_time_shared", 10) else {
+            return;
+        };
+        let slot = Arc::new(ThreadSlot::new(Sched::Fifo(10), 10));
+        let counters = Arc::new(Counters::default());
+        let (running, handler_runs) = mpsc::channel();
+        let (finish, finished) = mpsc::channel::<()>();
+        let thread = std::thread::spawn({
+            let (slot, counters) = (slot.clone(), counters.clone());
+            move || {
+                slot.tid.store(gettid(), Relaxed);
+                slot.take_sched(slot.sched).unwrap(); // its set-up
+                slot.busy_since.store(1_234, SeqCst); // a handler starts…
+                running.send(()).unwrap();
+                finished.recv().unwrap(); // …and blocks (never spins) until told to return
+                let during = sched::read_back(0).unwrap();
+                slot.busy_since.store(0, SeqCst);
+                slot.restore_if_demoted(&counters, "lane");
+                (during, sched::read_back(0).unwrap())
+            }
+        });
+        handler_runs.recv().unwrap();
+        let tid = slot.tid.load(Relaxed);
+        assert_eq!(sched::read_back(tid).unwrap(), Sched::Fifo(10));
+        assert!(slot.demote(1_234));
+        assert_eq!(sched::read_back(tid).unwrap(), Sched::Other);
+        finish.send(()).unwrap();
+        let (during, after) = thread.join().unwrap();
+        assert_eq!(during, Sched::Other, "the handler ran on, time-shared");
+        assert_eq!(after, Sched::Fifo(10), "restored by the thread itself");
+        assert!(!slot.demoted.load(SeqCst));
+        assert_eq!(counters.restore_failures.load(Relaxed), 0);
+    }
+}

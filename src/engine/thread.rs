@@ -9,10 +9,11 @@
 //! rejoins while a sibling is mid-handler, so a sibling preempted while holding its disarmed
 //! handle finishes first.
 //!
-//! A thread of a **bound** group ([`GroupConfig::bound`]) makes the same set-up, (1) and (2),
-//! then takes the waiter leased for it when the group was built and serves the group's
-//! [`BoundPool`] (`crate::bound`: the same [`Protocol`], over the pool's slots) until the group
-//! stops; `Group::stop` shuts the pool down too.
+//! A thread of a **bound** group ([`GroupConfig::bound`](crate::GroupConfig::bound)) makes
+//! the same set-up, (1) and (2), then takes the waiter leased for it when the group was built
+//! and serves the group's [`BoundPool`](crate::bound::BoundPool) (the same
+//! [`Protocol`](crate::engine::leader::Protocol), over the pool's slots) until the group stops;
+//! `Group::stop` shuts the pool down too.
 //!
 
 use crate::engine::dispatch::PoolThread;
@@ -176,5 +177,117 @@ fn prefault_ring(ring: &mut rtrb::Producer<Sample>) {
             slot.write(Sample::default());
         }
         // Dropping an uncommitted chunk publishes nothing.
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::engine::testing::spec;
+    use std::sync::mpsc;
+
+    /// Runs pool thread 0 of `group` until its set-up reports, hands the report and the
+    /// thread (still running) to `check`, then stops the group and joins the thread.
+    fn set_up(group: &Arc<Group>, rt: RtMode, check: impl FnOnce(Setup, i32)) {
+        let (ring, _samples) = rtrb::RingBuffer::<Sample>::new(16);
+        let (ready, report) = mpsc::channel();
+        let thread = std::thread::spawn({
+            let group = group.clone();
+            move || pool_thread(group, 0, ring, rt, ready)
+        });
+        let setup = report.recv().expect("the thread reports its set-up");
+        check(setup, group.threads[0].tid.load(Acquire));
+        group.stop();
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_thread_takes_its_policy_then_its_cpus_and_reports_what_the_kernel_applied() {
+        let cpu = *sched::available_cpus().last().unwrap();
+        let mut s = spec("lane", 1);
+        s.cpus = Some(vec![cpu]);
+        let group = Arc::new(Group::new(0, s, None).unwrap());
+        let nice = sched::nice(0).unwrap(); // a new thread starts at its creator's
+        set_up(&group, RtMode::Required, |setup, tid| {
+            assert!(matches!(
+                setup,
+                Setup::Ready {
+                    rt_applied: true,
+                    error: None
+                }
+            ));
+            assert_ne!(tid, 0);
+            // Read back from the kernel while the thread waits as the group's leader.
+            assert_eq!(sched::read_back(tid).unwrap(), Sched::Other);
+            assert_eq!(sched::affinity(tid).unwrap(), [cpu]);
+        });
+        let slot = &group.threads[0];
+        assert_eq!(
+            Applied::describe(slot.applied.load(Acquire)),
+            format!("other nice {nice}")
+        );
+        assert_ne!(
+            slot.faults_final.load(Acquire),
+            u64::MAX,
+            "its last counts recorded"
+        );
+    }
+
+    #[test]
+    fn a_refused_policy_fails_a_required_lane_naming_it() {
+        // SCHED_FIFO priority 0 is refused whatever the privilege.
+        let mut s = spec("strict", 1);
+        s.threads[0] = (Sched::Fifo(0), 1);
+        let group = Arc::new(Group::new(0, s, None).unwrap());
+        let (ring, _samples) = rtrb::RingBuffer::<Sample>::new(16);
+        let (ready, report) = mpsc::channel();
+        pool_thread(group.clone(), 0, ring, RtMode::Required, ready);
+        match report.recv().unwrap() {
+            Setup::Failed(Error::Sched { group, what, .. }) => {
+                assert_eq!(group, "strict");
+                assert!(what.contains("Fifo(0)"), "{what}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(group.threads[0].applied.load(Acquire), Applied::NOT_STARTED);
+    }
+
+    #[test]
+    fn a_refused_policy_leaves_a_best_effort_lane_time_shared_at_its_nice_value() {
+        let mut s = spec("soft", 1);
+        s.threads[0] = (Sched::Fifo(0), 1);
+        let group = Arc::new(Group::new(0, s, None).unwrap());
+        set_up(&group, RtMode::BestEffort, |setup, tid| {
+            match setup {
+                Setup::Ready {
+                    rt_applied: false,
+                    error: Some((e, cause)),
+                } => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+                    assert!(cause.is_some(), "no privilege would fix it");
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(sched::read_back(tid).unwrap(), Sched::Other);
+            assert_eq!(sched::nice(tid).unwrap(), best_effort_nice(1));
+        });
+        assert_eq!(
+            Applied::describe(group.threads[0].applied.load(Acquire)),
+            format!("other nice {}", best_effort_nice(1))
+        );
+    }
+
+    #[test]
+    fn cpus_the_process_cannot_use_fail_the_set_up() {
+        let mut s = spec("pinned", 1);
+        s.cpus = Some(vec![sched::online_cpus().len() + 1024]);
+        let group = Arc::new(Group::new(0, s, None).unwrap());
+        let (ring, _samples) = rtrb::RingBuffer::<Sample>::new(16);
+        let (ready, report) = mpsc::channel();
+        pool_thread(group, 0, ring, RtMode::BestEffort, ready);
+        match report.recv().unwrap() {
+            Setup::Failed(Error::Sched { what, .. }) => assert!(what.contains("pinning"), "{what}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -3,8 +3,8 @@
 //! * **Owns:** [`Runtime`] and what it hands out ([`Lane`], [`Stopper`], [`MetricsHandle`]).
 //!   Building (this file: `new`, `add_group`, `lane`), starting (`start.rs`), stopping
 //!   (`stop.rs`) and reporting (`report.rs`) are one file each.
-//! * **May use:** every layer below it (`config`, `bound`, `sources`, `engine`, `observe`,
-//!   `sync`, `sys`).
+//! * **May use:** every layer below it (`config`, `bound`, `task`, `sources`, `engine`,
+//!   `observe`, `sync`, `sys`, `error`).
 //! * **Must never use:** the tools crate. Nothing in the library imports `runtime` but
 //!   `lib.rs`'s re-exports.
 
@@ -331,10 +331,6 @@ impl Runtime {
         let mut all = self.cfg.clone();
         all.groups.push(gc.clone());
         all.validate_without_binds()?;
-        if self.groups.is_empty() {
-            // `new` validated nothing without groups: the metrics address is probed here.
-            all.check_metrics_bind()?;
-        }
         self.push_group(gc)
     }
 
@@ -418,7 +414,6 @@ mod tests {
         let mut cfg = RuntimeConfig {
             rt: RtMode::BestEffort,
             lock_memory: false,
-            metrics: None,
             groups: vec![GroupConfig::new("g", Policy::Fifo, 10)],
             bands: Vec::new(),
         };
@@ -465,7 +460,6 @@ mod tests {
         RuntimeConfig {
             rt: RtMode::BestEffort,
             lock_memory: false,
-            metrics: None,
             groups: Vec::new(),
             bands: Vec::new(),
         }
@@ -540,35 +534,6 @@ mod tests {
             .unwrap();
         assert_eq!((b.index(), rt.metrics()[1].name.as_str()), (1, "b"));
         assert_eq!(rt.telemetry().with(|r| r.groups.len()), 2);
-    }
-
-    /// Issue #20 defect 7: `Runtime::new` without groups skips validation, and `add_group`
-    /// binds nothing, so a metrics address already in use passed. The first `add_group` probes
-    /// it as `new` would have.
-    #[test]
-    fn a_runtime_built_with_add_group_probes_its_metrics_address() {
-        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = taken.local_addr().unwrap();
-        let mut cfg = best_effort();
-        cfg.metrics = Some(addr);
-        let mut rt = Runtime::new(cfg).unwrap();
-        match rt.add_group(GroupConfig::new("a", Policy::Other, 0)) {
-            Err(Error::Config { field, message, .. }) => {
-                assert_eq!(field, "runtime.metrics");
-                assert!(
-                    message.contains(&format!("cannot bind {addr}")),
-                    "{message}"
-                );
-            }
-            other => panic!("expected a Config error, got {other:?}"),
-        }
-        assert!(
-            rt.config().groups.is_empty(),
-            "the refused group was not added"
-        );
-        drop(taken);
-        rt.add_group(GroupConfig::new("a", Policy::Other, 0))
-            .unwrap();
     }
 
     /// A Lane carries its own group: two runtimes with a lane of the same name, and each

@@ -70,7 +70,7 @@ pub fn cpu_work(ns: u64) {
     burn_cpu(ns);
 }
 
-/// [`cpu_work`]'s body, which the built-in handlers' `work_us` uses with or without the
+/// `cpu_work`'s body, which the built-in handlers' `work_us` uses with or without the
 /// `tools` feature.
 pub(crate) fn burn_cpu(ns: u64) {
     if ns == 0 {
@@ -83,6 +83,12 @@ pub(crate) fn burn_cpu(ns: u64) {
     }
 }
 
+/// `work_us` of the built-in echoes. It stays in the library, unlike `cpu_work`: it is a field
+/// of the configuration file (`[[group.handler]]`, `[[band]]`) and of the echoes' public
+/// constructors, and putting it behind a feature would make the file format and those
+/// signatures depend on the build. It is how a configuration alone stands for a service whose
+/// handlers cost something (what `lfrt run`, the benchmarks and the inversion experiments
+/// measure), bounded by validation (at most 100 ms an event), and costs one comparison at 0.
 fn busy_work(us: u64) {
     burn_cpu(us.saturating_mul(1000));
 }
@@ -875,7 +881,7 @@ impl Reusable for TcpEchoStream {
 /// let mut rt = Runtime::new(RuntimeConfig::default())?;
 /// let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
 /// let mut t = Timer::new()?;
-/// t.arm(lfrt::os::now_ns() + 1_000_000, 1_000_000)?; // 1 kHz
+/// t.arm(lfrt::time::now_ns() + 1_000_000, 1_000_000)?; // 1 kHz
 /// control.registry().register(Box::new(PeriodicTimer::new(t)))?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

@@ -4,8 +4,8 @@
 //! * **Owns:** UDP/TCP echo and the shared accept path ([`handlers`]), framed TCP streams
 //!   ([`stream`]) and the one frame reader they share with the bound pool (`frame`), lane inboxes ([`inbox`]), callback timers ([`timer`]), priority bands on one
 //!   port ([`band`]) and the raw timerfd/eventfd sources ([`source`]).
-//! * **May use:** the engine's handler interface (`engine::handler`), `sys`, `sync`, `observe`
-//!   and `error`.
+//! * **May use:** the engine's handler interface (`engine::handler`, and the handles'
+//!   `engine::word::Token`), `sys`, `sync`, `observe` and `error`.
 //! * **Must never use:** `config`, `runtime` or the engine's internals (leader, follower queue,
 //!   group); the engine never uses a source.
 

@@ -95,3 +95,9 @@ impl AsFd for TimerFd {
         self.0.as_fd()
     }
 }
+
+/// Takes an exclusive `flock` on `file`, blocking until it is free (the unit tests' RT lock).
+#[cfg(all(test, not(loom)))]
+pub(crate) fn lock_exclusive(file: &std::fs::File) -> io::Result<()> {
+    syscall!(flock(file.as_raw_fd(), libc::LOCK_EX)).map(drop)
+}

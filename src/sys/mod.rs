@@ -32,14 +32,14 @@ pub(crate) mod signal;
 /// Nanoseconds on `CLOCK_MONOTONIC`, the clock every lfrt timestamp and timer uses.
 ///
 /// Served by the vDSO: no system call, no allocation.
-#[inline]
 ///
 /// # Examples
 /// ```
-/// let t0 = lfrt::os::now_ns();
+/// let t0 = lfrt::time::now_ns();
 /// std::thread::sleep(std::time::Duration::from_millis(1));
-/// assert!(lfrt::os::now_ns() - t0 >= 1_000_000);
+/// assert!(lfrt::time::now_ns() - t0 >= 1_000_000);
 /// ```
+#[inline]
 pub fn now_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

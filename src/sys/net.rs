@@ -1,6 +1,7 @@
 //! Socket calls that std does not offer: batched datagram receive and send (`recvmmsg`,
-//! `sendmmsg`) for handlers, and for the bound pool a gathering send
-//! that never raises `SIGPIPE` and never blocks, a nonblocking receive, and a one-fd `poll`.
+//! `sendmmsg`: the kernel's side of a handler's `DatagramBatch`, [`MsgBatch`]), and for the
+//! bound pool a gathering send that never raises `SIGPIPE` and never blocks, a nonblocking
+//! receive, and a one-fd `poll`.
 //!
 //! None of them allocates; errors come back as `io::Error::last_os_error()` (no allocation
 //! either: an OS error code is stored inline).
@@ -61,343 +62,33 @@ pub(crate) fn poll_one(fd: BorrowedFd<'_>, events: i16, timeout_ms: i32) -> io::
     Ok(if n == 0 { 0 } else { p.revents })
 }
 
-/// Datagrams received and answered in one system call each way (`recvmmsg` / `sendmmsg`),
-/// held in preallocated thread-specific storage: a pool thread owns one in its [`Context`].
-///
-/// A handler receives up to [`capacity`](Self::capacity) datagrams that are queued *now*
-/// with [`recv`](Self::recv), works on them in place, marks each one it wants to answer
-/// ([`Datagram::answer`], [`Datagram::answer_with_len`]) and sends those back to their sources
-/// with [`reply`](Self::reply). A datagram the handler does not mark is not answered.
-///
-/// ```no_run
-/// # use lfrt::{Context, Disposition};
-/// # use std::os::fd::AsFd;
-/// # fn handle(socket: &std::net::UdpSocket, ctx: &mut Context) -> Disposition {
-/// let batch = ctx.datagrams();
-/// if batch.recv(socket.as_fd()).is_ok() {
-///     for i in 0..batch.len() {
-///         let mut d = batch.get(i);
-///         if !d.is_truncated() {
-///             d.payload_mut().make_ascii_uppercase();
-///             d.answer(); // send the (rewritten) payload back
-///         }
-///     }
-///     batch.reply(socket.as_fd()); // one sendmmsg for the marked ones
-/// }
-/// # Disposition::Rearm
-/// # }
-/// ```
-///
-/// # Real-time safety
-/// Nothing allocates after [`new`](Self::new): the message headers, address buffers and one
-/// slot of `slot_bytes` per datagram are allocated (and pre-faulted by the pool thread) once.
-///
-/// [`Context`]: crate::Context
-pub struct DatagramBatch {
+/// The kernel's side of a handler's datagram batch (`crate::DatagramBatch`, which holds one):
+/// the `recvmmsg`/`sendmmsg` message headers, iovecs and source addresses, and one slot of
+/// `slot_bytes` per datagram, allocated once by [`new`](Self::new). Nothing here allocates
+/// after that.
+pub(crate) struct MsgBatch {
     hdrs: Box<[libc::mmsghdr]>,
     iovs: Box<[libc::iovec]>,
-    addrs: Box<[libc::sockaddr_storage]>,
+    addrs: Box<[SourceAddr]>,
     data: Box<[u8]>,
     slot_bytes: usize,
-    /// Datagrams received by the last `recv` (the rest of the arrays is stale).
-    len: usize,
-    /// Of those, datagrams longer than a slot.
-    truncated: usize,
-    /// Per received datagram: bytes to send back, or `None` (not answered, the state `recv`
-    /// leaves every datagram in).
-    reply: Box<[Option<u32>]>,
 }
 
 // SAFETY: the raw pointers inside `hdrs` and `iovs` only ever point into this value's own boxed
 // arrays (rebuilt before every system call), never into another thread's memory; moving the
 // value moves ownership of everything they point to.
-unsafe impl Send for DatagramBatch {}
+unsafe impl Send for MsgBatch {}
 
-impl std::fmt::Debug for DatagramBatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DatagramBatch")
-            .field("capacity", &self.capacity())
-            .field("slot_bytes", &self.slot_bytes)
-            .field("len", &self.len)
-            .finish()
-    }
-}
+/// A datagram's source address as `recvmmsg` wrote it.
+#[repr(transparent)]
+pub(crate) struct SourceAddr(libc::sockaddr_storage);
 
-impl DatagramBatch {
-    /// Room for `capacity` datagrams of at most `slot_bytes` each (both at least 1).
-    ///
-    /// # Panics
-    /// If `slot_bytes` exceeds `u32::MAX` (a datagram length is a `c_uint`) or the slots
-    /// together exceed the address space.
-    pub fn new(capacity: usize, slot_bytes: usize) -> DatagramBatch {
-        let capacity = capacity.max(1);
-        let slot_bytes = slot_bytes.max(1);
-        assert!(
-            u32::try_from(slot_bytes).is_ok(),
-            "datagram slot of {slot_bytes} bytes"
-        );
-        let total = capacity
-            .checked_mul(slot_bytes)
-            .expect("datagram batch larger than the address space");
-        // SAFETY: mmsghdr, iovec and sockaddr_storage are plain C data for which all-zero
-        // bytes are a valid (empty) value.
-        let zero_hdr: libc::mmsghdr = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let zero_addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let zero_iov = libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        };
-        DatagramBatch {
-            hdrs: vec![zero_hdr; capacity].into_boxed_slice(),
-            iovs: vec![zero_iov; capacity].into_boxed_slice(),
-            addrs: vec![zero_addr; capacity].into_boxed_slice(),
-            data: vec![0u8; total].into_boxed_slice(),
-            slot_bytes,
-            len: 0,
-            truncated: 0,
-            reply: vec![None; capacity].into_boxed_slice(),
-        }
-    }
-
-    /// Bytes [`new`](Self::new)`(capacity, slot_bytes)` allocates: the slots and, per slot, its
-    /// message header, iovec, source address and reply length. Kept next to `new` so the two
-    /// stay in step (a test compares them).
-    pub(crate) fn allocated_bytes(capacity: usize, slot_bytes: usize) -> u64 {
-        let capacity = capacity.max(1) as u64;
-        let per_slot = std::mem::size_of::<libc::mmsghdr>()
-            + std::mem::size_of::<libc::iovec>()
-            + std::mem::size_of::<libc::sockaddr_storage>()
-            + std::mem::size_of::<Option<u32>>();
-        capacity.saturating_mul((slot_bytes.max(1) as u64).saturating_add(per_slot as u64))
-    }
-
-    /// Most datagrams one [`recv`](Self::recv) takes.
-    pub fn capacity(&self) -> usize {
-        self.hdrs.len()
-    }
-
-    /// Largest datagram a slot holds whole; longer ones arrive [truncated](Datagram::is_truncated).
-    pub fn slot_bytes(&self) -> usize {
-        self.slot_bytes
-    }
-
-    /// Datagrams held from the last [`recv`](Self::recv).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// No datagram held.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Of the datagrams held, how many were longer than a slot and arrived
-    /// [truncated](Datagram::is_truncated). A handler that does not answer them should count
-    /// them
-    /// ([`Incident::DatagramTruncated`](crate::Incident)), as the built-in UDP echo does.
-    pub fn truncated(&self) -> usize {
-        self.truncated
-    }
-
-    /// The bytes of every slot, for pre-faulting them before the first event.
-    pub(crate) fn storage_mut(&mut self) -> &mut [u8] {
-        &mut self.data
-    }
-
-    /// Points header `i` at the whole of slot `i` and at address buffer `i`.
-    ///
-    /// The iovec covers exactly the slot's bounds-checked subslice, so the kernel can never
-    /// write past it; [`reply`](Self::reply) only ever shortens `iov_len`.
-    fn aim(&mut self, i: usize) {
-        let slot = &mut self.data[i * self.slot_bytes..(i + 1) * self.slot_bytes];
-        self.iovs[i] = libc::iovec {
-            iov_base: slot.as_mut_ptr().cast(),
-            iov_len: slot.len(),
-        };
-        let h = &mut self.hdrs[i].msg_hdr;
-        h.msg_iov = &mut self.iovs[i];
-        h.msg_iovlen = 1;
-        h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-        h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        h.msg_control = std::ptr::null_mut();
-        h.msg_controllen = 0;
-        h.msg_flags = 0;
-    }
-
-    /// `recvmmsg(fd, …, MSG_DONTWAIT)`: takes the datagrams queued on `fd` now, up to
-    /// [`capacity`](Self::capacity), replacing what the batch held. Nothing queued gives
-    /// `ErrorKind::WouldBlock`. No received datagram is answered unless the handler marks it
-    /// ([`Datagram::answer`], [`Datagram::answer_with_len`]).
-    pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
-        self.len = 0;
-        self.truncated = 0;
-        for i in 0..self.capacity() {
-            self.aim(i);
-        }
-        let n = syscall!(recvmmsg(
-            fd.as_raw_fd(),
-            self.hdrs.as_mut_ptr(),
-            self.hdrs.len() as libc::c_uint,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut()
-        ))? as usize;
-        for i in 0..n {
-            let h = &self.hdrs[i];
-            let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            self.reply[i] = None;
-            self.truncated += usize::from(truncated);
-        }
-        self.len = n;
-        Ok(n)
-    }
-
-    /// Datagram `i` of the last [`recv`](Self::recv) (`i < len()`).
-    ///
-    /// # Panics
-    /// If `i >= len()`.
-    pub fn get(&mut self, i: usize) -> Datagram<'_> {
-        assert!(i < self.len, "datagram {i} of {}", self.len);
-        let slot = &mut self.data[i * self.slot_bytes..(i + 1) * self.slot_bytes];
-        Datagram {
-            received: self.hdrs[i].msg_len as usize,
-            truncated: self.hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
-            source: &self.addrs[i],
-            slot,
-            reply: &mut self.reply[i],
-        }
-    }
-
-    /// `sendmmsg(fd, …, MSG_DONTWAIT)`: sends every datagram the handler marked back to its
-    /// source (as many bytes as the mark says), and empties the batch. Returns how many were
-    /// sent; with nothing marked it makes no system call.
-    ///
-    /// Like a single UDP send, a reply the kernel refuses (full send buffer, an ICMP error
-    /// surfaced on the socket) is dropped; the rest are still sent.
-    pub fn reply(&mut self, fd: BorrowedFd<'_>) -> usize {
-        // Compact the replies to the front. Headers still point at their own slot, iovec and
-        // source address (set by `recv`; boxed arrays do not move), and keep the address length
-        // the kernel wrote. Invariant: [0, k) holds marked headers, [k, i) unmarked ones, and
-        // header i is still the one `recv` filled (swaps only touch positions <= i).
-        let mut k = 0;
-        for i in 0..self.len {
-            if let Some(n) = self.reply[i] {
-                self.iovs[i].iov_len = n as usize;
-                if k != i {
-                    self.hdrs.swap(k, i);
-                }
-                k += 1;
-            }
-        }
-        self.len = 0;
-        self.truncated = 0;
-        let mut sent = 0;
-        let mut off = 0;
-        while off < k {
-            match syscall!(sendmmsg(
-                fd.as_raw_fd(),
-                self.hdrs[off..].as_mut_ptr(),
-                (k - off) as libc::c_uint,
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
-            )) {
-                Ok(m) if m > 0 => {
-                    sent += m as usize;
-                    off += m as usize;
-                }
-                // The datagram at `off` was refused: drop it and go on with the next.
-                _ => off += 1,
-            }
-        }
-        sent
-    }
-}
-
-/// One received datagram of a [`DatagramBatch`], and whether (and with what) it is answered.
-///
-/// It is not answered until the handler calls [`answer`](Self::answer) or
-/// [`answer_with_len`](Self::answer_with_len); the last call wins.
-///
-/// # Examples
-/// ```
-/// use lfrt::{Context, Disposition, Event, EventHandler};
-/// use std::net::UdpSocket;
-/// use std::os::fd::{AsFd, BorrowedFd};
-/// /// Answers each datagram with its length (2 bytes, big-endian) and ignores empty ones.
-/// struct Len(UdpSocket);
-/// impl EventHandler for Len {
-///     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
-///     fn handle(&mut self, _: &Event, ctx: &mut Context) -> Disposition {
-///         let batch = ctx.datagrams();
-///         while batch.recv(self.0.as_fd()).is_ok() {
-///             for i in 0..batch.len() {
-///                 let mut d = batch.get(i);
-///                 let n = d.payload().len();
-///                 if n == 0 {
-///                     continue; // not marked: not answered
-///                 }
-///                 let len = (n as u16).to_be_bytes(); // built in place: no allocation
-///                 d.slot_mut()[..2].copy_from_slice(&len);
-///                 d.answer_with_len(2);
-///             }
-///             batch.reply(self.0.as_fd());
-///         }
-///         Disposition::Rearm
-///     }
-/// }
-/// ```
-#[derive(Debug)]
-pub struct Datagram<'a> {
-    received: usize,
-    truncated: bool,
-    source: &'a libc::sockaddr_storage,
-    slot: &'a mut [u8],
-    reply: &'a mut Option<u32>,
-}
-
-impl Datagram<'_> {
-    /// The received bytes (at most the slot size).
-    pub fn payload(&self) -> &[u8] {
-        &self.slot[..self.received.min(self.slot.len())]
-    }
-
-    /// The received bytes, to rewrite in place before [`answer`](Self::answer) (the answer
-    /// has the same length).
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        let n = self.received.min(self.slot.len());
-        &mut self.slot[..n]
-    }
-
-    /// The datagram was longer than a slot and only its first [`slot_bytes`] bytes were
-    /// kept; answering it sends those bytes only.
-    ///
-    /// [`slot_bytes`]: DatagramBatch::slot_bytes
-    pub fn is_truncated(&self) -> bool {
-        self.truncated
-    }
-
-    /// The whole slot, to build an answer of another length in place (it starts with the
-    /// payload); send it with [`answer_with_len`](Self::answer_with_len).
-    pub fn slot_mut(&mut self) -> &mut [u8] {
-        self.slot
-    }
-
-    /// Answer with the payload as it is now (received, or rewritten through
-    /// [`payload_mut`](Self::payload_mut)): an echo.
-    pub fn answer(&mut self) {
-        *self.reply = Some(self.payload().len() as u32);
-    }
-
-    /// Answer with the first `len` bytes of the slot (clamped to the slot size), built in
-    /// place through [`slot_mut`](Self::slot_mut).
-    pub fn answer_with_len(&mut self, len: usize) {
-        *self.reply = Some(len.min(self.slot.len()) as u32);
-    }
-
-    /// Where the datagram came from (and where the reply goes), if it is IPv4 or IPv6.
-    pub fn source(&self) -> Option<std::net::SocketAddr> {
+impl SourceAddr {
+    /// The address, if it is IPv4 or IPv6.
+    pub(crate) fn get(&self) -> Option<std::net::SocketAddr> {
         use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-        let ss: *const libc::sockaddr_storage = self.source;
-        match i32::from(self.source.ss_family) {
+        let ss: *const libc::sockaddr_storage = &self.0;
+        match i32::from(self.0.ss_family) {
             libc::AF_INET => {
                 // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) into this
                 // sockaddr_storage, which is large and aligned enough for it.
@@ -422,42 +113,176 @@ impl Datagram<'_> {
     }
 }
 
+impl std::fmt::Debug for SourceAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+impl MsgBatch {
+    /// Room for `capacity` datagrams of at most `slot_bytes` each (both at least 1).
+    ///
+    /// # Panics
+    /// If `slot_bytes` exceeds `u32::MAX` (a datagram length is a `c_uint`) or the slots
+    /// together exceed the address space.
+    pub(crate) fn new(capacity: usize, slot_bytes: usize) -> MsgBatch {
+        let capacity = capacity.max(1);
+        let slot_bytes = slot_bytes.max(1);
+        assert!(
+            u32::try_from(slot_bytes).is_ok(),
+            "datagram slot of {slot_bytes} bytes"
+        );
+        let total = capacity
+            .checked_mul(slot_bytes)
+            .expect("datagram batch larger than the address space");
+        // SAFETY: mmsghdr, iovec and sockaddr_storage are plain C data for which all-zero
+        // bytes are a valid (empty) value.
+        let zero_hdr: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let zero_addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let zero_iov = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        MsgBatch {
+            hdrs: vec![zero_hdr; capacity].into_boxed_slice(),
+            iovs: vec![zero_iov; capacity].into_boxed_slice(),
+            addrs: (0..capacity).map(|_| SourceAddr(zero_addr)).collect(),
+            data: vec![0u8; total].into_boxed_slice(),
+            slot_bytes,
+        }
+    }
+
+    /// Bytes [`new`](Self::new)`(capacity, slot_bytes)` allocates: the slots and, per slot, its
+    /// message header, iovec and source address. Kept next to `new` so the two stay in step (a
+    /// test compares them).
+    pub(crate) fn allocated_bytes(capacity: usize, slot_bytes: usize) -> u64 {
+        let capacity = capacity.max(1) as u64;
+        let per_slot = std::mem::size_of::<libc::mmsghdr>()
+            + std::mem::size_of::<libc::iovec>()
+            + std::mem::size_of::<SourceAddr>();
+        capacity.saturating_mul((slot_bytes.max(1) as u64).saturating_add(per_slot as u64))
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.hdrs.len()
+    }
+
+    pub(crate) fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// The bytes of every slot, for pre-faulting them before the first event.
+    pub(crate) fn storage_mut(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+
+    /// Points header `i` at the whole of slot `i` and at address buffer `i`.
+    ///
+    /// The iovec covers exactly the slot's bounds-checked subslice, so the kernel can never
+    /// write past it; [`send`](Self::send) only ever shortens `iov_len`.
+    fn aim(&mut self, i: usize) {
+        let slot = &mut self.data[i * self.slot_bytes..(i + 1) * self.slot_bytes];
+        self.iovs[i] = libc::iovec {
+            iov_base: slot.as_mut_ptr().cast(),
+            iov_len: slot.len(),
+        };
+        let h = &mut self.hdrs[i].msg_hdr;
+        h.msg_iov = &mut self.iovs[i];
+        h.msg_iovlen = 1;
+        h.msg_name = (&mut self.addrs[i] as *mut SourceAddr).cast();
+        h.msg_namelen = std::mem::size_of::<SourceAddr>() as libc::socklen_t;
+        h.msg_control = std::ptr::null_mut();
+        h.msg_controllen = 0;
+        h.msg_flags = 0;
+    }
+
+    /// `recvmmsg(fd, …, MSG_DONTWAIT)` into every slot: how many datagrams it took.
+    pub(crate) fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
+        for i in 0..self.capacity() {
+            self.aim(i);
+        }
+        let n = syscall!(recvmmsg(
+            fd.as_raw_fd(),
+            self.hdrs.as_mut_ptr(),
+            self.hdrs.len() as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut()
+        ))?;
+        Ok(n as usize)
+    }
+
+    /// What the last [`recv`](Self::recv) wrote for datagram `i`: its length and whether it
+    /// was longer than its slot.
+    pub(crate) fn received(&self, i: usize) -> (usize, bool) {
+        let h = &self.hdrs[i];
+        (
+            h.msg_len as usize,
+            h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+        )
+    }
+
+    /// Slot `i` and the source of the datagram in it.
+    pub(crate) fn message(&mut self, i: usize) -> (&mut [u8], &SourceAddr) {
+        let slot = &mut self.data[i * self.slot_bytes..(i + 1) * self.slot_bytes];
+        (slot, &self.addrs[i])
+    }
+
+    /// `sendmmsg(fd, …, MSG_DONTWAIT)`: for each `i` with `replies[i] = Some(n)`, the first `n`
+    /// bytes of slot `i` back to datagram `i`'s source (`n` at most the slot), of the
+    /// datagrams the last [`recv`](Self::recv) took. Returns how many were sent; with nothing
+    /// to send it makes no system call. A datagram the kernel refuses (full send buffer, an
+    /// ICMP error surfaced on the socket) is dropped; the rest are still sent.
+    pub(crate) fn send(&mut self, fd: BorrowedFd<'_>, replies: &[Option<u32>]) -> usize {
+        // Compact the replies to the front. Headers still point at their own slot, iovec and
+        // source address (set by `recv`; boxed arrays do not move), and keep the address length
+        // the kernel wrote. Invariant: [0, k) holds marked headers, [k, i) unmarked ones, and
+        // header i is still the one `recv` filled (swaps only touch positions <= i).
+        let mut k = 0;
+        for (i, reply) in replies.iter().enumerate() {
+            if let Some(n) = *reply {
+                self.iovs[i].iov_len = (n as usize).min(self.slot_bytes);
+                if k != i {
+                    self.hdrs.swap(k, i);
+                }
+                k += 1;
+            }
+        }
+        let mut sent = 0;
+        let mut off = 0;
+        while off < k {
+            match syscall!(sendmmsg(
+                fd.as_raw_fd(),
+                self.hdrs[off..].as_mut_ptr(),
+                (k - off) as libc::c_uint,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
+            )) {
+                Ok(m) if m > 0 => {
+                    sent += m as usize;
+                    off += m as usize;
+                }
+                // The datagram at `off` was refused: drop it and go on with the next.
+                _ => off += 1,
+            }
+        }
+        sent
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::UdpSocket;
-    use std::os::fd::AsFd;
-    use std::time::Duration;
-
-    fn pair(ip: &str) -> Option<(UdpSocket, UdpSocket)> {
-        let server = UdpSocket::bind((ip, 0)).ok()?;
-        let client = UdpSocket::bind((ip, 0)).ok()?;
-        client.connect(server.local_addr().ok()?).ok()?;
-        for s in [&server, &client] {
-            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        }
-        Some((server, client))
-    }
-
-    /// Waits (at most the 2 s read timeout) until a datagram is queued on `s`, without
-    /// consuming it. Loopback queues a datagram before `send` returns, so every datagram sent
-    /// before this call is queued too.
-    fn wait_queued(s: &UdpSocket) {
-        let mut buf = [0u8; 1];
-        s.peek_from(&mut buf).expect("nothing arrived within 2 s");
-    }
 
     #[test]
     fn allocated_bytes_counts_every_array_of_a_batch() {
         for (capacity, slot) in [(16, 4096), (1, 1), (3, 65536), (0, 0)] {
-            let b = DatagramBatch::new(capacity, slot);
+            let b = MsgBatch::new(capacity, slot);
             let real = std::mem::size_of_val(&*b.hdrs)
                 + std::mem::size_of_val(&*b.iovs)
                 + std::mem::size_of_val(&*b.addrs)
-                + std::mem::size_of_val(&*b.data)
-                + std::mem::size_of_val(&*b.reply);
+                + std::mem::size_of_val(&*b.data);
             assert_eq!(
-                DatagramBatch::allocated_bytes(capacity, slot),
+                MsgBatch::allocated_bytes(capacity, slot),
                 real as u64,
                 "{capacity} x {slot}"
             );
@@ -465,153 +290,8 @@ mod tests {
     }
 
     #[test]
-    fn answers_only_marked_datagrams_verbatim_or_rewritten_to_their_sources() {
-        let (server, client) = pair("127.0.0.1").unwrap();
-        for m in [&b"one"[..], b"two", b"three"] {
-            client.send(m).unwrap();
-        }
-        wait_queued(&server);
-        let mut batch = DatagramBatch::new(8, 64);
-        assert_eq!(batch.recv(server.as_fd()).unwrap(), 3);
-        assert_eq!(batch.len(), 3);
-        let me = client.local_addr().unwrap();
-        for (i, want) in [&b"one"[..], b"two", b"three"].iter().enumerate() {
-            let d = batch.get(i);
-            assert_eq!(d.payload(), *want);
-            assert!(!d.is_truncated());
-            assert_eq!(d.source(), Some(me));
-        }
-        batch.get(0).answer();
-        {
-            let mut d = batch.get(2);
-            d.slot_mut()[..2].copy_from_slice(b"OK");
-            d.answer_with_len(2);
-        }
-        assert_eq!(batch.reply(server.as_fd()), 2);
-        assert!(batch.is_empty());
-        let mut buf = [0u8; 64];
-        let n = client.recv(&mut buf).unwrap();
-        assert_eq!(&buf[..n], b"one");
-        let n = client.recv(&mut buf).unwrap();
-        assert_eq!(&buf[..n], b"OK");
-        client.set_nonblocking(true).unwrap();
-        assert_eq!(
-            client.recv(&mut buf).unwrap_err().kind(),
-            io::ErrorKind::WouldBlock,
-            "the unmarked datagram was answered"
-        );
-    }
-
-    #[test]
-    fn takes_at_most_capacity_and_reports_would_block_when_drained() {
-        let (server, client) = pair("127.0.0.1").unwrap();
-        for i in 0..5u8 {
-            client.send(&[i]).unwrap();
-        }
-        wait_queued(&server);
-        let mut batch = DatagramBatch::new(2, 16);
-        let mut seen = Vec::new();
-        for want in [2, 2, 1] {
-            assert_eq!(batch.recv(server.as_fd()).unwrap(), want);
-            for i in 0..batch.len() {
-                seen.push(batch.get(i).payload()[0]);
-            }
-        }
-        assert_eq!(seen, [0, 1, 2, 3, 4], "in arrival order, each once");
-        let e = batch.recv(server.as_fd()).unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
-        assert!(batch.is_empty());
-    }
-
-    #[test]
-    fn a_datagram_longer_than_a_slot_is_truncated_and_counted() {
-        let (server, client) = pair("127.0.0.1").unwrap();
-        client.send(&[7u8; 40]).unwrap();
-        client.send(b"short").unwrap();
-        wait_queued(&server);
-        let mut batch = DatagramBatch::new(4, 16);
-        assert_eq!(batch.recv(server.as_fd()).unwrap(), 2);
-        assert_eq!(batch.truncated(), 1, "counted");
-        let d = batch.get(0);
-        assert!(d.is_truncated());
-        assert_eq!(d.payload(), &[7u8; 16]);
-        assert!(!batch.get(1).is_truncated());
-        batch.get(1).answer();
-        assert_eq!(
-            batch.reply(server.as_fd()),
-            1,
-            "only the marked one goes back"
-        );
-        assert_eq!(batch.truncated(), 0, "the batch is empty again");
-        let mut buf = [0u8; 64];
-        let n = client.recv(&mut buf).unwrap();
-        assert_eq!(&buf[..n], b"short");
-    }
-
-    #[test]
-    fn a_reply_length_past_the_slot_is_clamped_to_the_slot() {
-        let (server, client) = pair("127.0.0.1").unwrap();
-        client.send(b"x").unwrap();
-        wait_queued(&server);
-        let mut batch = DatagramBatch::new(1, 8);
-        assert_eq!(batch.recv(server.as_fd()).unwrap(), 1);
-        batch.get(0).answer_with_len(1 << 20);
-        assert_eq!(batch.reply(server.as_fd()), 1);
-        let mut buf = [0u8; 64];
-        assert_eq!(client.recv(&mut buf).unwrap(), 8, "one slot, not 1 MiB");
-    }
-
-    #[test]
-    fn a_datagram_not_marked_is_not_answered() {
-        let (server, client) = pair("127.0.0.1").unwrap();
-        client.send(b"quiet").unwrap();
-        wait_queued(&server);
-        let mut batch = DatagramBatch::new(4, 16);
-        // A previous batch marked its slot 0: the mark must not outlive it.
-        batch.recv(server.as_fd()).unwrap();
-        batch.get(0).answer();
-        assert_eq!(batch.reply(server.as_fd()), 1);
-        let mut buf = [0u8; 16];
-        client.recv(&mut buf).unwrap();
-        client.send(b"quiet").unwrap();
-        wait_queued(&server);
-        assert_eq!(batch.recv(server.as_fd()).unwrap(), 1);
-        assert_eq!(batch.get(0).payload(), b"quiet", "read, rewritten or not");
-        batch.get(0).payload_mut()[0] = b'Q';
-        assert_eq!(
-            batch.reply(server.as_fd()),
-            0,
-            "nothing marked, nothing sent"
-        );
-        client.set_nonblocking(true).unwrap();
-        assert_eq!(
-            client.recv(&mut buf).unwrap_err().kind(),
-            io::ErrorKind::WouldBlock,
-            "an unmarked datagram was answered"
-        );
-    }
-
-    #[test]
     #[should_panic(expected = "address space")]
     fn a_batch_larger_than_memory_is_refused() {
-        let _ = DatagramBatch::new(usize::MAX / 2, 4);
-    }
-
-    #[test]
-    fn replies_reach_ipv6_sources() {
-        let Some((server, client)) = pair("::1") else {
-            eprintln!("skipped: no IPv6 loopback on this machine");
-            return;
-        };
-        client.send(b"v6").unwrap();
-        wait_queued(&server);
-        let mut batch = DatagramBatch::new(4, 16);
-        assert_eq!(batch.recv(server.as_fd()).unwrap(), 1);
-        assert_eq!(batch.get(0).source(), Some(client.local_addr().unwrap()));
-        batch.get(0).answer();
-        assert_eq!(batch.reply(server.as_fd()), 1);
-        let mut buf = [0u8; 16];
-        let n = client.recv(&mut buf).unwrap();
-        assert_eq!(&buf[..n], b"v6");
+        let _ = MsgBatch::new(usize::MAX / 2, 4);
     }
 }

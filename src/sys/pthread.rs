@@ -1,7 +1,7 @@
 //! The pthread mutex behind [`crate::PiMutex`]: priority-inheriting and error-checking.
 //!
 //! pthread functions do not follow the `-1`/`errno` convention of system calls: they return 0
-//! or the error number itself, and leave `errno` alone. [`pthread_call!`] turns that return into
+//! or the error number itself, and leave `errno` alone. `pthread_call!` turns that return into
 //! an `io::Result`, as `syscall!` does for system calls.
 //!
 //! # Why error-checking

@@ -338,21 +338,31 @@ pub fn available_cpus() -> Vec<usize> {
 /// println!("online CPUs: {:?}", lfrt::os::online_cpus());
 /// ```
 pub fn online_cpus() -> Vec<usize> {
-    let parse = |s: &str| -> Option<Vec<usize>> {
-        let mut v = Vec::new();
-        for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-            match part.split_once('-') {
-                Some((a, b)) => v.extend(a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?),
-                None => v.push(part.parse().ok()?),
-            }
-        }
-        Some(v)
-    };
     std::fs::read_to_string("/sys/devices/system/cpu/online")
         .ok()
-        .and_then(|s| parse(&s))
+        .and_then(|s| parse_cpu_list(&s))
         .filter(|v| !v.is_empty())
         .unwrap_or_else(available_cpus)
+}
+
+/// A CPU list as the kernel writes it (`0-3,6`; empty for none, as `isolcpus` may be), or
+/// `None` if it is not one.
+///
+/// # Examples
+/// ```
+/// assert_eq!(lfrt::os::parse_cpu_list("0-3,6\n"), Some(vec![0, 1, 2, 3, 6]));
+/// assert_eq!(lfrt::os::parse_cpu_list(""), Some(vec![]));
+/// assert_eq!(lfrt::os::parse_cpu_list("0-x"), None);
+/// ```
+pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut v = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => v.extend(a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?),
+            None => v.push(part.parse().ok()?),
+        }
+    }
+    Some(v)
 }
 
 /// What the kernel will check before granting an RT policy.

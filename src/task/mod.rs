@@ -3,8 +3,9 @@
 //!
 //! * **Owns:** a lane's task table and ready set (`executor.rs`), the per-task state machine
 //!   (`state.rs`) and lane time ([`time`]).
-//! * **May use:** the engine's handler interface (`engine::handler`), `sync`, `sys`, `observe`
-//!   and `error`. **Must never use:** `config`, `runtime` or the engine's internals; the
+//! * **May use:** the engine's handler interface (`engine::handler`, and the handles'
+//!   `engine::word::Token`), the inbox's refusal (`sources::inbox::Full`, which task channels
+//!   share), `sync`, `sys`, `observe` and `error`. **Must never use:** `config`, `runtime` or the engine's internals; the
 //!   runtime builds an executor for each group with `max_tasks > 0` and registers its two
 //!   handlers with the group, like any event source.
 //!

@@ -383,7 +383,6 @@ pub(crate) fn from_flags(
             RtMode::Required
         },
         lock_memory: a.mlockall,
-        metrics: None,
         groups: vec![g],
         bands: Vec::new(),
     };
@@ -453,7 +452,11 @@ fn from_file(
     if let Some((_, flag)) = conflicting.iter().find(|(set, _)| *set) {
         return Err(format!("{flag} cannot be combined with --config: groups, priorities and timers come from the file"));
     }
-    let cfg = lfrt::load_config(path).map_err(|e| e.to_string())?;
+    // The command's loader, so a file `lfrt run` takes (with its `[runtime] metrics`) is taken
+    // here too; cyclic serves no metrics.
+    let cfg = crate::overrides::load(path, &[])
+        .map_err(|e| e.to_string())?
+        .config;
     let (mut cfg, timers) = split_timers(cfg);
     if timers.is_empty() {
         return Err(format!(

@@ -119,7 +119,6 @@ fn run_one(args: &InversionArgs, borrow: bool) -> Result<Row, Box<dyn std::error
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        metrics: None,
         groups: vec![high, low],
         bands: Vec::new(),
     })?;

@@ -140,7 +140,6 @@ fn runtime(threads: usize, buffer_bytes: usize) -> Runtime {
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        metrics: None,
         groups: vec![g],
         bands: Vec::new(),
     })

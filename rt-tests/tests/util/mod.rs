@@ -56,6 +56,30 @@ pub fn rt_allowed(test: &str, priority: u8) -> bool {
     false
 }
 
+/// True if every command in `tools` runs (`TOOL --version` succeeds); otherwise [`skip`]s
+/// naming the missing ones (util-linux's prlimit, setpriv and taskset, which `.ci/run`
+/// installs).
+pub fn tools_installed(test: &str, tools: &[&str]) -> bool {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| {
+            !std::process::Command::new(t)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    skip(
+        test,
+        &format!("{} (util-linux) not installed", missing.join("/")),
+    );
+    false
+}
+
 /// True if this machine has the 2 CPUs a client/server test needs; otherwise [`skip`]s.
 pub fn two_cpus(test: &str) -> bool {
     if lfrt::os::available_cpus().len() >= 2 {
@@ -78,18 +102,51 @@ pub fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// A runtime of `groups` (no bands), built but not started: the one way the tests build a
+/// runtime from groups alone.
+pub fn runtime(
+    rt: lfrt::RtMode,
+    lock_memory: bool,
+    groups: Vec<lfrt::GroupConfig>,
+) -> lfrt::Runtime {
+    lfrt::Runtime::new(lfrt::RuntimeConfig {
+        rt,
+        lock_memory,
+        groups,
+        bands: Vec::new(),
+    })
+    .unwrap()
+}
+
 /// A runtime with one best-effort lane `"lane"` (priority 10, 2 KiB buffers) of `threads`
 /// threads, built but not started.
 pub fn lane(threads: usize) -> lfrt::Runtime {
     let mut g = lfrt::GroupConfig::new("lane", lfrt::Policy::Fifo, 10);
     g.threads = threads;
     g.buffer_bytes = 2048;
-    lfrt::Runtime::new(lfrt::RuntimeConfig {
-        rt: lfrt::RtMode::BestEffort,
-        lock_memory: false,
-        metrics: None,
-        groups: vec![g],
-        bands: Vec::new(),
-    })
-    .unwrap()
+    runtime(lfrt::RtMode::BestEffort, false, vec![g])
+}
+
+/// Runs the example `name` (cargo builds the examples next to the test binaries:
+/// target/<profile>/examples/) with `args`; it must succeed. Returns its standard output.
+pub fn run_example(name: &str, args: &[&str]) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let example = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("examples")
+        .join(name);
+    assert!(example.exists(), "{} not built", example.display());
+    let out = std::process::Command::new(&example)
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
 }

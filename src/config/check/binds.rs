@@ -28,10 +28,8 @@ pub(crate) fn addresses_collide(a: SocketAddr, b: SocketAddr) -> bool {
 }
 
 impl RuntimeConfig {
-    /// Binds every handler's address, and the metrics address, and drops the socket at once:
-    /// the port is free *now*.
+    /// Binds every handler's address and drops the socket at once: the port is free *now*.
     pub(crate) fn check_binds(&self) -> Result<(), Invalid> {
-        self.check_metrics_bind()?;
         for (gi, g) in self.groups.iter().enumerate() {
             for (hi, h) in g.handlers.iter().enumerate() {
                 let probe = match *h {
@@ -56,21 +54,5 @@ impl RuntimeConfig {
             }
         }
         self.check_band_binds()
-    }
-
-    /// The metrics address binds now (a point-in-time check, as [`validate`](Self::validate)'s).
-    /// [`Runtime::add_group`](crate::Runtime::add_group) calls it for the first group, which
-    /// is the first validation a runtime built without groups gets.
-    pub(crate) fn check_metrics_bind(&self) -> Result<(), Invalid> {
-        if let Some(addr) = self.metrics {
-            std::net::TcpListener::bind(addr)
-                .map_err(|e| Invalid {
-                    section: Section::Runtime,
-                    field: "metrics",
-                    message: format!("cannot bind {addr}: {e}"),
-                })
-                .map(drop)?;
-        }
-        Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! The validation and probe step: everything `check` refuses and `run` would fail on, checked
-//! without starting anything. One file per table or concern: the settings of `[runtime]`,
-//! each `[[group]]` and its handlers (`settings.rs`), deadline lanes against the kernel's
+//! without starting anything. One file per table or concern: the settings of each
+//! `[[group]]` and its handlers (`settings.rs`), deadline lanes against the kernel's
 //! rules (`deadline.rs`), lane borrowing (`borrowing.rs`), bound groups (`bound.rs`), and
 //! the bind checks (`binds.rs`); the memory plan is `memory.rs` beside it. Each returns the
 //! first [`Invalid`] it finds, naming its section and field.
@@ -115,7 +115,7 @@ impl RuntimeConfig {
     ///
     /// The last two are point-in-time checks: another process may take a port or memory between
     /// this call and [`Runtime::new`](crate::Runtime::new), which then fails with
-    /// [`Error::Bind`](crate::Error::Bind) (or cannot lock its memory).
+    /// [`Error::Bind`] (or cannot lock its memory).
     pub fn validate(&self) -> Result<(), Invalid> {
         self.validate_with_cpus(&sched::online_cpus())
     }
@@ -130,21 +130,18 @@ impl RuntimeConfig {
     /// already there: the runtime holds their sockets already, and binds the new group's itself
     /// (a failed bind is [`Error::Bind`]).
     pub(crate) fn validate_without_binds(&self) -> Result<(), Invalid> {
-        let machine = Machine::probe(sched::online_cpus());
-        self.check_settings(&machine.cpus)?;
-        self.check_bands()?;
-        self.check_bound()?;
-        self.check_deadlines(
-            &machine.cpus,
-            sched::rt_bandwidth(),
-            &DeadlineKernel::probe(),
-        )?;
-        self.check_borrowing()?;
-        self.check_lender_privilege(sched::RtPrivilege::probe())?;
-        self.check_memory(&machine)
+        self.check_all_but_binds(&Machine::probe(sched::online_cpus()))
     }
 
+    /// [`validate`](Self::validate) against `machine`.
     pub(crate) fn validate_on(&self, machine: &Machine) -> Result<(), Invalid> {
+        self.check_all_but_binds(machine)?;
+        self.check_binds()
+    }
+
+    /// Every check but the bind probe, table by table and concern by concern, against
+    /// `machine`.
+    fn check_all_but_binds(&self, machine: &Machine) -> Result<(), Invalid> {
         self.check_settings(&machine.cpus)?;
         self.check_bands()?;
         self.check_bound()?;
@@ -155,7 +152,6 @@ impl RuntimeConfig {
         )?;
         self.check_borrowing()?;
         self.check_lender_privilege(sched::RtPrivilege::probe())?;
-        self.check_memory(machine)?;
-        self.check_binds()
+        self.check_memory(machine)
     }
 }

@@ -1,5 +1,5 @@
-//! The settings of each table: `[runtime]`, every `[[group]]` and its `[[group.handler]]`s, one
-//! check per table.
+//! The settings of each table: every `[[group]]` and its `[[group.handler]]`s, one check per
+//! table (`[runtime]`'s two settings need none).
 
 use super::super::*;
 use super::*;
@@ -40,7 +40,6 @@ impl RuntimeConfig {
                 )?;
             }
         }
-        self.check_runtime(&seen)?;
         self.check_thread_priorities(&seen)
     }
 
@@ -146,40 +145,22 @@ impl RuntimeConfig {
                 ));
             }
         }
-        if g.buffer_bytes < 64 || g.buffer_bytes > 64 << 20 {
-            return Err(bad(
-                gi,
-                "buffer_bytes",
-                format!("{}: must be 64..=67108864", g.buffer_bytes),
-            ));
-        }
-        if g.max_handles == 0 || g.max_handles > crate::engine::word::MAX_HANDLES {
-            return Err(bad(
-                gi,
+        // The sizes: each within its range.
+        for (field, value, range) in [
+            ("buffer_bytes", g.buffer_bytes, 64..=64 << 20),
+            (
                 "max_handles",
-                format!("{}: must be 1..=1048576", g.max_handles),
-            ));
-        }
-        if g.max_tasks > crate::task::MAX_TASKS {
-            return Err(bad(
-                gi,
-                "max_tasks",
-                format!("{}: must be 0..=65536", g.max_tasks),
-            ));
-        }
-        if g.task_bytes < 64 || g.task_bytes > 1 << 20 {
-            return Err(bad(
-                gi,
-                "task_bytes",
-                format!("{}: must be 64..=1048576", g.task_bytes),
-            ));
-        }
-        if g.stack_bytes < 64 * 1024 || g.stack_bytes > 64 << 20 {
-            return Err(bad(
-                gi,
-                "stack_bytes",
-                format!("{}: must be 65536..=67108864", g.stack_bytes),
-            ));
+                g.max_handles,
+                1..=crate::engine::word::MAX_HANDLES,
+            ),
+            ("max_tasks", g.max_tasks, 0..=crate::task::MAX_TASKS),
+            ("task_bytes", g.task_bytes, 64..=1 << 20),
+            ("stack_bytes", g.stack_bytes, 64 * 1024..=64 << 20),
+        ] {
+            if !range.contains(&value) {
+                let (lo, hi) = range.into_inner();
+                return Err(bad(gi, field, format!("{value}: must be {lo}..={hi}")));
+            }
         }
         if let Some(b) = g.budget_us {
             if b == 0 || b > 10_000_000 {
@@ -202,36 +183,6 @@ impl RuntimeConfig {
                     handles, g.max_handles
                 ),
             ));
-        }
-        Ok(())
-    }
-
-    /// `[runtime]`: the metrics address.
-    fn check_runtime(&self, seen: &Seen<'_>) -> Result<(), Invalid> {
-        if let Some(m) = self.metrics {
-            let bad_metrics = |message: String| Invalid {
-                section: Section::Runtime,
-                field: "metrics",
-                message,
-            };
-            // A scraper must know the port, and serving every interface must be written out.
-            if m.port() == 0 || m.ip().is_unspecified() {
-                return Err(bad_metrics(format!(
-                    "{m}: give an explicit address and port, like \"127.0.0.1:9464\" (no port 0, \
-                     no wildcard address)"
-                )));
-            }
-            // The exporter is a TCP listener: only a tcp-echo handler can take its port.
-            if let Some((_, other, at)) = seen
-                .addrs
-                .iter()
-                .find(|(tcp, a, _)| *tcp && addresses_collide(*a, m))
-            {
-                return Err(bad_metrics(format!(
-                    "{m} collides with {other} of `{}`",
-                    at.path("bind")
-                )));
-            }
         }
         Ok(())
     }
