@@ -39,6 +39,8 @@ struct Vtable {
     drop_future: unsafe fn(*mut u8),
     /// Drops the stored output.
     drop_output: unsafe fn(*mut u8),
+    /// Moves the stored output out of the slot into `*dst`, a `MaybeUninit<F::Output>`.
+    take_output: unsafe fn(*mut u8, *mut u8),
 }
 
 /// What one poll of a stored future did.
@@ -53,6 +55,11 @@ enum Polled {
 }
 
 /// The storage of a task: the future until it finishes, then its output.
+///
+/// Both fields are reached only through this type (`poll_cell`, `drop_future`, `drop_output`,
+/// `take_output`, all monomorphised for `F`), never by casting the slot's address to `F` or
+/// to `F::Output`: a union without `#[repr(C)]` has no specified field offsets, so no code
+/// may assume a field starts at the slot's start.
 union Cell<F: Future> {
     future: ManuallyDrop<F>,
     output: ManuallyDrop<F::Output>,
@@ -104,6 +111,20 @@ unsafe fn drop_output<F: Future>(p: *mut u8) {
     unsafe { ManuallyDrop::drop(&mut (*cell).output) }
 }
 
+/// # Safety
+/// `p` points at a `Cell<F>` whose `output` is initialised and not taken; `dst` points at a
+/// writable `MaybeUninit<F::Output>`. The output is moved out: the slot no longer holds it.
+unsafe fn take_output<F: Future>(p: *mut u8, dst: *mut u8) {
+    let cell = p.cast::<Cell<F>>();
+    // SAFETY: the caller guarantees the output is initialised and is taken only this once;
+    // reading the field through the union (not through a cast of `p`) finds it wherever the
+    // union's layout put it; `dst` is a valid, aligned place for an `F::Output`.
+    unsafe {
+        let out = ManuallyDrop::into_inner(std::ptr::addr_of!((*cell).output).read());
+        dst.cast::<F::Output>().write(out);
+    }
+}
+
 /// The vtable of `F` (a promoted constant: no allocation).
 fn vtable_of<F: Future>() -> &'static Vtable {
     trait HasVtable {
@@ -114,6 +135,7 @@ fn vtable_of<F: Future>() -> &'static Vtable {
             poll: poll_cell::<F>,
             drop_future: drop_future::<F>,
             drop_output: drop_output::<F>,
+            take_output: take_output::<F>,
         };
     }
     &<F as HasVtable>::VTABLE
@@ -780,15 +802,17 @@ impl<T> Future for JoinHandle<T> {
             }
         }
         let out = if s & state::OUTPUT != 0 {
-            // SAFETY: COMPLETE with OUTPUT: the output of type T is stored and only the
-            // handle takes it (once: `done` is set below).
+            // SAFETY: a published task's vtable was written before the release that published
+            // it; COMPLETE was observed with acquire.
+            let vt = unsafe { (*slot.vtable.get()).expect("a live slot has a vtable") };
+            let mut v = std::mem::MaybeUninit::<T>::uninit();
+            // SAFETY: COMPLETE with OUTPUT: the output is stored and only the handle takes it
+            // (once: `done` is set below). The vtable is the spawned future's, whose output
+            // type is this handle's `T` (`spawn_with_priority` returns `JoinHandle<F::Output>`),
+            // so `v` is a valid destination and is initialised by the call.
             let v = unsafe {
-                ManuallyDrop::into_inner(
-                    self.shared
-                        .storage_of(self.index)
-                        .cast::<ManuallyDrop<T>>()
-                        .read(),
-                )
+                (vt.take_output)(self.shared.storage_of(self.index), v.as_mut_ptr().cast());
+                v.assume_init()
             };
             slot.state.output_taken();
             Ok(v)
@@ -1125,6 +1149,31 @@ mod tests {
         assert_eq!(l.free_slots(), 4, "the slot is free again");
         let st = l.spawner.stats();
         assert_eq!((st.spawned, st.completed, st.polls), (1, 1, 1));
+    }
+
+    /// Outputs of every shape (smaller and larger than the future, over-aligned, owning heap
+    /// memory) come back through the handle intact: the handle moves the output out through
+    /// the future's own `Cell` type, not by casting the slot's start.
+    #[test]
+    fn outputs_of_any_layout_come_back_through_the_handle() {
+        #[repr(align(64))]
+        #[derive(Debug, PartialEq)]
+        struct Aligned(u8, [u64; 3]);
+        let mut l = lane(4, 512);
+        let pad = [7u8; 200]; // a future much larger than its output
+        let small = l.spawner.spawn(async move { pad[199] }).unwrap();
+        let aligned = l.spawner.spawn(async { Aligned(9, [1, 2, 3]) }).unwrap();
+        let owned = l
+            .spawner
+            .spawn(async { String::from("owned output") })
+            .unwrap();
+        let wide = l.spawner.spawn(async { [0xabu8; 300] }).unwrap();
+        assert!(l.turn());
+        assert_eq!(small.wait(), Ok(7));
+        assert_eq!(aligned.wait(), Ok(Aligned(9, [1, 2, 3])));
+        assert_eq!(owned.wait().as_deref(), Ok("owned output"));
+        assert_eq!(wide.wait(), Ok([0xab; 300]));
+        assert_eq!(l.free_slots(), 4);
     }
 
     #[test]
