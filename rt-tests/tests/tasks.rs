@@ -271,6 +271,87 @@ fn a_task_that_never_yields_is_caught_by_the_overrun_watchdog() {
     rt.shutdown().unwrap();
 }
 
+/// A task that wakes itself without end (`yield_now` in a loop) never lets its lane's ready
+/// set empty. Each turn is short (16 polls, then the lane is handed back), yet the lane's
+/// overrun watchdog sees the streak of turns as one dispatch: with `on_overrun = "report"` it
+/// counts it in `budget_overruns`; with `"demote"` the thread running the streak is demoted
+/// (the task reads its own policy back as SCHED_OTHER) until the streak ends, then restored.
+/// Bounded: each task stops as soon as it saw what it waits for, or after 300 ms.
+#[test]
+fn a_self_waking_task_is_counted_and_demoted_like_a_runaway_handler() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed(
+        "a_self_waking_task_is_counted_and_demoted_like_a_runaway_handler",
+        10,
+    ) {
+        return;
+    }
+    for on_overrun in [OnOverrun::Report, OnOverrun::Demote] {
+        let mut g = GroupConfig::new("spin", Policy::Fifo, 10);
+        g.threads = 1;
+        g.buffer_bytes = 2048;
+        g.max_tasks = 2;
+        g.budget_us = Some(2_000);
+        g.on_overrun = on_overrun;
+        let mut rt = Runtime::new(RuntimeConfig {
+            rt: RtMode::Required,
+            lock_memory: false,
+            metrics: None,
+            groups: vec![g],
+            bands: Vec::new(),
+        })
+        .unwrap();
+        rt.start().unwrap();
+        let metrics = rt.metrics_handle();
+        let lane = rt.lane("spin").unwrap();
+        let demote = on_overrun == OnOverrun::Demote;
+        let saw = lane
+            .spawn(async move {
+                let end = lfrt::os::now_ns() + 300_000_000;
+                let mut next_check = 0;
+                loop {
+                    lfrt::task::yield_now().await;
+                    let now = lfrt::os::now_ns();
+                    if demote {
+                        let me = lfrt::os::read_back(lfrt::os::gettid()).unwrap();
+                        if me == lfrt::os::Sched::Other {
+                            return true;
+                        }
+                    } else if now >= next_check {
+                        next_check = now + 1_000_000;
+                        if metrics.get()[0].budget_overruns >= 1 {
+                            return true;
+                        }
+                    }
+                    if now > end {
+                        return false;
+                    }
+                }
+            })
+            .unwrap()
+            .wait()
+            .unwrap();
+        let tid = lane_tids(&rt, 0)[0];
+        // The streak ended with the task: the thread is back at its own policy.
+        assert!(
+            util::wait_until(5, || lfrt::os::read_back(tid).ok()
+                == Some(lfrt::os::Sched::Fifo(10))),
+            "{on_overrun:?}: the lane thread was not restored after the streak"
+        );
+        let m = rt.shutdown().unwrap();
+        assert!(
+            saw,
+            "{on_overrun:?}: a 300 ms streak of self-wakes (budget 2 ms) was not {}: {:?}",
+            if demote { "demoted" } else { "counted" },
+            m[0]
+        );
+        assert!(m[0].budget_overruns >= 1, "{m:?}");
+        if demote {
+            assert!(m[0].demotions >= 1, "{m:?}");
+        }
+    }
+}
+
 struct DropLog(&'static str, Arc<Mutex<Vec<&'static str>>>);
 impl Drop for DropLog {
     fn drop(&mut self) {

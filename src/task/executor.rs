@@ -839,6 +839,16 @@ impl<T> Drop for JoinHandle<T> {
 
 // ---- the executor: built with a lane, registered as two handlers ----
 
+/// The lane's overrun settings, as its executor needs them (`budget_us`, `on_overrun`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Budget {
+    /// The lane's `budget_us`, in ns.
+    pub(crate) ns: u64,
+    /// `on_overrun = "demote"`: a streak over budget is kept in one dispatch, so the demotion
+    /// lasts until the streak ends (see [`Turn`]).
+    pub(crate) demote: bool,
+}
+
 /// A lane's executor before it is registered: the [`Spawner`] and the two handlers (task
 /// doorbell, timer) the runtime registers with the lane.
 pub(crate) struct Executor {
@@ -853,6 +863,7 @@ impl Executor {
         lane: &str,
         max_tasks: usize,
         task_bytes: usize,
+        budget: Option<Budget>,
         registry: Registry,
     ) -> io::Result<Executor> {
         if max_tasks == 0 || max_tasks > MAX_TASKS || task_bytes == 0 {
@@ -922,6 +933,8 @@ impl Executor {
             heap: BinaryHeap::with_capacity(max_tasks),
             seq: 0,
             close_order: BinaryHeap::with_capacity(max_tasks),
+            streak_since: 0,
+            budget,
         };
         let clock = Clock {
             shared: shared.clone(),
@@ -935,6 +948,19 @@ impl Executor {
 }
 
 /// The task doorbell's handler: one executor turn per event.
+///
+/// **Streaks.** A turn polls at most [`POLLS_PER_TURN`] tasks and, if tasks remain runnable,
+/// rings its own doorbell and returns; so a task that wakes itself (`yield_now` in a loop, any
+/// future that calls its own waker) keeps the lane busy through a chain of short turns, none
+/// of them long enough for the overrun watchdog. The turns from the moment the ready set
+/// became non-empty until it is empty again are one *streak*: every turn of it backdates its
+/// dispatch, as the watchdog sees it, to the streak's start (`Context::backdate_dispatch`), so
+/// a streak longer than the lane's `budget_us` is counted in `budget_overruns` like a handler
+/// that ran that long. With `on_overrun = "demote"`, a turn that finds its streak over budget
+/// does not hand the lane back: it goes on polling in the same dispatch until the ready set is
+/// empty (or the executor closes), so the watchdog's demotion holds until the streak ends,
+/// exactly as for a runaway handler (the lane's other handles are served by its other threads
+/// meanwhile).
 struct Turn {
     shared: Arc<Shared>,
     /// The ready set, ordered by (task priority, FIFO sequence). Preallocated to `max_tasks`:
@@ -942,6 +968,9 @@ struct Turn {
     heap: BinaryHeap<(u8, Reverse<u64>, u32)>,
     seq: u64,
     close_order: BinaryHeap<(u8, Reverse<u32>)>,
+    /// When the current streak began (`CLOCK_MONOTONIC` ns), 0 while the ready set is empty.
+    streak_since: u64,
+    budget: Option<Budget>,
 }
 
 impl Turn {
@@ -1000,32 +1029,52 @@ impl Turn {
     }
 }
 
+impl Turn {
+    /// True if the streak is over the lane's budget and the lane demotes overruns: the turn
+    /// then keeps the streak in this dispatch (see [`Turn`]).
+    fn contain_streak(&self) -> bool {
+        self.budget.is_some_and(|b| {
+            b.demote && sys::now_ns().saturating_sub(self.streak_since) > b.ns
+        })
+    }
+}
+
 impl EventHandler for Turn {
     fn source(&self) -> BorrowedFd<'_> {
         self.shared.doorbell.as_fd()
     }
 
-    fn handle(&mut self, _event: &Event, _ctx: &mut LaneContext) -> Disposition {
+    fn handle(&mut self, _event: &Event, ctx: &mut LaneContext) -> Disposition {
         let _ = self.shared.doorbell.read();
         self.shared.rung.store(false, SeqCst);
         self.shared.counters.turns.fetch_add(1, Relaxed);
-        for _ in 0..POLLS_PER_TURN {
-            // Before every poll, so a task woken by the previous one, or whose deadline just
-            // passed, competes by priority.
-            if self.shared.next_deadline.load(Relaxed) <= sys::now_ns() {
-                self.shared.expire(sys::now_ns());
+        if self.streak_since == 0 {
+            self.streak_since = sys::now_ns();
+        }
+        ctx.backdate_dispatch(self.streak_since);
+        loop {
+            for _ in 0..POLLS_PER_TURN {
+                // Before every poll, so a task woken by the previous one, or whose deadline
+                // just passed, competes by priority.
+                if self.shared.next_deadline.load(Relaxed) <= sys::now_ns() {
+                    self.shared.expire(sys::now_ns());
+                }
+                self.drain();
+                match self.heap.pop() {
+                    Some((_, _, i)) => self.run(i),
+                    None => break,
+                }
             }
             self.drain();
-            match self.heap.pop() {
-                Some((_, _, i)) => self.run(i),
-                None => break,
+            if self.heap.is_empty() || self.shared.closed.load(SeqCst) {
+                self.streak_since = 0;
+                return Disposition::Rearm;
+            }
+            if !self.contain_streak() {
+                self.shared.ring();
+                return Disposition::Rearm;
             }
         }
-        self.drain();
-        if !self.heap.is_empty() {
-            self.shared.ring();
-        }
-        Disposition::Rearm
     }
 
     fn on_close(&mut self) {
@@ -1103,7 +1152,7 @@ mod tests {
         let registry = Registry {
             set: Arc::new(Handles::new(4).unwrap()),
         };
-        let ex = Executor::new("test", max_tasks, task_bytes, registry.clone()).unwrap();
+        let ex = Executor::new("test", max_tasks, task_bytes, None, registry.clone()).unwrap();
         Lane {
             spawner: ex.spawner,
             turn: ex.turn,

@@ -42,6 +42,11 @@
 //!   list). A single poll is bounded only by the task itself: a task that never yields holds
 //!   its thread, and the lane's overrun watchdog (`budget_us`) reports or demotes it exactly
 //!   as it does a handler.
+//! * **Streaks**: a task that wakes itself keeps the ready set from emptying through many
+//!   short turns; the turns until the ready set is empty again are one streak, which the
+//!   watchdog sees as one dispatch (counted past `budget_us`; with `on_overrun = "demote"`
+//!   kept in one dispatch once over budget, so the thread stays demoted until it ends). See
+//!   `Turn` in `executor.rs`.
 //!
 //! # Limits and refusals
 //! * `max_tasks` slots per lane (TOML `max_tasks`, default 0: no task table), each
