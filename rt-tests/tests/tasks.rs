@@ -670,6 +670,64 @@ fn net_echo_tasks_serve_loopback_clients_and_idle_sockets_stay_quiet() {
     rt.shutdown().unwrap();
 }
 
+/// Two tasks receiving on one `lfrt::net` socket: the second is refused at once
+/// (`ResourceBusy`) instead of the two replacing and waking each other's wakers without end (a
+/// livelock: the lane polled them in a loop while no datagram came). The first one receives on,
+/// and once it finished another task may receive. The lane is time-shared, so a regression
+/// spins at normal priority for the test's bounded wait.
+#[test]
+fn a_second_reader_on_a_socket_is_refused_not_livelocked() {
+    let _l = util::rt_lock();
+    let mut g = GroupConfig::new("net", Policy::Other, 0);
+    g.threads = 1;
+    g.buffer_bytes = 2048;
+    g.max_tasks = 4;
+    let mut rt = Runtime::new(RuntimeConfig {
+        rt: RtMode::BestEffort,
+        lock_memory: false,
+        metrics: None,
+        groups: vec![g],
+        bands: Vec::new(),
+    })
+    .unwrap();
+    rt.start().unwrap();
+    let lane = rt.lane("net").unwrap();
+    let sp = lane.spawner().unwrap();
+    let sock = Arc::new(lfrt::net::UdpSocket::bind(&sp, "127.0.0.1:0".parse().unwrap()).unwrap());
+    let addr = sock.local_addr().unwrap();
+    let receive = |sock: Arc<lfrt::net::UdpSocket>| async move {
+        let mut buf = [0u8; 64];
+        sock.recv_from(&mut buf)
+            .await
+            .map(|(n, _)| buf[..n].to_vec())
+    };
+    let first = lane.spawn(receive(sock.clone())).unwrap();
+    assert!(util::wait_until(5, || sp.stats().polls >= 1));
+    let second = lane.spawn(receive(sock.clone())).unwrap();
+    assert!(
+        util::wait_until(2, || second.is_finished()),
+        "the second reader neither received nor was refused: {:?}",
+        sp.stats()
+    );
+    let polls = sp.stats().polls;
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        sp.stats().polls,
+        polls,
+        "the lane polls while no datagram comes: the readers wake each other"
+    );
+    let e = second.wait().unwrap().unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ResourceBusy, "{e}");
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.send_to(b"one", addr).unwrap();
+    assert_eq!(first.wait().unwrap().unwrap(), b"one");
+    // The first reader is done: the socket takes a new one.
+    let third = lane.spawn(receive(sock.clone())).unwrap();
+    client.send_to(b"two", addr).unwrap();
+    assert_eq!(third.wait().unwrap().unwrap(), b"two");
+    rt.shutdown().unwrap();
+}
+
 /// `inbox.recv().await` between lanes: three producer tasks on a high lane send 1,000 values
 /// each through a 1-value channel (so `send().await` waits nearly every time, and more
 /// senders wait than the channel has places) to a consumer task on a lower lane; every value

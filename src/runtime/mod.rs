@@ -399,8 +399,14 @@ fn add_executor(group: &Group, gc: &GroupConfig, gi: usize) -> Result<Spawner, E
         ns: us.saturating_mul(1000),
         demote: gc.on_overrun == OnOverrun::Demote,
     });
-    let ex = Executor::new(&gc.name, gc.max_tasks, gc.task_bytes, budget, registry.clone())
-        .map_err(|e| Error::config(format!("group[{gi}].max_tasks"), e.to_string()))?;
+    let ex = Executor::new(
+        &gc.name,
+        gc.max_tasks,
+        gc.task_bytes,
+        budget,
+        registry.clone(),
+    )
+    .map_err(|e| Error::config(format!("group[{gi}].max_tasks"), e.to_string()))?;
     registry.register(ex.turn)?;
     registry.register(ex.clock)?;
     Ok(ex.spawner)

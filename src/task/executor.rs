@@ -1033,9 +1033,8 @@ impl Turn {
     /// True if the streak is over the lane's budget and the lane demotes overruns: the turn
     /// then keeps the streak in this dispatch (see [`Turn`]).
     fn contain_streak(&self) -> bool {
-        self.budget.is_some_and(|b| {
-            b.demote && sys::now_ns().saturating_sub(self.streak_since) > b.ns
-        })
+        self.budget
+            .is_some_and(|b| b.demote && sys::now_ns().saturating_sub(self.streak_since) > b.ns)
     }
 }
 
