@@ -57,13 +57,13 @@
 //! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`BandConfig`] (`[[band]]`), [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`, `config_line` (where a field is written); errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
 //! | write handlers | [`EventHandler`], [`Event`], [`Interest`], [`Disposition`], [`Context`] (thread-specific storage), [`Registry`], [`Token`], [`Incident`] |
 //! | event sources | [`timer`] (callback timers: periodic or one-shot, cancel and re-arm from any thread), [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots; only the datagrams a handler marks with [`Datagram::answer`] are answered) |
-//! | async tasks | [`Lane::spawn`], [`task`] ([`task::Spawner`], [`task::JoinHandle`], channels and reply slots for tokio or any thread), [`time`] (`sleep_until`, `interval` on the lane's timerfd), [`net`] (UDP, TCP listener and stream on the lane's handle set); sizes: [`GroupConfig::max_tasks`], [`GroupConfig::task_bytes`] |
+//! | async tasks | [`Lane::spawn`], [`task`] ([`task::Spawner`], [`task::JoinHandle`], channels and reply slots for tokio or any thread), [`time`] (`sleep_until`, `interval` on the lane's timerfd; `now_ns`, the `CLOCK_MONOTONIC` clock every lfrt instant is read on), [`net`] (UDP, TCP listener and stream on the lane's handle set); sizes: [`GroupConfig::max_tasks`], [`GroupConfig::task_bytes`] |
 //! | streams | [`stream`]: length-prefixed frames over TCP ([`stream::Framed`]): per-connection read and write state, bounded preallocated buffers ([`stream::Limits`]), back-pressure, half-close and reset handling |
-//! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer, and [`handlers::cpu_work`] |
+//! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer, and `handlers::cpu_work` (with the `tools` feature) |
 //! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]); as a runtime group: [`GroupConfig::bound`] ([`BoundGroup`], TOML `[group.bound]`), [`Lane::bound_pool`] |
 //! | share state across lanes | [`PiMutex`], [`PiMutexGuard`] (priority inheritance) |
 //! | observe | [`GroupMetrics`], [`telemetry`] (latency histograms), [`CountingAlloc`], [`thread_allocations`], [`counting_alloc_active`], [`WARMUP_DISPATCHES`] |
-//! | the Linux facade | [`os`]: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits |
+//! | the Linux facade (with the `tools` feature, for the measuring side) | `os`: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits |
 //!
 //! The measuring side — the `lfrt` command (`check`, `run`, `cyclic`, `inversion`, `plot`,
 //! `doctor`), the Half-Sync/Half-Reactive baseline, the load generator, benchmarks, examples

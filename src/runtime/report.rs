@@ -49,7 +49,7 @@ impl Runtime {
     /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
     /// rt.start()?;
     /// for (group, thread, tid) in rt.thread_ids() {
-    ///     println!("group {group} thread {thread}: {:?}", lfrt::os::read_back(tid));
+    ///     println!("group {group} thread {thread}: tid {tid}"); // e.g. for `chrt -p`
     /// }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

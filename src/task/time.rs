@@ -7,7 +7,7 @@
 //! passed, and re-arms the timerfd for the next one. A task that waits for several deadlines
 //! at once is woken at the earliest; the others register again when polled.
 //!
-//! Instants are `CLOCK_MONOTONIC` nanoseconds ([`crate::os::now_ns`]), as for callback timers.
+//! Instants are `CLOCK_MONOTONIC` nanoseconds, read with [`now_ns`], as for callback timers.
 //!
 //! # Panics
 //! These futures must be polled by a lane task (they find the lane through the task's
@@ -15,6 +15,8 @@
 
 use crate::sys;
 use crate::task::executor::lane_task;
+
+pub use crate::sys::now_ns;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -25,7 +27,7 @@ use std::time::Duration;
 /// # Examples
 /// ```no_run
 /// # async fn step() {
-/// let next = lfrt::os::now_ns() + 1_000_000;
+/// let next = lfrt::time::now_ns() + 1_000_000;
 /// lfrt::time::sleep_until(next).await; // inside a lane task
 /// # }
 /// ```
@@ -92,7 +94,7 @@ pub struct Tick {
 /// let mut every_ms = lfrt::time::interval(std::time::Duration::from_millis(1));
 /// loop {
 ///     let tick = every_ms.tick().await;
-///     let late_ns = lfrt::os::now_ns() - tick.due_ns;
+///     let late_ns = lfrt::time::now_ns() - tick.due_ns;
 ///     if tick.missed > 0 { /* overran `missed` periods */ }
 ///     # let _ = late_ns; break;
 /// }
