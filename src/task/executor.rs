@@ -857,7 +857,26 @@ pub(crate) struct Executor {
     pub(crate) clock: Box<dyn EventHandler>,
 }
 
+/// Bytes between two slots' storage: `task_bytes` rounded up to [`TASK_ALIGN`].
+fn stride(task_bytes: usize) -> usize {
+    task_bytes.div_ceil(TASK_ALIGN) * TASK_ALIGN
+}
+
 impl Executor {
+    /// Bytes [`new`](Self::new) allocates for `max_tasks` slots of `task_bytes`: the slots'
+    /// storage (pre-faulted), their state words and join-waker locks, the free list, the
+    /// ready queue and the turn's two heaps. Kept next to `new` so the two stay in step.
+    pub(crate) fn allocated_bytes(max_tasks: usize, task_bytes: usize) -> u64 {
+        // An `ArrayQueue` slot: a stamp word beside the value.
+        let queue_entry = size_of::<(usize, u32)>();
+        let per_slot = stride(task_bytes)
+            + size_of::<Slot>()
+            + 2 * queue_entry
+            + size_of::<(u8, Reverse<u64>, u32)>()
+            + size_of::<(u8, Reverse<u32>)>();
+        (max_tasks as u64).saturating_mul(per_slot as u64)
+    }
+
     /// `max_tasks` slots of `task_bytes` each, allocated and pre-faulted now.
     pub(crate) fn new(
         lane: &str,
@@ -872,7 +891,7 @@ impl Executor {
                 "max_tasks must be 1..=65536 and task_bytes at least 1",
             ));
         }
-        let stride = task_bytes.div_ceil(TASK_ALIGN) * TASK_ALIGN;
+        let stride = stride(task_bytes);
         let layout = Layout::from_size_align(stride * max_tasks, TASK_ALIGN)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         // SAFETY: the layout has a non-zero size.
