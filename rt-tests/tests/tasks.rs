@@ -233,6 +233,9 @@ fn a_panicking_task_is_counted_and_the_lane_runs_on() {
     assert_eq!((st.panicked, st.completed), (1, 1));
     let m = rt.shutdown().unwrap();
     assert_eq!(m[0].handler_panics, 0);
+    // The lane's task counters are in its metrics too.
+    let t = m[0].tasks.expect("the lane has a task table");
+    assert_eq!((t.panicked, t.completed), (1, 1));
 }
 
 /// A task that never yields (it spins in one poll until the watchdog has counted it, at most

@@ -1,6 +1,7 @@
 //! A lane's task table, its wakers, and the two event handlers that run it on the lane.
 
 use crate::engine::handler::{Context as LaneContext, Disposition, Event, EventHandler, Registry};
+pub use crate::observe::metrics::TaskStats;
 use crate::sync::Mutex;
 use crate::sys::{self, fd::EventFd, fd::TimerFd, mem};
 use crate::task::state::{self, Start, TaskState};
@@ -157,28 +158,6 @@ struct Slot {
     /// The earliest `lfrt::time` deadline this task waits for (`CLOCK_MONOTONIC` ns),
     /// `u64::MAX` for none.
     deadline: AtomicU64,
-}
-
-/// Counters of a lane's task table; they only grow.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TaskStats {
-    /// Tasks accepted by `spawn`.
-    pub spawned: u64,
-    /// Tasks whose future returned `Ready`.
-    pub completed: u64,
-    /// Tasks whose future panicked (each slot was freed, other tasks ran on).
-    pub panicked: u64,
-    /// Tasks dropped unfinished: cancelled through their handle, or at shutdown.
-    pub cancelled: u64,
-    /// `spawn` calls refused because every slot was taken.
-    pub refused_full: u64,
-    /// `spawn` calls refused because the future did not fit a slot.
-    pub refused_too_large: u64,
-    /// Polls made.
-    pub polls: u64,
-    /// Executor turns run (events of the lane's task doorbell).
-    pub turns: u64,
 }
 
 #[derive(Default)]
