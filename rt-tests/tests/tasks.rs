@@ -394,6 +394,136 @@ fn shutdown_cancels_tasks_in_priority_order() {
     assert_eq!(spawner.stats().cancelled, 4);
 }
 
+/// Shutdown cancels lane by lane, the highest lane first whatever the order the lanes were
+/// added in, and within a lane by task priority.
+#[test]
+fn shutdown_cancels_the_highest_lane_first() {
+    let _l = util::rt_lock();
+    // Added low first: group order is the reverse of lane priority.
+    let mut rt = lanes(&[("low", 10, 1), ("high", 30, 1)], 4, None);
+    rt.start().unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for (lane, tasks) in [
+        ("low", [(1, "low-1"), (7, "low-7")]),
+        ("high", [(2, "high-2"), (9, "high-9")]),
+    ] {
+        let sp = rt.lane(lane).unwrap().spawner().unwrap();
+        for (p, name) in tasks {
+            let d = DropLog(name, log.clone());
+            handles.push(
+                sp.spawn_with_priority(p, async move {
+                    let _d = d;
+                    std::future::pending::<()>().await
+                })
+                .unwrap(),
+            );
+        }
+        assert!(util::wait_until(5, || sp.stats().polls == 2));
+    }
+    rt.shutdown_within(Duration::from_secs(2)).unwrap();
+    assert_eq!(*log.lock().unwrap(), ["high-9", "high-2", "low-7", "low-1"]);
+    for h in handles {
+        assert_eq!(h.wait(), Err(JoinError::Cancelled));
+    }
+}
+
+/// A task stuck in one poll past `shutdown_within`'s deadline does not keep the other tasks
+/// from being cancelled: those of other lanes and the stuck lane's other tasks are cancelled
+/// before `shutdown_within` returns `Unfinished` (naming the lane); the stuck task is cancelled
+/// by its lane thread as soon as its poll returns. The stuck lane is time-shared and the task
+/// spins at most 5 s (the test releases it long before).
+#[test]
+fn a_stuck_task_does_not_keep_the_others_from_being_cancelled() {
+    let _l = util::rt_lock();
+    let mut stuck = GroupConfig::new("stuck", Policy::Other, 0);
+    stuck.threads = 1;
+    stuck.buffer_bytes = 2048;
+    stuck.max_tasks = 4;
+    let mut other = GroupConfig::new("other", Policy::Fifo, 20);
+    other.threads = 1;
+    other.buffer_bytes = 2048;
+    other.max_tasks = 4;
+    let mut rt = Runtime::new(RuntimeConfig {
+        rt: RtMode::BestEffort,
+        lock_memory: false,
+        metrics: None,
+        groups: vec![stuck, other],
+        bands: Vec::new(),
+    })
+    .unwrap();
+    rt.start().unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let pending = |lane: &str, p: u8, name: &'static str| {
+        let d = DropLog(name, log.clone());
+        rt.lane(lane)
+            .unwrap()
+            .spawner()
+            .unwrap()
+            .spawn_with_priority(p, async move {
+                let _d = d;
+                std::future::pending::<()>().await
+            })
+            .unwrap()
+    };
+    let waiting = [
+        pending("stuck", 9, "stuck-lane-9"),
+        pending("stuck", 1, "stuck-lane-1"),
+        pending("other", 5, "other-5"),
+    ];
+    let (spinning, release) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (sp, rl, d) = (
+        spinning.clone(),
+        release.clone(),
+        DropLog("stuck", log.clone()),
+    );
+    let stuck_task = rt
+        .lane("stuck")
+        .unwrap()
+        .spawner()
+        .unwrap()
+        .spawn_with_priority(5, async move {
+            let _d = d;
+            sp.store(true, SeqCst);
+            let end = lfrt::os::now_ns() + 5_000_000_000;
+            while !rl.load(SeqCst) && lfrt::os::now_ns() < end {
+                std::hint::spin_loop();
+            }
+            std::future::pending::<()>().await
+        })
+        .unwrap();
+    assert!(util::wait_until(5, || spinning.load(SeqCst)));
+    let e = rt.shutdown_within(Duration::from_millis(100)).unwrap_err();
+    let released_at_return = release.load(SeqCst);
+    release.store(true, SeqCst);
+    assert!(!released_at_return);
+    match &e {
+        Error::Unfinished { tasks, .. } => {
+            assert!(
+                tasks.len() == 1 && tasks[0].contains("lane `stuck`: 1 task"),
+                "{e}"
+            );
+        }
+        other => panic!("expected Unfinished, got {other:?}"),
+    }
+    // Cancelled before shutdown_within returned, the higher lane first: everything but the
+    // task whose poll was running.
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["other-5", "stuck-lane-9", "stuck-lane-1"],
+        "{e}"
+    );
+    for h in waiting {
+        assert_eq!(h.wait(), Err(JoinError::Cancelled));
+    }
+    // Released, its poll returns and its lane thread cancels it.
+    assert_eq!(stuck_task.wait(), Err(JoinError::Cancelled));
+    assert_eq!(log.lock().unwrap().last(), Some(&"stuck"));
+}
+
 /// A full task table is a counted refusal that hands the future back; a lane without a task
 /// table refuses with `Closed`; a future larger than a slot is refused naming both sizes.
 #[test]

@@ -195,7 +195,11 @@ pub(crate) struct Shared {
     /// A copy of `armed` readable without the lock: a turn compares the clock with it before
     /// every poll and wakes the tasks whose deadline passed itself (see `expire`).
     next_deadline: AtomicU64,
+    /// Set once by [`close`](Shared::close): spawns are refused and turns poll no more.
     closed: AtomicBool,
+    /// The cancellation order at close, preallocated to `max_tasks`; its lock also makes one
+    /// closer at a time (the shutdown thread, or the lane's turn finishing what it left).
+    close_order: Mutex<BinaryHeap<(u8, Reverse<u32>)>>,
     counters: Counters,
 }
 
@@ -337,11 +341,16 @@ impl Shared {
         }
     }
 
-    /// Cancels every unfinished task, highest priority first (ties: lower slot first), and
-    /// refuses spawns from now on. Called once no pool thread runs (at shutdown).
-    fn close(&self, order: &mut BinaryHeap<(u8, Reverse<u32>)>) {
+    /// Cancels every unfinished task, highest task priority first (ties: lower slot first),
+    /// and from now on refuses spawns and stops the lane's turns from polling. Callable from
+    /// any thread at any time, also while a turn runs: a task is cancelled only when no poll
+    /// of it runs (one CAS against the poller's, `state.rs`). A task found mid-poll is waited
+    /// for until `until_ns` (`CLOCK_MONOTONIC`), before any lower task is cancelled, so the
+    /// order holds; one still being polled then is left to its turn, which cancels it when
+    /// the poll returns (see [`Turn`]). Returns how many tasks were left that way.
+    pub(crate) fn close(&self, until_ns: u64) -> usize {
         self.closed.store(true, SeqCst);
-        while self.ready.pop().is_some() {}
+        let mut order = self.close_order.lock();
         order.clear();
         for slot in self.slots.iter() {
             let s = slot.state.load();
@@ -351,12 +360,29 @@ impl Shared {
                 order.push((p, Reverse(slot.index)));
             }
         }
+        let mut left = 0;
         while let Some((_, Reverse(i))) = order.pop() {
-            let gen = state::generation(self.slots[i as usize].state.load());
-            if let Some(free_now) = self.slots[i as usize].state.complete_unpolled(gen) {
-                self.drop_unpolled(i, free_now);
+            let slot = &self.slots[i as usize];
+            loop {
+                let s = slot.state.load();
+                if s & state::LIVE == 0 || s & state::COMPLETE != 0 {
+                    break; // finished meanwhile
+                }
+                if let Some(free_now) = slot.state.complete_unpolled(state::generation(s)) {
+                    self.drop_unpolled(i, free_now);
+                    break;
+                }
+                // Being polled: its turn stops after this poll (it sees `closed`).
+                if sys::now_ns() >= until_ns {
+                    left += 1;
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(100));
             }
         }
+        // Entries of cancelled tasks; a turn that still pops one finds `Start::Gone`.
+        while self.ready.pop().is_some() {}
+        left
     }
 
     fn stats(&self) -> TaskStats {
@@ -668,6 +694,12 @@ impl Spawner {
         })
     }
 
+    /// Shutdown: cancels the lane's tasks ([`Shared::close`]); the number left running past
+    /// `until_ns`.
+    pub(crate) fn close(&self, until_ns: u64) -> usize {
+        self.shared.close(until_ns)
+    }
+
     /// The lane's task counters.
     pub fn stats(&self) -> TaskStats {
         self.shared.stats()
@@ -914,6 +946,7 @@ impl Executor {
                 armed: Mutex::new(u64::MAX),
                 next_deadline: AtomicU64::new(u64::MAX),
                 closed: AtomicBool::new(false),
+                close_order: Mutex::new(BinaryHeap::with_capacity(max_tasks)),
                 counters: Counters::default(),
             }
         });
@@ -930,7 +963,6 @@ impl Executor {
             shared: shared.clone(),
             heap: BinaryHeap::with_capacity(max_tasks),
             seq: 0,
-            close_order: BinaryHeap::with_capacity(max_tasks),
             streak_since: 0,
             budget,
         };
@@ -965,7 +997,6 @@ struct Turn {
     /// it holds each scheduled task at most once.
     heap: BinaryHeap<(u8, Reverse<u64>, u32)>,
     seq: u64,
-    close_order: BinaryHeap<(u8, Reverse<u32>)>,
     /// When the current streak began (`CLOCK_MONOTONIC` ns), 0 while the ready set is empty.
     streak_since: u64,
     budget: Option<Budget>,
@@ -987,11 +1018,16 @@ impl Turn {
         let s = &*self.shared;
         let slot = &s.slots[index as usize];
         let start = slot.state.start();
-        // SAFETY: the task was published before it was scheduled.
+        if start == Start::Gone {
+            return; // cancelled by shutdown while queued; the slot may be free already
+        }
+        // SAFETY: `start` took the task (RUNNING is ours): it was published, with its vtable,
+        // before it was scheduled, and nobody writes the vtable of a live slot.
         let vt = unsafe { (*slot.vtable.get()).expect("a scheduled slot has a vtable") };
         let p = s.storage_of(index);
         let gen = match start {
             Start::Poll(gen) => gen,
+            Start::Gone => unreachable!("returned above"),
             Start::Cancel(_) => {
                 // SAFETY: RUNNING is ours: the future is initialised and no one else polls.
                 let _ = catch_unwind(AssertUnwindSafe(|| unsafe { (vt.drop_future)(p) }));
@@ -1051,6 +1087,11 @@ impl EventHandler for Turn {
         ctx.backdate_dispatch(self.streak_since);
         loop {
             for _ in 0..POLLS_PER_TURN {
+                // Shutdown: poll nothing more (the closer may be waiting for this turn's
+                // last poll to return).
+                if self.shared.closed.load(SeqCst) {
+                    break;
+                }
                 // Before every poll, so a task woken by the previous one, or whose deadline
                 // just passed, competes by priority.
                 if self.shared.next_deadline.load(Relaxed) <= sys::now_ns() {
@@ -1062,8 +1103,15 @@ impl EventHandler for Turn {
                     None => break,
                 }
             }
+            if self.shared.closed.load(SeqCst) {
+                // Cancel what the closer left: a task it found mid-poll past its deadline.
+                self.heap.clear();
+                self.shared.close(0);
+                self.streak_since = 0;
+                return Disposition::Rearm;
+            }
             self.drain();
-            if self.heap.is_empty() || self.shared.closed.load(SeqCst) {
+            if self.heap.is_empty() {
                 self.streak_since = 0;
                 return Disposition::Rearm;
             }
@@ -1076,7 +1124,7 @@ impl EventHandler for Turn {
 
     fn on_close(&mut self) {
         self.heap.clear();
-        self.shared.close(&mut self.close_order);
+        self.shared.close(0);
     }
 }
 
@@ -1514,6 +1562,45 @@ mod tests {
             l.spawner.spawn(async {}),
             Err(SpawnError::Closed(_))
         ));
+    }
+
+    /// Shutdown from another thread between two turns: the tasks a turn left queued in its
+    /// heap are cancelled there, highest first, and the next turn polls nothing.
+    #[test]
+    fn close_between_turns_cancels_queued_tasks_and_stops_polling() {
+        let n = POLLS_PER_TURN + 4;
+        let mut l = lane(n, 256);
+        let log = Arc::new(StdMutex::new(Vec::new()));
+        let hs: Vec<_> = (0..n)
+            .map(|i| {
+                let d = DropLog(if i == n - 1 { "last" } else { "other" }, log.clone());
+                l.spawner
+                    .spawn_with_priority(if i == n - 1 { 1 } else { 0 }, async move {
+                        let _d = d;
+                        yield_now().await; // stays runnable: the turn rings again
+                        std::future::pending::<()>().await
+                    })
+                    .unwrap()
+            })
+            .collect();
+        assert!(l.turn());
+        let polls = l.spawner.stats().polls;
+        assert_eq!(polls, POLLS_PER_TURN as u64);
+        let shared = l.spawner.shared.clone();
+        let left = std::thread::spawn(move || shared.close(0)).join().unwrap();
+        assert_eq!(left, 0);
+        assert_eq!(log.lock().unwrap().len(), n);
+        assert_eq!(
+            log.lock().unwrap()[0],
+            "last",
+            "highest task priority first"
+        );
+        let _ = l.turn();
+        assert_eq!(l.spawner.stats().polls, polls, "no poll after close");
+        for mut h in hs {
+            assert_eq!(poll_once(&mut h), Poll::Ready(Err(JoinError::Cancelled)));
+        }
+        assert_eq!(l.free_slots(), n);
     }
 
     #[test]

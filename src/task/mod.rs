@@ -60,9 +60,11 @@
 //! # Failures
 //! * A panicking task is caught, counted ([`TaskStats::panicked`]); its future is dropped,
 //!   its slot freed, its handle gives [`JoinError::Panicked`]; other tasks are unaffected.
-//! * Shutdown ([`Runtime::shutdown_within`](crate::Runtime::shutdown_within)): after the
-//!   lane's threads returned, every unfinished task is cancelled (its future dropped, its
-//!   handle gives [`JoinError::Cancelled`]) in task priority order, highest first.
+//! * Shutdown ([`Runtime::shutdown_within`](crate::Runtime::shutdown_within)): every
+//!   unfinished task is cancelled (its future dropped, its handle gives
+//!   [`JoinError::Cancelled`]) within the deadline, lanes highest first, each lane's tasks in
+//!   task priority order; a task in a running poll is waited for until the deadline, then left
+//!   to its lane thread, which cancels it when the poll returns (`Shared::close`).
 //!
 //! # Real-time contract
 //! After the lane is built: spawn is a lock-free pop and push plus a move into the slot;
