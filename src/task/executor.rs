@@ -4,6 +4,7 @@ use crate::engine::handler::{Context as LaneContext, Disposition, Event, EventHa
 pub use crate::observe::metrics::TaskStats;
 use crate::sync::Mutex;
 use crate::sys::{self, fd::EventFd, fd::TimerFd, mem};
+use crate::task::deadlines::Deadlines;
 use crate::task::state::{self, Start, TaskState};
 use crossbeam_queue::ArrayQueue;
 use std::alloc::{self, Layout};
@@ -142,8 +143,9 @@ fn vtable_of<F: Future>() -> &'static Vtable {
     &<F as HasVtable>::VTABLE
 }
 
-/// One task slot: the state word, what the spawner wrote, the join waker and the timer
-/// deadline. The future itself lives in [`Shared::storage`] at `index × stride`.
+/// One task slot: the state word, what the spawner wrote and the join waker. The future
+/// itself lives in [`Shared::storage`] at `index × stride`; its `lfrt::time` deadline, if it
+/// waits for one, in [`Shared::timer`]'s heap.
 struct Slot {
     state: TaskState,
     index: u32,
@@ -155,9 +157,6 @@ struct Slot {
     vtable: UnsafeCell<Option<&'static Vtable>>,
     /// The waker of the task (or thread) awaiting the [`JoinHandle`].
     joiner: Mutex<Option<Waker>>,
-    /// The earliest `lfrt::time` deadline this task waits for (`CLOCK_MONOTONIC` ns),
-    /// `u64::MAX` for none.
-    deadline: AtomicU64,
 }
 
 #[derive(Default)]
@@ -189,11 +188,11 @@ pub(crate) struct Shared {
     rung: AtomicBool,
     doorbell: EventFd,
     timer: TimerFd,
-    /// The instant the timerfd is armed for (`u64::MAX`: disarmed); the lock orders
+    /// The tasks' deadlines and the instant the timerfd is armed for; the lock orders
     /// `timerfd_settime` calls.
-    armed: Mutex<u64>,
-    /// A copy of `armed` readable without the lock: a turn compares the clock with it before
-    /// every poll and wakes the tasks whose deadline passed itself (see `expire`).
+    timer_state: Mutex<TimerState>,
+    /// A copy of the armed instant readable without the lock: a turn compares the clock with
+    /// it before every poll and wakes the tasks whose deadline passed itself (see `expire`).
     next_deadline: AtomicU64,
     /// Set once by [`close`](Shared::close): spawns are refused and turns poll no more.
     closed: AtomicBool,
@@ -201,6 +200,14 @@ pub(crate) struct Shared {
     /// closer at a time (the shutdown thread, or the lane's turn finishing what it left).
     close_order: Mutex<BinaryHeap<(u8, Reverse<u32>)>>,
     counters: Counters,
+}
+
+/// The lane timer's state, under [`Shared::timer_state`].
+struct TimerState {
+    /// The deadlines tasks wait for, earliest first (at most one per slot).
+    deadlines: Deadlines,
+    /// The instant the timerfd is armed for (`u64::MAX`: disarmed).
+    armed: u64,
 }
 
 // SAFETY: the raw storage is reached only through the task state protocol (state.rs): a
@@ -264,7 +271,8 @@ impl Shared {
             let _ = catch_unwind(AssertUnwindSafe(|| unsafe { (vt.drop_output)(p) }));
         }
         drop(slot.joiner.lock().take());
-        slot.deadline.store(u64::MAX, Relaxed);
+        // A deadline the task left armed stays in the heap under its generation: due, its
+        // wake is stale and does nothing (`Deadlines`).
         slot.state.free();
         let _ = self.free.push(index);
     }
@@ -289,55 +297,43 @@ impl Shared {
         }
     }
 
-    /// Adds a deadline for the task in `index` and arms the timerfd if it is the earliest.
-    pub(crate) fn add_deadline(&self, index: u32, at_ns: u64) {
+    /// Adds a deadline for the task of generation `gen` in `index`, and arms the timerfd if
+    /// it is the earliest. O(log n) in the deadlines armed.
+    pub(crate) fn add_deadline(&self, index: u32, gen: u16, at_ns: u64) {
         let at_ns = at_ns.max(1);
-        self.slots[index as usize].deadline.fetch_min(at_ns, SeqCst);
-        self.arm_timer(at_ns);
+        let mut t = self.timer_state.lock();
+        t.deadlines.arm(index, gen, at_ns);
+        if at_ns < t.armed {
+            self.arm(&mut t, at_ns);
+        }
     }
 
-    fn arm_timer(&self, at_ns: u64) {
-        let mut armed = self.armed.lock();
-        if at_ns < *armed {
-            *armed = at_ns;
-            self.next_deadline.store(at_ns, SeqCst);
-            let _ = self.timer.set_abs(at_ns, 0);
-        }
+    /// Arms the timerfd for `at_ns` (under the timer lock).
+    fn arm(&self, t: &mut TimerState, at_ns: u64) {
+        t.armed = at_ns;
+        self.next_deadline.store(at_ns, SeqCst);
+        let _ = self.timer.set_abs(at_ns, 0);
     }
 
     /// Wakes every task whose deadline is at or before `now` and re-arms the timer for the
     /// next one. Run by the timer's handler when the timerfd fires, and by a turn before each
     /// poll once the earliest deadline passed, so that a timed task competes by priority at
     /// every poll boundary instead of waiting for the turn to end (up to `POLLS_PER_TURN`
-    /// polls). Both may run at once: each deadline is taken by one CAS.
+    /// polls). Both may run at once; the timer lock orders them. O(k log n) for k due
+    /// deadlines among n armed, not a scan of the table.
     fn expire(&self, now: u64) {
-        // Disarmed from here on: a deadline added after this point arms the timer itself; one
-        // added before is in its slot and seen by the scan below.
-        {
-            let mut armed = self.armed.lock();
-            *armed = u64::MAX;
-            self.next_deadline.store(u64::MAX, SeqCst);
+        let mut t = self.timer_state.lock();
+        while let Some((index, gen)) = t.deadlines.pop_due(now) {
+            // A stale generation (the task finished) wakes nothing.
+            self.wake(index, gen);
         }
-        let mut next = u64::MAX;
-        for slot in self.slots.iter() {
-            let d = slot.deadline.load(SeqCst);
-            if d == u64::MAX {
-                continue;
+        match t.deadlines.earliest() {
+            Some(next) => self.arm(&mut t, next),
+            None => {
+                // Nothing armed: the timerfd fired already (or fires once more, harmlessly).
+                t.armed = u64::MAX;
+                self.next_deadline.store(u64::MAX, SeqCst);
             }
-            if d <= now {
-                if slot
-                    .deadline
-                    .compare_exchange(d, u64::MAX, SeqCst, Relaxed)
-                    .is_ok()
-                {
-                    self.wake(slot.index, state::generation(slot.state.load()));
-                }
-            } else {
-                next = next.min(d);
-            }
-        }
-        if next != u64::MAX {
-            self.arm_timer(next);
         }
     }
 
@@ -876,7 +872,7 @@ fn stride(task_bytes: usize) -> usize {
 impl Executor {
     /// Bytes [`new`](Self::new) allocates for `max_tasks` slots of `task_bytes`: the slots'
     /// storage (pre-faulted), their state words and join-waker locks, the free list, the
-    /// ready queue and the turn's two heaps. Kept next to `new` so the two stay in step.
+    /// ready queue, the turn's heap, the close order and the deadline heap. Kept next to `new` so the two stay in step.
     pub(crate) fn allocated_bytes(max_tasks: usize, task_bytes: usize) -> u64 {
         // An `ArrayQueue` slot: a stamp word beside the value.
         let queue_entry = size_of::<(usize, u32)>();
@@ -884,7 +880,8 @@ impl Executor {
             + size_of::<Slot>()
             + 2 * queue_entry
             + size_of::<(u8, Reverse<u64>, u32)>()
-            + size_of::<(u8, Reverse<u32>)>();
+            + size_of::<(u8, Reverse<u32>)>()
+            + Deadlines::BYTES_PER_SLOT;
         (max_tasks as u64).saturating_mul(per_slot as u64)
     }
 
@@ -928,7 +925,6 @@ impl Executor {
                     priority: UnsafeCell::new(0),
                     vtable: UnsafeCell::new(None),
                     joiner: Mutex::new(None),
-                    deadline: AtomicU64::new(u64::MAX),
                 })
                 .collect();
             Shared {
@@ -943,7 +939,10 @@ impl Executor {
                 rung: AtomicBool::new(false),
                 doorbell,
                 timer,
-                armed: Mutex::new(u64::MAX),
+                timer_state: Mutex::new(TimerState {
+                    deadlines: Deadlines::new(max_tasks),
+                    armed: u64::MAX,
+                }),
                 next_deadline: AtomicU64::new(u64::MAX),
                 closed: AtomicBool::new(false),
                 close_order: Mutex::new(BinaryHeap::with_capacity(max_tasks)),
@@ -1643,6 +1642,46 @@ mod tests {
         assert!(l.turn());
         assert_eq!(*order.lock().unwrap(), ["timed", "low", "low", "low"]);
         drop(lows);
+    }
+
+    /// A deadline left armed by a cancelled task does not wake the slot's next task; a due
+    /// deadline of a live task wakes it. (The deadline heap names tasks by generation.)
+    #[test]
+    fn a_stale_deadline_does_not_wake_the_slots_next_task() {
+        let mut l = lane(1, 256);
+        let deadline = sys::now_ns() + 1_000_000;
+        let h = l
+            .spawner
+            .spawn(async move { crate::task::time::sleep_until(deadline).await })
+            .unwrap();
+        assert!(l.turn(), "registers the deadline");
+        h.cancel();
+        assert!(l.turn(), "cancelled on the lane");
+        drop(h);
+        assert_eq!(l.free_slots(), 1);
+        let (f, _waker, _done, polls) = parked();
+        let _next = l.spawner.spawn(f).unwrap();
+        assert!(l.turn());
+        assert_eq!(polls.load(SeqCst), 1);
+        std::thread::sleep(Duration::from_millis(2));
+        l.spawner.shared.expire(sys::now_ns());
+        assert!(
+            !l.turn(),
+            "the stale deadline scheduled the slot's next task"
+        );
+        assert_eq!(polls.load(SeqCst), 1);
+        // A live task's own due deadline does wake it.
+        let mut l = lane(1, 256);
+        let late = sys::now_ns() + 1_000_000;
+        let mut timed = l
+            .spawner
+            .spawn(async move { crate::task::time::sleep_until(late).await })
+            .unwrap();
+        assert!(l.turn());
+        std::thread::sleep(Duration::from_millis(2));
+        l.spawner.shared.expire(sys::now_ns());
+        assert!(l.turn(), "the due deadline scheduled its task");
+        assert_eq!(poll_once(&mut timed), Poll::Ready(Ok(())));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! priority, with no allocation per spawn, poll, wake or completion.
 //!
 //! * **Owns:** a lane's task table and ready set (`executor.rs`), the per-task state machine
-//!   (`state.rs`) and lane time ([`time`]).
+//!   (`state.rs`), the deadline heap (`deadlines.rs`) and lane time ([`time`]).
 //! * **May use:** the engine's handler interface (`engine::handler`), `sync`, `sys`, `observe`
 //!   and `error`. **Must never use:** `config`, `runtime` or the engine's internals; the
 //!   runtime builds an executor for each group with `max_tasks > 0` and registers its two
@@ -17,7 +17,7 @@
 //!                                                │        max_tasks             FIFO seq)
 //!                  first push since last turn: ──┘                                  │ pop ≤ 16
 //!                  eventfd += 1 ─────────── the doorbell handle fires ─▶ Turn: poll each task
-//!  lfrt::time: slot deadline ── timerfd (abs) ── fires ─▶ Clock: wake tasks whose deadline passed
+//!  lfrt::time: deadline heap ── timerfd (abs) ── fires ─▶ Clock: wake tasks whose deadline passed
 //! ```
 //!
 //! # What runs where
@@ -73,6 +73,7 @@
 //! under a priority-inheriting lock (one `timerfd_settime`).
 
 mod channel;
+mod deadlines;
 pub(crate) mod executor;
 pub mod net;
 pub(crate) mod state;

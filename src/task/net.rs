@@ -169,8 +169,8 @@ fn poll_io<S, T>(
             if write {
                 // Retry after WRITE_RETRY on the lane's timer (outside a lane task: yield).
                 match lane_task(cx.waker()) {
-                    Some((ex, index, _)) => {
-                        ex.add_deadline(index, sys::now_ns() + WRITE_RETRY_NS);
+                    Some((ex, index, gen)) => {
+                        ex.add_deadline(index, gen, sys::now_ns() + WRITE_RETRY_NS);
                     }
                     None => cx.waker().wake_by_ref(),
                 }
