@@ -219,8 +219,17 @@ unsafe impl Send for Shared {}
 unsafe impl Sync for Shared {}
 
 impl Shared {
+    /// The start of slot `index`'s storage.
+    ///
+    /// # Panics
+    /// If `index` is not a slot of this table (a bug: indices come from the free list).
     fn storage_of(&self, index: u32) -> *mut u8 {
-        // SAFETY: index < max_tasks, so the offset stays inside the allocation.
+        assert!(
+            (index as usize) < self.slots.len(),
+            "task slot {index} out of range"
+        );
+        // SAFETY: index < max_tasks (checked above), so the offset, at most
+        // (max_tasks − 1) × stride, stays inside the `max_tasks × stride` allocation.
         unsafe { self.storage.add(index as usize * self.stride) }
     }
 
@@ -444,6 +453,12 @@ unsafe fn decode<'a>(data: *const ()) -> (&'a Slot, u16) {
 static WAKER_VTABLE: RawWakerVTable =
     RawWakerVTable::new(waker_clone, waker_wake, waker_wake_by_ref, waker_drop);
 
+/// `RawWakerVTable::clone` of a lane task's waker: one more strong count of the executor.
+///
+/// # Safety
+/// `data` is the data of a live lane waker (made by `waker_data` and holding, or borrowed
+/// from a poll that holds, a strong count of the slot's executor), as the `Waker` contract
+/// guarantees for a vtable function.
 unsafe fn waker_clone(data: *const ()) -> RawWaker {
     // SAFETY: `data` is a live lane waker's.
     let (slot, _) = unsafe { decode(data) };
@@ -453,6 +468,11 @@ unsafe fn waker_clone(data: *const ()) -> RawWaker {
     RawWaker::new(data, &WAKER_VTABLE)
 }
 
+/// `RawWakerVTable::wake`: schedules the task, then gives the waker's count back.
+///
+/// # Safety
+/// As [`waker_clone`]; the waker is consumed (its strong count is released here), so `data`
+/// is not used again by the caller.
 unsafe fn waker_wake(data: *const ()) {
     // SAFETY: as `waker_clone`; the wake consumes the waker's count.
     unsafe {
@@ -461,6 +481,11 @@ unsafe fn waker_wake(data: *const ()) {
     }
 }
 
+/// `RawWakerVTable::wake_by_ref`: schedules the task of the waker's slot and generation on
+/// its lane (one CAS, at most one push and one `write(2)`; never polls).
+///
+/// # Safety
+/// As [`waker_clone`].
 unsafe fn waker_wake_by_ref(data: *const ()) {
     // SAFETY: `data` is a live lane waker's.
     let (slot, gen) = unsafe { decode(data) };
@@ -469,6 +494,11 @@ unsafe fn waker_wake_by_ref(data: *const ()) {
     shared.wake(slot.index, gen);
 }
 
+/// `RawWakerVTable::drop`: gives the waker's strong count of the executor back.
+///
+/// # Safety
+/// As [`waker_clone`], for an owned waker (not one borrowed from a poll, which holds no count
+/// of its own): `data` is not used again.
 unsafe fn waker_drop(data: *const ()) {
     // SAFETY: `data` is a live lane waker's.
     let (slot, _) = unsafe { decode(data) };

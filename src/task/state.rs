@@ -17,7 +17,7 @@
 //! slot never schedules the slot's new task (until the generation wraps: see below).
 //!
 //! Invariants (each transition is one compare-and-swap on this word, so they hold at every
-//! instant; the loom models in `task::executor::loom_tests` check them):
+//! instant; the loom models in `task::state::loom_tests` below check them):
 //! * **polled by at most one thread**: only [`start`](TaskState::start) sets `RUNNING`, and it
 //!   requires `SCHEDULED` and clears it; `SCHEDULED` is set again only when `RUNNING` is clear
 //!   ([`wake`](TaskState::wake)) or by the poller itself as it clears `RUNNING`
