@@ -29,7 +29,8 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 
 # Lane tasks' state word (src/task/state.rs): two wakers against the poller (no lost wake, no
 # overlapping polls, queued at most once), completion against the join handle (freed exactly
-# once, an awaiting handle is woken), and a stale waker against the slot's reuse. The 3-thread
+# once, an awaiting handle is woken), a stale waker against the slot's reuse, and shutdown's
+# cancel from another thread against the poller (never polled once dropped). The 3-thread
 # model sets preemption bound 3 itself (under a second in all).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p lfrt --release --lib task::state::loom_tests -- --test-threads=1 "$@"

@@ -110,6 +110,9 @@ pub enum Error {
         deadline: std::time::Duration,
         /// Each unfinished handler: its group, thread and handle.
         handlers: Vec<String>,
+        /// Each lane whose async tasks were not all cancelled (a task's poll was still
+        /// running): its name and how many; they are cancelled when that poll returns.
+        tasks: Vec<String>,
     },
     /// [`Runtime::lane`](crate::Runtime::lane) was asked for a lane (group) the runtime does
     /// not have.
@@ -175,12 +178,22 @@ impl fmt::Display for Error {
                 "fd {fd} is in blocking mode: a handler reading it could block its pool thread; \
                  set it nonblocking (O_NONBLOCK, e.g. set_nonblocking(true)) before registering"
             ),
-            Error::Unfinished { deadline, handlers } => write!(
-                f,
-                "shutdown: {} handler(s) still running after {deadline:?} (a handler is not returning): {}",
-                handlers.len(),
-                handlers.join("; ")
-            ),
+            Error::Unfinished {
+                deadline,
+                handlers,
+                tasks,
+            } => {
+                write!(
+                    f,
+                    "shutdown: {} handler(s) still running after {deadline:?} (a handler is not returning): {}",
+                    handlers.len(),
+                    handlers.join("; ")
+                )?;
+                if !tasks.is_empty() {
+                    write!(f, "; tasks not cancelled yet: {}", tasks.join("; "))?;
+                }
+                Ok(())
+            }
             Error::UnknownLane { name, known } => {
                 write!(f, "no lane (group) named `{name}`; the lanes are: ")?;
                 if known.is_empty() {

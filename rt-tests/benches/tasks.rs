@@ -2,31 +2,42 @@
 //!
 //! ```text
 //! cargo bench -p lfrt-rt-tests --bench tasks -- timer    [--secs 10] [--prio 80] [--cyclictest]
-//! cargo bench -p lfrt-rt-tests --bench tasks -- echo     [--requests 50000] [--prio 50]
+//! cargo bench -p lfrt-rt-tests --bench tasks -- echo     [--secs 5] [--prio 50] [--ports 4]
+//!                                                        [--window 8] [--threads 1] [--pin]
+//!                                                        [--gen-threads 1]
 //! cargo bench -p lfrt-rt-tests --bench tasks -- priority [--secs 2] [--prio 20] [--max-n 16]
 //! ```
-//! * `timer`: two 1 ms loops on two threads, aligned (same instants) and staggered (500 µs
-//!   apart), lateness (`lfrt cyclic` style: wake-up − due, µs) for: an `async` loop on a lane
-//!   (`lfrt::time::interval_at`), a callback timer on a lane, tokio `interval`, tokio +
-//!   timerfd (`AsyncFd`); tokio's two workers run at the same SCHED_FIFO priority. With
-//!   `--cyclictest`, runs `cyclictest -m -t2 -p PRIO -i1000 [-d500] -D SECS -q` beside them.
-//! * `echo`: a UDP echo served by an `async` task (`lfrt::net`), by a handler (one `recv_from`/
-//!   `send_to` per datagram) and by tokio, one server thread each, against the unbatched
-//!   closed-loop client (one datagram in flight): requests/s and RTT.
+//! * `timer`: two 1 ms loops on two threads, aligned (both loops due at the same instants)
+//!   and staggered (the second loop 500 µs after the first), lateness (`lfrt cyclic` style:
+//!   wake-up − due, µs) for: an `async` loop on a lane (`lfrt::time::interval_at`), a callback
+//!   timer on a lane, tokio `interval`, tokio + timerfd (`AsyncFd`); tokio's two workers run at
+//!   the same SCHED_FIFO priority. Every variant records into per-loop buffers preallocated
+//!   before the run, with no lock shared with the main thread. With `--cyclictest`, cyclictest
+//!   runs the same two loops beside them: `cyclictest -m -t2 -p PRIO -i1000 -d0
+//!   --aligned=0|500 -D SECS -q -h 10000 --histfile=FILE` (`-d0`: both threads 1 ms, since
+//!   `-d` adds to each further thread's *interval*; `--aligned=USEC`: a common start, thread k
+//!   k·USEC later), and its histogram (1 µs buckets, per thread) gives avg, p99 and p99.9.
+//! * `echo`: a UDP echo on `--ports` sockets served by `async` tasks (`lfrt::net`, one per
+//!   socket), by handlers (one `recv_from`/`send_to` per datagram) and by tokio (one task per
+//!   socket), each on `--threads` server threads (SCHED_FIFO `--prio`, 0: SCHED_OTHER), against
+//!   `lfrt-loadgen` with its default, unbatched clients (closed loop, `--window` independent
+//!   client sockets per port, one datagram in flight each, one system call per datagram), as
+//!   `benches/echo.rs` drives it: throughput, RTT percentiles, loss, the generator's CPU share
+//!   (`GEN-SATURATED` above 80 %), the server's allocations, and async ÷ handler.
 //! * `priority`: one high task (1 ms interval, task priority 10) and N flooding low tasks
 //!   (priority 0; each 10 × (20 µs of work, yield), then 1 ms asleep: at most ~80 % of one CPU),
 //!   N = 0, 1, 2, 4, 8, 16, on one lane thread and on a tokio current-thread runtime: the high
 //!   task's lateness.
 //!
 //! Every lfrt variant prints its pool threads' allocations after warm-up (`alloc`).
-//! Bounded: each cell runs `--secs` (timer, priority) or `--requests` (echo) and stops.
+//! Bounded: each cell runs `--secs` and stops.
 
 use lfrt::task::JoinHandle;
 use lfrt::timer::{CallbackTimer, Expiry};
 use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering::*};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[global_allocator]
@@ -124,13 +135,44 @@ fn timer_async(secs: u64, prio: u8, offset_ns: u64) -> (Vec<Vec<u64>>, String) {
     (r, allocs(&m))
 }
 
+/// One loop's samples, written by one thread (the callback's) and read by another without a
+/// lock: a preallocated array and a published length.
+struct Samples {
+    v: Box<[AtomicU64]>,
+    len: AtomicUsize,
+}
+
+impl Samples {
+    fn new(n: usize) -> Samples {
+        Samples {
+            v: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            len: AtomicUsize::new(0),
+        }
+    }
+    /// The writer's push (one writer only); false once full.
+    fn push(&self, x: u64) -> bool {
+        let i = self.len.load(Relaxed);
+        if i == self.v.len() {
+            return false;
+        }
+        self.v[i].store(x, Relaxed);
+        self.len.store(i + 1, Release);
+        true
+    }
+    fn is_full(&self) -> bool {
+        self.len.load(Acquire) == self.v.len()
+    }
+    fn to_vec(&self) -> Vec<u64> {
+        let n = self.len.load(Acquire);
+        self.v[..n].iter().map(|x| x.load(Relaxed)).collect()
+    }
+}
+
 fn timer_callback(secs: u64, prio: u8, offset_ns: u64) -> (Vec<Vec<u64>>, String) {
     let mut rt = lanes(&[("t0", prio), ("t1", prio - 1)], 1, 0);
     let start = lfrt::os::now_ns() + 50_000_000;
     let n = (secs * 1_000_000_000 / PERIOD_NS) as usize;
-    let outs: Vec<Arc<Mutex<Vec<u64>>>> = (0..2)
-        .map(|_| Arc::new(Mutex::new(samples(secs))))
-        .collect();
+    let outs: Vec<Arc<Samples>> = (0..2).map(|_| Arc::new(Samples::new(n))).collect();
     let mut controls = Vec::new();
     for (i, out) in outs.iter().enumerate() {
         let out = out.clone();
@@ -139,10 +181,7 @@ fn timer_callback(secs: u64, prio: u8, offset_ns: u64) -> (Vec<Vec<u64>>, String
             Duration::from_nanos(PERIOD_NS),
             move |ev, _| {
                 let now = lfrt::os::now_ns();
-                let mut o = out.lock().unwrap();
-                if o.len() < n {
-                    o.push(now - ev.due_ns);
-                }
+                out.push(now - ev.due_ns);
             },
         )
         .unwrap();
@@ -154,12 +193,13 @@ fn timer_callback(secs: u64, prio: u8, offset_ns: u64) -> (Vec<Vec<u64>>, String
         controls.push(c);
     }
     rt.start().unwrap();
-    while outs.iter().any(|o| o.lock().unwrap().len() < n) {
+    // Reads only the published lengths: the lane threads take no lock of ours.
+    while !outs.iter().all(|o| o.is_full()) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let m = rt.shutdown().unwrap();
     drop(controls);
-    let r = outs.iter().map(|o| o.lock().unwrap().clone()).collect();
+    let r = outs.iter().map(|o| o.to_vec()).collect();
     (r, allocs(&m))
 }
 
@@ -290,23 +330,75 @@ fn bench_timer() {
             "n/a".into(),
         );
         if flag("--cyclictest") {
-            let mut cmd = std::process::Command::new("cyclictest");
-            cmd.args(["-m", "-t2", "-p", &prio.to_string(), "-i1000", "-q"]);
-            cmd.args(["-D", &format!("{secs}")]);
-            cmd.arg(if offset > 0 { "-d500" } else { "-d0" });
-            match cmd.output() {
-                Ok(o) => print!(
-                    "cyclictest {label}:\n{}",
-                    String::from_utf8_lossy(&o.stdout)
-                ),
+            match cyclictest(secs, prio, offset) {
+                Ok((r, note)) => report(&format!("cyclictest {label}"), &r, note),
                 Err(e) => println!("cyclictest {label}: not run ({e})"),
             }
         }
     }
 }
 
+/// Largest latency cyclictest's histogram tracks (µs); later ones count as overflows.
+const CYCLICTEST_HIST_US: u64 = 10_000;
+
+/// cyclictest's two 1 ms loops, `offset_ns` apart (0: aligned), for `secs`: each thread's
+/// latencies from its histogram, in ns at 1 µs resolution (a value in bucket k µs is recorded
+/// as k µs; an overflow as `CYCLICTEST_HIST_US`, a lower bound), and a note with cyclictest's
+/// own avg and max and the overflows.
+fn cyclictest(secs: u64, prio: u8, offset_ns: u64) -> Result<(Vec<Vec<u64>>, String), String> {
+    let hist = std::env::temp_dir().join(format!(
+        "lfrt-bench-cyclictest-{}-{offset_ns}.hist",
+        std::process::id()
+    ));
+    let out = std::process::Command::new("cyclictest")
+        .args(["-m", "-t2", "-p", &prio.to_string(), "-i1000", "-d0"])
+        .arg(format!("--aligned={}", offset_ns / 1000))
+        .args(["-D", &secs.to_string(), "-q"])
+        .args(["-h", &CYCLICTEST_HIST_US.to_string()])
+        .arg(format!("--histfile={}", hist.display()))
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "{}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let text = std::fs::read_to_string(&hist).map_err(|e| format!("{}: {e}", hist.display()))?;
+    let _ = std::fs::remove_file(&hist);
+    let mut threads: Vec<Vec<u64>> = vec![Vec::new(), Vec::new()];
+    let mut note = String::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if let Some(rest) = line.strip_prefix("# Histogram Overflows:") {
+            for (t, c) in rest.split_whitespace().enumerate().take(2) {
+                let c: u64 = c.parse().map_err(|_| format!("bad line {line:?}"))?;
+                threads[t].extend(std::iter::repeat_n(CYCLICTEST_HIST_US * 1000, c as usize));
+            }
+            note += &format!(" overflows(>{} µs)={}", CYCLICTEST_HIST_US, rest.trim());
+        } else if let Some(rest) = line.strip_prefix("# Avg Latencies:") {
+            note += &format!(" avg_us={}", rest.trim());
+        } else if let Some(rest) = line.strip_prefix("# Max Latencies:") {
+            note += &format!(" max_us={}", rest.trim());
+        } else if !line.starts_with('#') && f.len() == 3 {
+            let us: u64 = f[0].parse().map_err(|_| format!("bad line {line:?}"))?;
+            for t in 0..2 {
+                let c: u64 = f[t + 1].parse().map_err(|_| format!("bad line {line:?}"))?;
+                threads[t].extend(std::iter::repeat_n(us * 1000, c as usize));
+            }
+        }
+    }
+    if threads.iter().any(Vec::is_empty) {
+        return Err(format!("no samples in its histogram:\n{text}"));
+    }
+    Ok((threads, format!("n/a (1 µs buckets;{note})")))
+}
+
 // ---- echo ----
 
+/// The handler form: one `recv_from`/`send_to` per datagram (at most `DATAGRAM_BATCH` per
+/// event), as the async task and tokio make.
 struct EchoHandler(std::net::UdpSocket);
 impl lfrt::EventHandler for EchoHandler {
     fn source(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -315,99 +407,251 @@ impl lfrt::EventHandler for EchoHandler {
     }
     fn handle(&mut self, _: &lfrt::Event, ctx: &mut lfrt::Context) -> lfrt::Disposition {
         let buf = ctx.buffer();
-        while let Ok((n, from)) = self.0.recv_from(buf) {
-            let _ = self.0.send_to(&buf[..n], from);
+        for _ in 0..lfrt::DATAGRAM_BATCH {
+            match self.0.recv_from(buf) {
+                Ok((n, from)) => {
+                    let _ = self.0.send_to(&buf[..n], from);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break, // WouldBlock: drained
+            }
         }
         lfrt::Disposition::Rearm
     }
 }
 
-/// The unbatched closed-loop client: one datagram in flight; returns (req/s, RTTs).
-fn client(addr: std::net::SocketAddr, requests: u64) -> (f64, Vec<u64>) {
-    let c = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let mut rtts = Vec::with_capacity(requests as usize);
-    let mut buf = [0u8; 64];
-    let t0 = lfrt::os::now_ns();
-    for i in 0..requests {
-        let s = lfrt::os::now_ns();
-        c.send_to(&i.to_le_bytes(), addr).unwrap();
-        let _ = c.recv_from(&mut buf).expect("echo");
-        rtts.push(lfrt::os::now_ns() - s);
+/// The echo servers compared.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum EchoServer {
+    AsyncLane,
+    HandlerLane,
+    Tokio,
+}
+
+impl EchoServer {
+    fn name(self) -> &'static str {
+        match self {
+            EchoServer::AsyncLane => "async lane",
+            EchoServer::HandlerLane => "handler lane",
+            EchoServer::Tokio => "tokio",
+        }
     }
-    let secs = (lfrt::os::now_ns() - t0) as f64 / 1e9;
-    (requests as f64 / secs, rtts)
+}
+
+/// With `--pin`: the CPU of every server thread (the load generator gets CPU 0).
+const SERVER_CPU: usize = 1;
+
+struct EchoOpts {
+    secs: u64,
+    /// SCHED_FIFO priority of the server threads; 0: SCHED_OTHER.
+    prio: u8,
+    ports: usize,
+    window: usize,
+    threads: usize,
+    pin: bool,
+    /// Threads of the load generator (its ports are split across them).
+    gen_threads: usize,
+}
+
+/// A running server: its ports, and what stops it (returning its pool allocations).
+struct Running {
+    ports: Vec<u16>,
+    stop: Box<dyn FnOnce() -> String>,
+}
+
+fn echo_server(kind: EchoServer, o: &EchoOpts) -> Running {
+    let socks: Vec<std::net::UdpSocket> = (0..o.ports)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
+        .collect();
+    let ports = socks
+        .iter()
+        .map(|s| s.local_addr().unwrap().port())
+        .collect();
+    match kind {
+        EchoServer::AsyncLane | EchoServer::HandlerLane => {
+            let async_ = kind == EchoServer::AsyncLane;
+            let mut g = GroupConfig::new(
+                "echo",
+                if o.prio > 0 {
+                    Policy::Fifo
+                } else {
+                    Policy::Other
+                },
+                o.prio,
+            );
+            g.threads = o.threads;
+            g.buffer_bytes = 2048;
+            g.max_tasks = if async_ { o.ports } else { 0 };
+            g.task_bytes = 4096; // the echo task holds a 2048-byte buffer, as the handler's
+            g.cpus = o.pin.then(|| vec![SERVER_CPU]);
+            let mut rt = Runtime::new(RuntimeConfig {
+                rt: RtMode::BestEffort,
+                lock_memory: true,
+                groups: vec![g],
+                bands: Vec::new(),
+            })
+            .unwrap();
+            let lane = rt.lane("echo").unwrap();
+            if async_ {
+                let sp = lane.spawner().unwrap();
+                for s in socks {
+                    let sock = lfrt::net::UdpSocket::from_std(&sp, s).unwrap();
+                    lane.spawn(async move {
+                        let mut buf = [0u8; 2048];
+                        loop {
+                            let (n, from) = sock.recv_from(&mut buf).await.unwrap();
+                            let _ = sock.send_to(&buf[..n], from).await;
+                        }
+                    })
+                    .unwrap();
+                }
+            } else {
+                for s in socks {
+                    s.set_nonblocking(true).unwrap();
+                    lane.registry().register(Box::new(EchoHandler(s))).unwrap();
+                }
+            }
+            rt.start().unwrap();
+            Running {
+                ports,
+                stop: Box::new(move || allocs(&rt.shutdown().unwrap())),
+            }
+        }
+        EchoServer::Tokio => {
+            let (prio, pin) = (o.prio, o.pin);
+            let trt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(o.threads)
+                .enable_io()
+                .on_thread_start(move || {
+                    if prio > 0 {
+                        let _ = lfrt::os::set_current_sched(lfrt::os::Sched::Fifo(prio));
+                    }
+                    if pin {
+                        let _ = lfrt::os::set_current_affinity(&[SERVER_CPU]);
+                    }
+                })
+                .build()
+                .unwrap();
+            for s in socks {
+                s.set_nonblocking(true).unwrap();
+                trt.spawn(async move {
+                    let s = tokio::net::UdpSocket::from_std(s).unwrap();
+                    let mut buf = [0u8; 2048];
+                    while let Ok((n, from)) = s.recv_from(&mut buf).await {
+                        let _ = s.send_to(&buf[..n], from).await;
+                    }
+                });
+            }
+            Running {
+                ports,
+                stop: Box::new(move || {
+                    trt.shutdown_timeout(Duration::from_secs(2));
+                    "n/a".into()
+                }),
+            }
+        }
+    }
+}
+
+/// One server against `lfrt-loadgen`'s default (unbatched) clients; the generator's JSON
+/// report and the server's allocations.
+fn echo_run(kind: EchoServer, o: &EchoOpts) -> (serde_json::Value, String) {
+    let server = echo_server(kind, o);
+    std::thread::sleep(Duration::from_millis(100));
+    let ports: Vec<String> = server.ports.iter().map(u16::to_string).collect();
+    let json = std::env::temp_dir().join(format!(
+        "lfrt-bench-tasks-echo-{}-{}.json",
+        std::process::id(),
+        kind.name().replace(' ', "-")
+    ));
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_lfrt-loadgen"))
+        .args(["--ports", &ports.join(","), "--mode", "closed"])
+        .args(["--window", &o.window.to_string()])
+        .args(["--threads", &o.gen_threads.to_string()])
+        .args(["--duration", &format!("{}s", o.secs), "--size", "64"])
+        .arg("--json")
+        .arg(&json)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("spawn lfrt-loadgen");
+    assert!(status.success(), "lfrt-loadgen failed: {status}");
+    let alloc = (server.stop)();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    (report, alloc)
 }
 
 fn bench_echo() {
-    let requests = arg("--requests", 50_000);
-    let prio = arg("--prio", 50) as u8;
-    println!("# echo: {requests} requests, one in flight, one server thread, FIFO {prio}");
-    // async
-    let mut rt = lanes(&[("echo", prio)], 1, 2);
-    rt.start().unwrap();
-    let lane = rt.lane("echo").unwrap();
-    let sock = lfrt::net::UdpSocket::bind(&lane.spawner().unwrap(), "127.0.0.1:0".parse().unwrap())
-        .unwrap();
-    let addr = sock.local_addr().unwrap();
-    let _task = lane
-        .spawn(async move {
-            let mut buf = [0u8; 64];
-            loop {
-                let (n, from) = sock.recv_from(&mut buf).await.unwrap();
-                let _ = sock.send_to(&buf[..n], from).await;
-            }
-        })
-        .unwrap();
-    let (rate, rtts) = client(addr, requests);
-    let m = rt.shutdown().unwrap();
-    report(
-        &format!("async lane {rate:>9.0} req/s"),
-        &[rtts],
-        allocs(&m),
-    );
-    // handler
-    let mut rt = lanes(&[("echo", prio)], 1, 0);
-    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.set_nonblocking(true).unwrap();
-    let addr = s.local_addr().unwrap();
-    rt.lane("echo")
-        .unwrap()
-        .registry()
-        .register(Box::new(EchoHandler(s)))
-        .unwrap();
-    rt.start().unwrap();
-    let (rate, rtts) = client(addr, requests);
-    let m = rt.shutdown().unwrap();
-    report(
-        &format!("handler lane {rate:>9.0} req/s"),
-        &[rtts],
-        allocs(&m),
-    );
-    // tokio
-    let trt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .on_thread_start(move || {
-            let _ = lfrt::os::set_current_sched(lfrt::os::Sched::Fifo(prio));
-        })
-        .build()
-        .unwrap();
-    let s = trt
-        .block_on(tokio::net::UdpSocket::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = s.local_addr().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    trt.spawn(async move {
-        let mut buf = [0u8; 64];
-        loop {
-            let (n, from) = s.recv_from(&mut buf).await.unwrap();
-            let _ = s.send_to(&buf[..n], from).await;
+    let o = EchoOpts {
+        secs: arg("--secs", 5),
+        prio: arg("--prio", 50) as u8,
+        ports: arg("--ports", 4) as usize,
+        window: arg("--window", 8) as usize,
+        threads: arg("--threads", 1) as usize,
+        pin: flag("--pin"),
+        gen_threads: arg("--gen-threads", 1) as usize,
+    };
+    if o.pin {
+        // The load generator is spawned by this thread and inherits its affinity.
+        lfrt::os::set_current_affinity(&[0]).expect("--pin needs CPUs 0 and 1");
+    }
+    println!(
+        "# echo: lfrt-loadgen unbatched clients (closed loop, {} per port, one datagram in \
+         flight each, {} generator thread(s)), {} ports, {} s per server, {} server thread(s) at {}, {}",
+        o.window,
+        o.gen_threads,
+        o.ports,
+        o.secs,
+        o.threads,
+        if o.prio > 0 {
+            format!("SCHED_FIFO {}", o.prio)
+        } else {
+            "SCHED_OTHER".into()
+        },
+        if o.pin {
+            "servers on CPU 1, load generator on CPU 0"
+        } else {
+            "unpinned"
         }
-    });
-    let (rate, rtts) = client(addr, requests);
-    stop.store(true, Relaxed);
-    report(&format!("tokio {rate:>9.0} req/s"), &[rtts], "n/a".into());
+    );
+    println!(
+        "{:<14} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6}  alloc",
+        "server", "req/s", "p50_us", "p99_us", "p999_us", "max_us", "lost", "gen%"
+    );
+    let mut rates = Vec::new();
+    for kind in [
+        EchoServer::AsyncLane,
+        EchoServer::HandlerLane,
+        EchoServer::Tokio,
+    ] {
+        let (r, alloc) = echo_run(kind, &o);
+        let rate = r["throughput_msgs_per_s"].as_f64().unwrap_or(0.0);
+        let gen = r["generator_cpu_pct"].as_f64().unwrap_or(0.0);
+        let rtt = &r["rtt_us"];
+        println!(
+            "{:<14} {:>10.0} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>7} {:>6.1}  {alloc}{}",
+            kind.name(),
+            rate,
+            rtt["p50"].as_f64().unwrap_or(0.0),
+            rtt["p99"].as_f64().unwrap_or(0.0),
+            rtt["p999"].as_f64().unwrap_or(0.0),
+            rtt["max"].as_f64().unwrap_or(0.0),
+            r["lost"].as_u64().unwrap_or(0),
+            gen,
+            if r["generator_saturated"].as_bool() == Some(true) {
+                "  GEN-SATURATED: measures the generator"
+            } else {
+                ""
+            }
+        );
+        rates.push(rate);
+    }
+    println!(
+        "async / handler throughput: {:.2}x (target >= 0.9); async / tokio: {:.2}x",
+        rates[0] / rates[1].max(1.0),
+        rates[0] / rates[2].max(1.0)
+    );
 }
 
 // ---- priority ----

@@ -139,6 +139,7 @@ pub fn drops(m: &GroupMetrics) -> u64 {
         + m.inbox_refused
         + m.samples_dropped
         + m.stale_events
+        + m.tasks.map_or(0, |t| t.refused_full + t.refused_too_large)
 }
 
 /// Encodes the snapshot on each scrape (prometheus-client's [`Collector`]).
@@ -252,6 +253,49 @@ const COUNTERS: [CounterOf; 21] = [
     ),
 ];
 
+/// A counter of [`TaskStats`](lfrt::task::TaskStats), for groups with a task table: name
+/// (without `lfrt_group_tasks_` and `_total`), help, field.
+type TaskCounterOf = (
+    &'static str,
+    &'static str,
+    fn(&lfrt::task::TaskStats) -> u64,
+);
+
+const TASK_COUNTERS: [TaskCounterOf; 8] = [
+    ("spawned", "Async tasks accepted by spawn", |t| t.spawned),
+    (
+        "completed",
+        "Async tasks whose future returned Ready",
+        |t| t.completed,
+    ),
+    (
+        "panicked",
+        "Async tasks whose future panicked (caught; the slot was freed)",
+        |t| t.panicked,
+    ),
+    (
+        "cancelled",
+        "Async tasks dropped unfinished: cancelled, or at shutdown",
+        |t| t.cancelled,
+    ),
+    (
+        "refused_full",
+        "Spawns refused because every task slot (max_tasks) was taken",
+        |t| t.refused_full,
+    ),
+    (
+        "refused_too_large",
+        "Spawns refused because the future did not fit a task slot (task_bytes)",
+        |t| t.refused_too_large,
+    ),
+    ("polls", "Async task polls", |t| t.polls),
+    (
+        "turns",
+        "Executor turns run (events of the lane's task doorbell)",
+        |t| t.turns,
+    ),
+];
+
 impl Collector for SnapshotCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let snap = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -271,6 +315,20 @@ impl Collector for SnapshotCollector {
                 let labels = [("group", g.metrics.name.as_str())];
                 m.encode_family(&labels)?
                     .encode_counter::<NoLabelSet, _, f64>(&get(&g.metrics), None)?;
+            }
+        }
+        // Only groups with a task table have these (a family with no sample is left out).
+        if snap.groups.iter().any(|g| g.metrics.tasks.is_some()) {
+            for (name, help, get) in TASK_COUNTERS {
+                let full = format!("lfrt_group_tasks_{name}");
+                let mut m = enc.encode_descriptor(&full, help, None, MetricType::Counter)?;
+                for g in &snap.groups {
+                    if let Some(t) = &g.metrics.tasks {
+                        let labels = [("group", g.metrics.name.as_str())];
+                        m.encode_family(&labels)?
+                            .encode_counter::<NoLabelSet, _, f64>(&get(t), None)?;
+                    }
+                }
             }
         }
         {
@@ -502,5 +560,52 @@ mod tests {
         assert_eq!(at(5e-5), 1, "20 µs");
         assert_eq!(at(f64::INFINITY), 1, "3 s");
         assert!((p.sum_s - h.mean() * 6.0 / 1e9).abs() < 1e-12);
+    }
+
+    /// A lane's task counters reach the exposition (one family per counter, a sample for each
+    /// group with a task table only) and its refusals count in the status block's drops.
+    #[test]
+    fn task_counters_are_exported_for_groups_with_a_task_table() {
+        use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+        let mut rt = Runtime::new(RuntimeConfig::default()).unwrap();
+        let mut g = GroupConfig::new("tasks", Policy::Other, 0);
+        g.max_tasks = 2;
+        let lane = rt.add_group(g).unwrap();
+        rt.add_group(GroupConfig::new("plain", Policy::Other, 0))
+            .unwrap();
+        // Not started: the tasks wait in the table; a third spawn finds it full.
+        let held: Vec<_> = (0..2).map(|_| lane.spawn(async {}).unwrap()).collect();
+        assert!(lane.spawn(async {}).is_err());
+        let metrics = rt.metrics();
+        let t = metrics[0].tasks.expect("a task table");
+        assert_eq!((t.spawned, t.refused_full), (2, 1));
+        assert_eq!(metrics[1].tasks, None);
+        assert_eq!(drops(&metrics[0]), 1);
+        let shared: Shared = Arc::new(Mutex::new(Snapshot {
+            uptime_s: 1.0,
+            groups: metrics
+                .into_iter()
+                .map(|metrics| GroupSnapshot {
+                    metrics,
+                    latency: PromHistogram::default(),
+                    p99_ns: 0,
+                })
+                .collect(),
+        }));
+        let text = encode(&shared);
+        assert!(
+            text.contains("lfrt_group_tasks_spawned_total{group=\"tasks\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lfrt_group_tasks_refused_full_total{group=\"tasks\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("lfrt_group_tasks_spawned_total{group=\"plain\"}"),
+            "{text}"
+        );
+        drop(held);
+        rt.shutdown().unwrap();
     }
 }

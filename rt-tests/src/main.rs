@@ -593,6 +593,24 @@ fn run(
             );
         }
     }
+    // Async tasks: printed for each group with a task table.
+    for m in &metrics {
+        if let Some(t) = &m.tasks {
+            println!(
+                "{:<12} tasks: spawned={} completed={} panicked={} cancelled={} \
+                 refused_full={} refused_too_large={} polls={} turns={}",
+                m.name,
+                t.spawned,
+                t.completed,
+                t.panicked,
+                t.cancelled,
+                t.refused_full,
+                t.refused_too_large,
+                t.polls,
+                t.turns
+            );
+        }
+    }
     // Over the groups that measured (`-`/null: no pool thread reached its warm-up).
     let pool_allocations = sum_measured(metrics.iter().map(|m| m.pool_allocations));
     let pool_minor_faults = sum_measured(metrics.iter().map(|m| m.pool_minor_faults));

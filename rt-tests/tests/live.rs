@@ -31,6 +31,7 @@ rt = "best-effort"
 name = "control"
 policy = "other"
 threads = 2
+max_tasks = 4
 [[group.handler]]
 kind = "timer"
 interval_us = 2000
@@ -185,6 +186,24 @@ fn metrics_scraped_during_a_run_parse_with_prometheus_client() {
         let inf = value(h, &format!("{h}_bucket"), &format!("{{group={g},le=+Inf}}"));
         assert_eq!(count, inf, "{g}: +Inf bucket holds every value");
         assert!(count > 0.0, "{g}");
+        // The task table's counters, for the group that has one only.
+        for counter in [
+            "spawned",
+            "completed",
+            "panicked",
+            "cancelled",
+            "refused_full",
+            "refused_too_large",
+            "polls",
+            "turns",
+        ] {
+            let family = format!("lfrt_group_tasks_{counter}");
+            let sample = format!("{family}_total");
+            let has = samples
+                .lines()
+                .any(|l| l.starts_with(&format!("{family} counter {sample} {lg} ")));
+            assert_eq!(has, g == "control", "{g} {counter}: {samples}");
+        }
         let sched = format!("lfrt_thread_sched info lfrt_thread_sched_info {{group={g},sched=");
         assert!(samples.contains(&sched), "{g}: {samples}");
     }
@@ -227,4 +246,45 @@ fn status_to_a_pipe_prints_a_block_each_second() {
             assert_eq!(drops, 0, "{b}");
         }
     }
+}
+
+/// The run summary and `--json` carry a group's task counters: a line `NAME tasks: …` and
+/// `metrics.tasks` for the group with a task table, nothing (`null`) for the one without.
+#[test]
+fn the_run_summary_and_json_carry_task_counters() {
+    let _l = util::rt_lock();
+    let cfg = tmp("tasks.toml", CONFIG);
+    let json = cfg.with_file_name("tasks.json");
+    let out = lfrt()
+        .args(["run", cfg.to_str().unwrap(), "-D", "300ms", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("control") && l.contains("tasks: spawned=0 completed=0")),
+        "{text}"
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("bulk") && l.contains("tasks:")),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let tasks = |name: &str| {
+        v["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| &g["metrics"])
+            .find(|m| m["name"] == name)
+            .unwrap()["tasks"]
+            .clone()
+    };
+    assert_eq!(tasks("control")["spawned"], 0, "{v}");
+    assert_eq!(tasks("control")["refused_full"], 0, "{v}");
+    assert!(tasks("bulk").is_null(), "{v}");
 }

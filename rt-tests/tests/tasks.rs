@@ -232,6 +232,9 @@ fn a_panicking_task_is_counted_and_the_lane_runs_on() {
     assert_eq!((st.panicked, st.completed), (1, 1));
     let m = rt.shutdown().unwrap();
     assert_eq!(m[0].handler_panics, 0);
+    // The lane's task counters are in its metrics too.
+    let t = m[0].tasks.expect("the lane has a task table");
+    assert_eq!((t.panicked, t.completed), (1, 1));
 }
 
 /// A task that never yields (it spins in one poll until the watchdog has counted it, at most
@@ -268,6 +271,86 @@ fn a_task_that_never_yields_is_caught_by_the_overrun_watchdog() {
         "no overrun counted during a 500 ms poll (budget 2 ms)"
     );
     rt.shutdown().unwrap();
+}
+
+/// A task that wakes itself without end (`yield_now` in a loop) never lets its lane's ready
+/// set empty. Each turn is short (16 polls, then the lane is handed back), yet the lane's
+/// overrun watchdog sees the streak of turns as one dispatch: with `on_overrun = "report"` it
+/// counts it in `budget_overruns`; with `"demote"` the thread running the streak is demoted
+/// (the task reads its own policy back as SCHED_OTHER) until the streak ends, then restored.
+/// Bounded: each task stops as soon as it saw what it waits for, or after 300 ms.
+#[test]
+fn a_self_waking_task_is_counted_and_demoted_like_a_runaway_handler() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed(
+        "a_self_waking_task_is_counted_and_demoted_like_a_runaway_handler",
+        10,
+    ) {
+        return;
+    }
+    for on_overrun in [OnOverrun::Report, OnOverrun::Demote] {
+        let mut g = GroupConfig::new("spin", Policy::Fifo, 10);
+        g.threads = 1;
+        g.buffer_bytes = 2048;
+        g.max_tasks = 2;
+        g.budget_us = Some(2_000);
+        g.on_overrun = on_overrun;
+        let mut rt = Runtime::new(RuntimeConfig {
+            rt: RtMode::Required,
+            lock_memory: false,
+            groups: vec![g],
+            bands: Vec::new(),
+        })
+        .unwrap();
+        rt.start().unwrap();
+        let metrics = rt.metrics_handle();
+        let lane = rt.lane("spin").unwrap();
+        let demote = on_overrun == OnOverrun::Demote;
+        let saw = lane
+            .spawn(async move {
+                let end = lfrt::os::now_ns() + 300_000_000;
+                let mut next_check = 0;
+                loop {
+                    lfrt::task::yield_now().await;
+                    let now = lfrt::os::now_ns();
+                    if demote {
+                        let me = lfrt::os::read_back(lfrt::os::gettid()).unwrap();
+                        if me == lfrt::os::Sched::Other {
+                            return true;
+                        }
+                    } else if now >= next_check {
+                        next_check = now + 1_000_000;
+                        if metrics.get()[0].budget_overruns >= 1 {
+                            return true;
+                        }
+                    }
+                    if now > end {
+                        return false;
+                    }
+                }
+            })
+            .unwrap()
+            .wait()
+            .unwrap();
+        let tid = lane_tids(&rt, 0)[0];
+        // The streak ended with the task: the thread is back at its own policy.
+        assert!(
+            util::wait_until(5, || lfrt::os::read_back(tid).ok()
+                == Some(lfrt::os::Sched::Fifo(10))),
+            "{on_overrun:?}: the lane thread was not restored after the streak"
+        );
+        let m = rt.shutdown().unwrap();
+        assert!(
+            saw,
+            "{on_overrun:?}: a 300 ms streak of self-wakes (budget 2 ms) was not {}: {:?}",
+            if demote { "demoted" } else { "counted" },
+            m[0]
+        );
+        assert!(m[0].budget_overruns >= 1, "{m:?}");
+        if demote {
+            assert!(m[0].demotions >= 1, "{m:?}");
+        }
+    }
 }
 
 struct DropLog(&'static str, Arc<Mutex<Vec<&'static str>>>);
@@ -307,6 +390,135 @@ fn shutdown_cancels_tasks_in_priority_order() {
     }
     assert!(matches!(s.spawn(async {}), Err(SpawnError::Closed(_))));
     assert_eq!(spawner.stats().cancelled, 4);
+}
+
+/// Shutdown cancels lane by lane, the highest lane first whatever the order the lanes were
+/// added in, and within a lane by task priority.
+#[test]
+fn shutdown_cancels_the_highest_lane_first() {
+    let _l = util::rt_lock();
+    // Added low first: group order is the reverse of lane priority.
+    let mut rt = lanes(&[("low", 10, 1), ("high", 30, 1)], 4, None);
+    rt.start().unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for (lane, tasks) in [
+        ("low", [(1, "low-1"), (7, "low-7")]),
+        ("high", [(2, "high-2"), (9, "high-9")]),
+    ] {
+        let sp = rt.lane(lane).unwrap().spawner().unwrap();
+        for (p, name) in tasks {
+            let d = DropLog(name, log.clone());
+            handles.push(
+                sp.spawn_with_priority(p, async move {
+                    let _d = d;
+                    std::future::pending::<()>().await
+                })
+                .unwrap(),
+            );
+        }
+        assert!(util::wait_until(5, || sp.stats().polls == 2));
+    }
+    rt.shutdown_within(Duration::from_secs(2)).unwrap();
+    assert_eq!(*log.lock().unwrap(), ["high-9", "high-2", "low-7", "low-1"]);
+    for h in handles {
+        assert_eq!(h.wait(), Err(JoinError::Cancelled));
+    }
+}
+
+/// A task stuck in one poll past `shutdown_within`'s deadline does not keep the other tasks
+/// from being cancelled: those of other lanes and the stuck lane's other tasks are cancelled
+/// before `shutdown_within` returns `Unfinished` (naming the lane); the stuck task is cancelled
+/// by its lane thread as soon as its poll returns. The stuck lane is time-shared and the task
+/// spins at most 5 s (the test releases it long before).
+#[test]
+fn a_stuck_task_does_not_keep_the_others_from_being_cancelled() {
+    let _l = util::rt_lock();
+    let mut stuck = GroupConfig::new("stuck", Policy::Other, 0);
+    stuck.threads = 1;
+    stuck.buffer_bytes = 2048;
+    stuck.max_tasks = 4;
+    let mut other = GroupConfig::new("other", Policy::Fifo, 20);
+    other.threads = 1;
+    other.buffer_bytes = 2048;
+    other.max_tasks = 4;
+    let mut rt = Runtime::new(RuntimeConfig {
+        rt: RtMode::BestEffort,
+        lock_memory: false,
+        groups: vec![stuck, other],
+        bands: Vec::new(),
+    })
+    .unwrap();
+    rt.start().unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let pending = |lane: &str, p: u8, name: &'static str| {
+        let d = DropLog(name, log.clone());
+        rt.lane(lane)
+            .unwrap()
+            .spawner()
+            .unwrap()
+            .spawn_with_priority(p, async move {
+                let _d = d;
+                std::future::pending::<()>().await
+            })
+            .unwrap()
+    };
+    let waiting = [
+        pending("stuck", 9, "stuck-lane-9"),
+        pending("stuck", 1, "stuck-lane-1"),
+        pending("other", 5, "other-5"),
+    ];
+    let (spinning, release) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (sp, rl, d) = (
+        spinning.clone(),
+        release.clone(),
+        DropLog("stuck", log.clone()),
+    );
+    let stuck_task = rt
+        .lane("stuck")
+        .unwrap()
+        .spawner()
+        .unwrap()
+        .spawn_with_priority(5, async move {
+            let _d = d;
+            sp.store(true, SeqCst);
+            let end = lfrt::os::now_ns() + 5_000_000_000;
+            while !rl.load(SeqCst) && lfrt::os::now_ns() < end {
+                std::hint::spin_loop();
+            }
+            std::future::pending::<()>().await
+        })
+        .unwrap();
+    assert!(util::wait_until(5, || spinning.load(SeqCst)));
+    let e = rt.shutdown_within(Duration::from_millis(100)).unwrap_err();
+    let released_at_return = release.load(SeqCst);
+    release.store(true, SeqCst);
+    assert!(!released_at_return);
+    match &e {
+        Error::Unfinished { tasks, .. } => {
+            assert!(
+                tasks.len() == 1 && tasks[0].contains("lane `stuck`: 1 task"),
+                "{e}"
+            );
+        }
+        other => panic!("expected Unfinished, got {other:?}"),
+    }
+    // Cancelled before shutdown_within returned, the higher lane first: everything but the
+    // task whose poll was running.
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["other-5", "stuck-lane-9", "stuck-lane-1"],
+        "{e}"
+    );
+    for h in waiting {
+        assert_eq!(h.wait(), Err(JoinError::Cancelled));
+    }
+    // Released, its poll returns and its lane thread cancels it.
+    assert_eq!(stuck_task.wait(), Err(JoinError::Cancelled));
+    assert_eq!(log.lock().unwrap().last(), Some(&"stuck"));
 }
 
 /// A full task table is a counted refusal that hands the future back; a lane without a task
@@ -380,9 +592,11 @@ fn task_table_keys_are_read_from_toml() {
     );
 }
 
-/// Polling, waking (from a plain thread, from another task, by the lane timer), spawning from
-/// a task, completing and joining allocate nothing on the pool threads after warm-up:
-/// `pool_allocations == Some(0)` over 20,000 wake-ups.
+/// Polling, waking (from a plain thread, from another task, by the lane timer, from a tokio
+/// worker thread through a lane channel), spawning from a task, completing, joining and
+/// `lfrt::net` receiving and sending allocate nothing on the pool threads after warm-up:
+/// `pool_allocations == Some(0)` over 20,000 wake-ups, then 2,000 UDP echoes and 2,000
+/// values sent from tokio.
 #[test]
 fn zero_allocations_tasks() {
     let _l = util::rt_lock();
@@ -437,6 +651,61 @@ fn zero_allocations_tasks() {
     assert_eq!(a.wait(), Ok(()));
     let b_wakes = b.wait().unwrap();
     assert!(b_wakes >= 1);
+
+    // lfrt::net: a UDP echo task; each datagram's readiness comes from the lane's handle set.
+    const NET_ROUNDS: u32 = 2_000;
+    let sock = lfrt::net::UdpSocket::bind(&spawner, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = sock.local_addr().unwrap();
+    let echo = z
+        .spawn(async move {
+            let mut buf = [0u8; 64];
+            for _ in 0..NET_ROUNDS {
+                let (n, from) = sock.recv_from(&mut buf).await.unwrap();
+                sock.send_to(&buf[..n], from).await.unwrap();
+            }
+        })
+        .unwrap();
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    for i in 0..NET_ROUNDS {
+        client.send_to(&i.to_le_bytes(), addr).unwrap();
+        let (n, _) = client.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &i.to_le_bytes());
+    }
+    assert_eq!(echo.wait(), Ok(()));
+
+    // Wakes from a tokio worker thread: a tokio task sends through a lane channel, one value
+    // at a time (it waits for the lane task's progress), so every value wakes the lane task
+    // from the tokio thread.
+    const TOKIO_ROUNDS: u64 = 2_000;
+    let (tx, mut rx) = lfrt::task::channel::<u64>(4);
+    let progress = Arc::new(AtomicU64::new(0));
+    let pr = progress.clone();
+    let receiver = z
+        .spawn(async move {
+            let mut sum = 0u64;
+            while let Some(v) = rx.recv().await {
+                sum += v;
+                pr.store(v + 1, Release);
+            }
+            sum
+        })
+        .unwrap();
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(async move {
+            for i in 0..TOKIO_ROUNDS {
+                tx.send(i).await;
+                while progress.load(Acquire) <= i {
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+    assert_eq!(receiver.wait(), Ok(TOKIO_ROUNDS * (TOKIO_ROUNDS - 1) / 2));
     let st = spawner.stats();
     let m = rt.shutdown().unwrap();
     assert_eq!(
@@ -585,6 +854,63 @@ fn net_echo_tasks_serve_loopback_clients_and_idle_sockets_stay_quiet() {
         "{idle} dispatches while idle: a socket handle keeps firing"
     );
     drop(tcp);
+    rt.shutdown().unwrap();
+}
+
+/// Two tasks receiving on one `lfrt::net` socket: the second is refused at once
+/// (`ResourceBusy`) instead of the two replacing and waking each other's wakers without end (a
+/// livelock: the lane polled them in a loop while no datagram came). The first one receives on,
+/// and once it finished another task may receive. The lane is time-shared, so a regression
+/// spins at normal priority for the test's bounded wait.
+#[test]
+fn a_second_reader_on_a_socket_is_refused_not_livelocked() {
+    let _l = util::rt_lock();
+    let mut g = GroupConfig::new("net", Policy::Other, 0);
+    g.threads = 1;
+    g.buffer_bytes = 2048;
+    g.max_tasks = 4;
+    let mut rt = Runtime::new(RuntimeConfig {
+        rt: RtMode::BestEffort,
+        lock_memory: false,
+        groups: vec![g],
+        bands: Vec::new(),
+    })
+    .unwrap();
+    rt.start().unwrap();
+    let lane = rt.lane("net").unwrap();
+    let sp = lane.spawner().unwrap();
+    let sock = Arc::new(lfrt::net::UdpSocket::bind(&sp, "127.0.0.1:0".parse().unwrap()).unwrap());
+    let addr = sock.local_addr().unwrap();
+    let receive = |sock: Arc<lfrt::net::UdpSocket>| async move {
+        let mut buf = [0u8; 64];
+        sock.recv_from(&mut buf)
+            .await
+            .map(|(n, _)| buf[..n].to_vec())
+    };
+    let first = lane.spawn(receive(sock.clone())).unwrap();
+    assert!(util::wait_until(5, || sp.stats().polls >= 1));
+    let second = lane.spawn(receive(sock.clone())).unwrap();
+    assert!(
+        util::wait_until(2, || second.is_finished()),
+        "the second reader neither received nor was refused: {:?}",
+        sp.stats()
+    );
+    let polls = sp.stats().polls;
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        sp.stats().polls,
+        polls,
+        "the lane polls while no datagram comes: the readers wake each other"
+    );
+    let e = second.wait().unwrap().unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ResourceBusy, "{e}");
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.send_to(b"one", addr).unwrap();
+    assert_eq!(first.wait().unwrap().unwrap(), b"one");
+    // The first reader is done: the socket takes a new one.
+    let third = lane.spawn(receive(sock.clone())).unwrap();
+    client.send_to(b"two", addr).unwrap();
+    assert_eq!(third.wait().unwrap().unwrap(), b"two");
     rt.shutdown().unwrap();
 }
 

@@ -6,10 +6,12 @@ use super::*;
 use crate::engine::handler::{Context, Handles};
 use crate::observe::telemetry;
 use crate::sources::handlers::TcpEcho;
+use crate::task::executor::Executor;
 use std::fmt;
 
 /// What one group preallocates, in bytes: each pool thread's stack, buffers and telemetry ring,
-/// the group's handle table, and its `tcp-echo` handlers' connection tables. Counted from the sizes the runtime allocates
+/// the group's handle table, bound pool and task table, and its `tcp-echo` handlers' connection
+/// tables. Counted from the sizes the runtime allocates
 /// ([`GroupConfig::memory`]); not counted are the process itself (code, heap, the telemetry
 /// collector's histograms) and what handlers allocate, so this is a lower bound of what a
 /// running group holds.
@@ -33,6 +35,10 @@ pub struct GroupMemory {
     /// The `tcp-echo` handlers' connection tables, once per handler: `max_connections` ×
     /// `buffer_bytes` each (the echo a peer has not taken yet); 0 without one.
     pub connections: u64,
+    /// The group's task table, once per group: `max_tasks` slots of `task_bytes` (rounded up
+    /// to 64, pre-faulted) and the executor's per-slot state and queues; 0 without tasks
+    /// (`max_tasks = 0`).
+    pub tasks: u64,
 }
 
 impl GroupMemory {
@@ -50,6 +56,7 @@ impl GroupMemory {
             .saturating_add(self.handle_table)
             .saturating_add(self.bound)
             .saturating_add(self.connections)
+            .saturating_add(self.tasks)
     }
 
     /// The setting behind the largest share: the one to lower when the total is too large.
@@ -66,6 +73,7 @@ impl GroupMemory {
             // The ring's size is fixed; only fewer threads make it smaller.
             (t.saturating_mul(self.telemetry), "threads"),
             (self.handle_table, "max_handles"),
+            (self.tasks, "max_tasks"),
         ]
         .into_iter()
         .fold((0, "buffer_bytes"), |a, b| if b.0 > a.0 { b } else { a })
@@ -91,8 +99,8 @@ impl fmt::Display for Bytes {
 
 impl fmt::Display for GroupMemory {
     /// `2.1 MiB = 2 threads × 1.1 MiB (stack 256.0 KiB, buffers 72.9 KiB, telemetry ring
-    /// 768.0 KiB) + handle table 1.1 KiB` (`+ bound pool buffers …` for a bound group), then
-    /// the exact byte count.
+    /// 768.0 KiB) + handle table 1.1 KiB` (`+ bound pool buffers …` for a bound group,
+    /// `+ task table …` for a group with tasks), then the exact byte count.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -114,6 +122,9 @@ impl fmt::Display for GroupMemory {
                 " + tcp-echo connection tables {}",
                 Bytes(self.connections)
             )?;
+        }
+        if self.tasks > 0 {
+            write!(f, " + task table {}", Bytes(self.tasks))?;
         }
         write!(f, " ({} bytes)", self.total())?;
         Ok(())
@@ -143,6 +154,11 @@ impl GroupConfig {
                     _ => 0,
                 })
                 .fold(0, u64::saturating_add),
+            tasks: if self.max_tasks > 0 {
+                Executor::allocated_bytes(self.max_tasks, self.task_bytes)
+            } else {
+                0
+            },
         }
     }
 }

@@ -353,11 +353,56 @@ fn memory_is_counted_from_what_the_runtime_allocates() {
         m.total(),
         3 * (m.stack + m.buffers + m.telemetry) + m.handle_table
     );
+    assert_eq!(m.tasks, 0, "no task table without max_tasks");
     let two = cfg(vec![g.clone(), GroupConfig::new("b", Policy::Fifo, 40)]);
     assert_eq!(
         two.preallocated_bytes(),
         g.memory().total() + GroupConfig::new("b", Policy::Fifo, 40).memory().total()
     );
+}
+
+/// The task table (`max_tasks` slots of `task_bytes`, pre-faulted at `add_group`) is in the
+/// plan: counted in the group's total, shown by `lfrt check`, and a table larger than the
+/// machine is refused naming `max_tasks`.
+#[test]
+fn the_task_table_is_in_the_memory_plan() {
+    let mut g = GroupConfig::new("a", Policy::Fifo, 80);
+    let without = g.memory();
+    g.max_tasks = 1000;
+    g.task_bytes = 1000; // slots of 1024 bytes (64-byte aligned)
+    let m = g.memory();
+    assert!(m.tasks >= 1000 * 1024, "{m:?}");
+    let per_slot_state = (m.tasks - 1000 * 1024) / 1000;
+    assert!(per_slot_state < 512, "{m:?}: per-slot state is small");
+    assert_eq!(
+        m.total(),
+        without.total() + m.tasks + (m.handle_table - without.handle_table)
+    );
+    assert!(m.to_string().contains("+ task table 1."), "{m}");
+    // 65536 slots of 1 MiB: 64 GiB, more than the machine.
+    g.max_tasks = 65536;
+    g.task_bytes = 1 << 20;
+    let c = cfg(vec![g]);
+    let small = Machine {
+        mem_total: Some(24 << 30),
+        ..machine()
+    };
+    let e = c.validate_on(&small).unwrap_err();
+    assert_eq!(e.path(), "group[0].max_tasks", "{}", e.message);
+    assert!(e.message.contains("task table 64.0 GiB"), "{}", e.message);
+}
+
+/// A bound group has no task table: its threads never dispatch the group's handle set.
+#[test]
+fn a_bound_group_refuses_a_task_table() {
+    let mut g = GroupConfig::new("b", Policy::Fifo, 80);
+    g.bound = Some(BoundGroup::new("127.0.0.1:7100".parse().unwrap()));
+    let c = cfg(vec![g.clone()]);
+    c.check_bound().unwrap();
+    g.max_tasks = 4;
+    let e = cfg(vec![g]).check_bound().unwrap_err();
+    assert_eq!(e.path(), "group[0].max_tasks");
+    assert!(e.message.contains("never run"), "{}", e.message);
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 
 /// Which readiness a handle is registered for.
@@ -268,6 +269,9 @@ pub struct Context {
     pub(crate) registry: Registry,
     pub(crate) origin_ns: u64,
     pub(crate) missed_periods: u64,
+    /// The pool thread's dispatch stamp (`ThreadSlot::busy_since`), which the overrun watchdog
+    /// reads; `None` outside a pool thread (tests, bound groups).
+    pub(crate) dispatch_stamp: Option<Arc<AtomicU64>>,
 }
 
 impl Context {
@@ -298,6 +302,23 @@ impl Context {
             registry,
             origin_ns: 0,
             missed_periods: 0,
+            dispatch_stamp: None,
+        }
+    }
+
+    /// The overrun watchdog sees the running dispatch as begun at `since_ns` (earlier than
+    /// it began): for a handler whose work continues across dispatches, so that the whole
+    /// stretch counts toward the group's `budget_us` like one long handler (the task
+    /// executor's turns while its ready set never empties). Only ever moves the stamp back, and
+    /// only during a dispatch; a no-op outside a pool thread. The thread clears the stamp when
+    /// the handler returns, as after any dispatch, so demotion and restore are unchanged.
+    pub(crate) fn backdate_dispatch(&self, since_ns: u64) {
+        if let Some(stamp) = &self.dispatch_stamp {
+            // Written only by this thread (the dispatch loop and here); the watchdog reads.
+            let now = stamp.load(SeqCst);
+            if now != 0 && since_ns != 0 && since_ns < now {
+                stamp.store(since_ns, SeqCst);
+            }
         }
     }
 

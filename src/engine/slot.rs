@@ -11,6 +11,7 @@ use crate::sync::pi_mutex::PiMutex;
 use crate::sys::{sched, sched::Sched};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::*};
+use std::sync::Arc;
 
 /// What other threads (runtime, watchdog, reporters) see of one pool thread.
 #[derive(Debug)]
@@ -21,8 +22,10 @@ pub(crate) struct ThreadSlot {
     /// The policy and level the kernel reported after set-up ([`Applied`]), so a snapshot
     /// shows what runs, not what was asked for (a best-effort lane may run time-shared).
     pub(crate) applied: AtomicU64,
-    /// Handler start time (ns) while a handler runs, 0 otherwise.
-    pub(crate) busy_since: AtomicU64,
+    /// Handler start time (ns) while a handler runs, 0 otherwise. Shared with the thread's
+    /// [`Context`](crate::engine::handler::Context), through which a handler whose work
+    /// continues across dispatches backdates it (`Context::backdate_dispatch`).
+    pub(crate) busy_since: Arc<AtomicU64>,
     /// Token of the event being processed.
     pub(crate) busy_token: AtomicU64,
     pub(crate) allocs_now: AtomicU64,
@@ -45,7 +48,7 @@ impl ThreadSlot {
             priority,
             tid: AtomicI32::new(0),
             applied: AtomicU64::new(Applied::NOT_STARTED),
-            busy_since: AtomicU64::new(0),
+            busy_since: Arc::new(AtomicU64::new(0)),
             busy_token: AtomicU64::new(0),
             allocs_now: AtomicU64::new(0),
             allocs_base: AtomicU64::new(u64::MAX),

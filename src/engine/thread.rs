@@ -135,6 +135,7 @@ pub(crate) fn pool_thread(
         tid,
         group.registry(),
     );
+    ctx.dispatch_stamp = Some(slot.busy_since.clone());
     let _ = ready.send(Setup::Ready {
         rt_applied,
         error: rt_error,

@@ -7,6 +7,11 @@
 //! runaway handler cannot hold a CPU at real-time priority; the thread restores its own policy
 //! when the handler returns.
 //!
+//! A handler whose work goes on across dispatches (the task executor while its lane's ready set
+//! never empties) backdates its stamp to the stretch's start (`Context::backdate_dispatch`):
+//! the watchdog sees the stretch as one dispatch, counts it once (by its start, on whichever
+//! thread), and demotes each dispatch of it that it finds running at the thread's own policy.
+//!
 //! The demotion itself, its restore and their protocol belong to the thread's slot
 //! (`ThreadSlot::demote` / `restore_if_demoted` in `slot.rs`); this thread only decides when.
 //! A demotion changes the target's policy only: the watchdog keeps its own nice value, so it
@@ -58,22 +63,31 @@ fn scan(watched: &[(Arc<Group>, u64)], last: &mut [Vec<u64>], now: u64) {
     for ((g, budget), last) in watched.iter().zip(last) {
         for (i, slot) in g.threads.iter().enumerate() {
             let start = slot.busy_since.load(SeqCst);
-            if start == 0 || now.saturating_sub(start) <= *budget || last[i] == start {
+            if start == 0 || now.saturating_sub(start) <= *budget {
                 continue;
             }
-            last[i] = start;
-            Counters::add(&g.counters.budget_overruns, 1);
-            let token = Token::from_raw(slot.busy_token.load(Relaxed));
-            tracing::warn!(
-                group = %g.spec.name,
-                thread = i,
-                handle = token.index(),
-                running_us = now.saturating_sub(start) / 1000,
-                budget_us = budget / 1000,
-                "handler overran its budget"
-            );
+            // Counted once per overrun, whichever thread it is seen on: a stretch of work that
+            // spans dispatches (an executor streak, backdated to its start) may move between
+            // the group's threads.
+            if !last.contains(&start) {
+                last[i] = start;
+                Counters::add(&g.counters.budget_overruns, 1);
+                let token = Token::from_raw(slot.busy_token.load(Relaxed));
+                tracing::warn!(
+                    group = %g.spec.name,
+                    thread = i,
+                    handle = token.index(),
+                    running_us = now.saturating_sub(start) / 1000,
+                    budget_us = budget / 1000,
+                    "handler overran its budget"
+                );
+            }
+            // Demoted whenever it is seen running at its own policy: also when a stretch
+            // counted earlier goes on in a later dispatch (the thread restored itself when the
+            // earlier one returned).
             if g.spec.on_overrun == OnOverrun::Demote
                 && slot.sched != Sched::Other
+                && !slot.demoted.load(SeqCst)
                 && slot.demote(start)
             {
                 Counters::add(&g.counters.demotions, 1);

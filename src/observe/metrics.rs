@@ -161,6 +161,32 @@ pub struct GroupMetrics {
     /// pool's; `processing`, the watchdog's counters, telemetry samples and the post-warm-up
     /// allocation and fault counts are not measured on its threads (0 / `None`).
     pub bound: Option<BoundStats>,
+    /// The group's async task counters (`lfrt::task`: spawns, completions, panics,
+    /// cancellations, refusals); `None` for a group without a task table (`max_tasks = 0`).
+    pub tasks: Option<TaskStats>,
+}
+
+/// Counters of a lane's task table (`lfrt::task`); they only grow. In
+/// [`GroupMetrics::tasks`], and from the lane's spawner (`Spawner::stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct TaskStats {
+    /// Tasks accepted by `spawn`.
+    pub spawned: u64,
+    /// Tasks whose future returned `Ready`.
+    pub completed: u64,
+    /// Tasks whose future panicked (each slot was freed, other tasks ran on).
+    pub panicked: u64,
+    /// Tasks dropped unfinished: cancelled through their handle, or at shutdown.
+    pub cancelled: u64,
+    /// `spawn` calls refused because every slot was taken.
+    pub refused_full: u64,
+    /// `spawn` calls refused because the future did not fit a slot.
+    pub refused_too_large: u64,
+    /// Polls made.
+    pub polls: u64,
+    /// Executor turns run (events of the lane's task doorbell).
+    pub turns: u64,
 }
 
 /// A failure that a handler counts in its group's metrics with [`Context::count`](crate::Context::count): work

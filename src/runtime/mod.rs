@@ -20,7 +20,7 @@ pub use stop::{Stopper, SHUTDOWN_TIMEOUT};
 
 use crate::bound::lane::BoundLane;
 use crate::bound::{BoundPool, BoundStats};
-use crate::config::{BandHandler, GroupConfig, HandlerConfig, RtMode, RuntimeConfig};
+use crate::config::{BandHandler, GroupConfig, HandlerConfig, OnOverrun, RtMode, RuntimeConfig};
 use crate::engine::group::{Group, Served};
 use crate::engine::handle_set::Token;
 use crate::engine::handler::EventHandler;
@@ -34,7 +34,7 @@ use crate::observe::telemetry::{self, Sample, Telemetry};
 use crate::sources::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
 use crate::sources::source::Timer;
 use crate::sys::{self, futex, mem};
-use crate::task::executor::Executor;
+use crate::task::executor::{Budget, Executor};
 use crate::task::{SpawnError, Spawner};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
@@ -394,8 +394,18 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
 /// Builds the executor of group `gi` and registers its two handles (task doorbell, timer).
 fn add_executor(group: &Group, gc: &GroupConfig, gi: usize) -> Result<Spawner, Error> {
     let registry = group.registry();
-    let ex = Executor::new(&gc.name, gc.max_tasks, gc.task_bytes, registry.clone())
-        .map_err(|e| Error::config(format!("group[{gi}].max_tasks"), e.to_string()))?;
+    let budget = gc.budget_us.map(|us| Budget {
+        ns: us.saturating_mul(1000),
+        demote: gc.on_overrun == OnOverrun::Demote,
+    });
+    let ex = Executor::new(
+        &gc.name,
+        gc.max_tasks,
+        gc.task_bytes,
+        budget,
+        registry.clone(),
+    )
+    .map_err(|e| Error::config(format!("group[{gi}].max_tasks"), e.to_string()))?;
     registry.register(ex.turn)?;
     registry.register(ex.clock)?;
     Ok(ex.spawner)

@@ -16,7 +16,7 @@ impl Runtime {
     /// # Ok::<(), lfrt::Error>(())
     /// ```
     pub fn metrics(&self) -> Vec<GroupMetrics> {
-        snapshot(&self.groups, self.counting)
+        snapshot(&self.groups, &self.spawners, self.counting)
     }
 
     /// A cloneable handle that reads this runtime's metrics from any thread, also while it
@@ -36,6 +36,7 @@ impl Runtime {
         self.handed_out.store(true, Relaxed);
         MetricsHandle {
             groups: self.groups.clone(),
+            tasks: self.spawners.clone(),
             counting: self.counting,
         }
     }
@@ -83,11 +84,13 @@ impl Runtime {
     }
 }
 
-/// The metrics of `groups` (`counting`: the counting allocator is installed).
-fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
+/// The metrics of `groups`, with their task tables' counters (`tasks`, by group index;
+/// `counting`: the counting allocator is installed).
+fn snapshot(groups: &[Arc<Group>], tasks: &[Option<Spawner>], counting: bool) -> Vec<GroupMetrics> {
     groups
         .iter()
-        .map(|g| {
+        .enumerate()
+        .map(|(gi, g)| {
             let c = &g.counters;
             let (bound, (leader_present, followers)) = match &g.served {
                 Some(s) => {
@@ -147,6 +150,7 @@ fn snapshot(groups: &[Arc<Group>], counting: bool) -> Vec<GroupMetrics> {
                 stream_idle_timeouts: g.handles.incidents.stream_idle_timeouts.load(Relaxed),
                 stream_write_timeouts: g.handles.incidents.stream_write_timeouts.load(Relaxed),
                 bound,
+                tasks: tasks.get(gi).and_then(|t| t.as_ref()).map(Spawner::stats),
             }
         })
         .collect()
@@ -174,6 +178,8 @@ fn sum_measured(values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
 #[derive(Clone)]
 pub struct MetricsHandle {
     pub(super) groups: Vec<Arc<Group>>,
+    /// Each group's task spawner, by group index (its counters are in the snapshot).
+    pub(super) tasks: Vec<Option<Spawner>>,
     pub(super) counting: bool,
 }
 
@@ -185,7 +191,7 @@ impl MetricsHandle {
     ///
     /// Example: [`MetricsHandle`].
     pub fn get(&self) -> Vec<GroupMetrics> {
-        snapshot(&self.groups, self.counting)
+        snapshot(&self.groups, &self.tasks, self.counting)
     }
 }
 

@@ -2,6 +2,8 @@
 //! runtime's `Drop`.
 
 use super::*;
+use crate::config::Policy;
+use std::cmp::Reverse;
 
 /// How long `shutdown` waits for pool threads (each must finish its current handler).
 ///
@@ -64,15 +66,28 @@ impl Runtime {
     }
 
     /// Graceful shutdown with a deadline: stops every group (no new event is dispatched; a
-    /// leader waiting for one returns), lets the handlers that are running finish, waits up to
-    /// `deadline` for every pool thread; then calls [`EventHandler::on_close`] of every handle
-    /// still registered, drops the handlers (closing their fds) and stops the helper threads.
-    /// Returns the final metrics. Calling it again is a no-op returning the metrics. On a
-    /// runtime that was never started it only closes the handles.
+    /// leader waiting for one returns), cancels every lane's async tasks, lets the handlers
+    /// that are running finish, waits up to `deadline` for every pool thread; then calls
+    /// [`EventHandler::on_close`] of every handle still registered, drops the handlers (closing
+    /// their fds) and stops the helper threads. Returns the final metrics. Calling it again is
+    /// a no-op returning the metrics. On a runtime that was never started it only cancels the
+    /// tasks and closes the handles.
+    ///
+    /// **Tasks** are cancelled (future dropped, on the calling thread; handle gives
+    /// [`JoinError::Cancelled`](crate::task::JoinError::Cancelled); later spawns refused) lane by
+    /// lane, the highest lane first (deadline, then fifo/rr by priority, then time-shared),
+    /// each lane's tasks highest task priority first. A task being polled at that moment is
+    /// waited for (its turn polls nothing after it) before anything below it is cancelled, up
+    /// to `deadline`. Guaranteed: when this returns, every task not being polled at the
+    /// deadline has been cancelled, in that order; a task whose poll is still running then (it
+    /// does not yield) is named in the error and cancelled by its lane thread when the poll
+    /// returns. The time spent cancelling counts toward `deadline`; a future's own `Drop`
+    /// is not interrupted.
     ///
     /// # Errors
-    /// [`Error::Unfinished`] naming the handlers still running at the deadline; their threads
-    /// are left detached and no handler is closed (a running one still holds its handle).
+    /// [`Error::Unfinished`] naming the handlers still running at the deadline and the lanes
+    /// with tasks left; their threads are left detached and no handler is closed (a running
+    /// one still holds its handle).
     ///
     /// # Examples
     /// ```no_run
@@ -92,6 +107,8 @@ impl Runtime {
         self.state = State::Stopped;
         self.stopper().stop();
         let end = Instant::now() + deadline;
+        let tasks_left =
+            self.cancel_tasks(sys::now_ns().saturating_add(deadline.as_nanos() as u64));
         let all_exited = || self.threads.iter().all(JoinHandle::is_finished);
         while !all_exited() && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(1));
@@ -125,13 +142,51 @@ impl Runtime {
                         })
                 })
                 .collect();
-            return Err(Error::Unfinished { deadline, handlers });
+            return Err(Error::Unfinished {
+                deadline,
+                handlers,
+                tasks: tasks_left,
+            });
         }
         for g in &self.groups {
             crate::engine::handler::close_all(&g.handles);
         }
         tracing::info!("lfrt stopped");
         Ok(self.metrics())
+    }
+}
+
+impl Runtime {
+    /// Cancels every lane's async tasks, lanes in priority order (deadline lanes, then fifo and
+    /// rr by priority, then time-shared ones; the highest first), each lane's tasks in task
+    /// priority order: a task being polled is waited for, until `until_ns`, before anything
+    /// below it is cancelled. Returns the lanes with tasks left (a poll still running at
+    /// `until_ns`), each as `lane `NAME`: N task(s)`; its turn cancels them when that poll
+    /// returns.
+    fn cancel_tasks(&self, until_ns: u64) -> Vec<String> {
+        let rank = |g: &GroupConfig| {
+            let class = match g.policy {
+                Policy::Deadline => 3,
+                Policy::Fifo | Policy::Rr => 2,
+                Policy::Other => 1,
+            };
+            Reverse((class, g.priority))
+        };
+        let mut lanes: Vec<usize> = (0..self.spawners.len()).collect();
+        lanes.sort_by_key(|&i| rank(&self.cfg.groups[i]));
+        let mut left = Vec::new();
+        for i in lanes {
+            if let Some(sp) = &self.spawners[i] {
+                let n = sp.close(until_ns);
+                if n > 0 {
+                    left.push(format!(
+                        "lane `{}`: {n} task(s), cancelled when the running poll returns",
+                        self.cfg.groups[i].name
+                    ));
+                }
+            }
+        }
+        left
     }
 }
 

@@ -45,7 +45,7 @@ pub(crate) fn prefault(buf: &mut [u8]) {
 /// Minor page faults of the calling thread (`getrusage(RUSAGE_THREAD)`).
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// let before = lfrt::os::thread_minor_faults();
 /// let page = vec![1u8; 1 << 20]; // touching fresh memory faults pages in
 /// assert!(lfrt::os::thread_minor_faults() >= before);
@@ -63,7 +63,7 @@ pub fn thread_minor_faults() -> u64 {
 /// Voluntary + involuntary context switches and user+system CPU time (ns) of the whole process.
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// let (voluntary, involuntary, cpu_ns) = lfrt::os::process_usage();
 /// println!("{voluntary} + {involuntary} context switches, {cpu_ns} ns of CPU");
 /// ```
@@ -85,7 +85,7 @@ pub fn process_usage() -> (u64, u64, u64) {
 /// (`getrusage(RUSAGE_CHILDREN)`), e.g. a load generator run as a child process.
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// std::process::Command::new("true").status()?;
 /// println!("children used {} ns of CPU", lfrt::os::children_cpu_ns());
 /// # Ok::<(), std::io::Error>(())
@@ -104,7 +104,7 @@ pub fn children_cpu_ns() -> u64 {
 /// Served by the vDSO: no system call, no allocation.
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// let t0 = lfrt::os::thread_cpu_ns();
 /// let mut x = 0u64;
 /// for i in 0..100_000u64 {
@@ -123,7 +123,7 @@ pub fn thread_cpu_ns() -> u64 {
 /// cannot be read.
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// if let Some(bytes) = lfrt::os::mem_total() {
 ///     println!("{} MiB of RAM", bytes >> 20);
 /// }
@@ -149,7 +149,7 @@ fn parse_mem_total(info: &str) -> Option<u64> {
 /// How much memory `mlockall` may lock: the soft `RLIMIT_MEMLOCK`, which `CAP_IPC_LOCK` lifts.
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// let m = lfrt::os::MemLock::probe();
 /// match m.limit() {
 ///     None => println!("mlockall may lock everything"),

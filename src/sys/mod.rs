@@ -19,6 +19,26 @@ macro_rules! syscall {
     }};
 }
 
+/// The opening fence of a doc example that uses `lfrt::os` (the `tools` feature), as
+/// `#[doc = os_example!()]` (`os_example!(no_run)`: built, not run): with the feature the
+/// example is built and run; without it (a service's `cargo test --doc`) it is ignored, since
+/// `lfrt::os` does not exist there.
+#[cfg(feature = "tools")]
+macro_rules! os_example {
+    () => {
+        "```"
+    };
+    (no_run) => {
+        "```no_run"
+    };
+}
+#[cfg(not(feature = "tools"))]
+macro_rules! os_example {
+    ($($kind:ident)?) => {
+        "```ignore"
+    };
+}
+
 pub(crate) mod epoll;
 pub(crate) mod fd;
 pub(crate) mod futex;
@@ -29,7 +49,8 @@ pub(crate) mod reuseport;
 pub(crate) mod sched;
 pub(crate) mod signal;
 
-/// Nanoseconds on `CLOCK_MONOTONIC`, the clock every lfrt timestamp and timer uses.
+/// Nanoseconds on `CLOCK_MONOTONIC`, the clock every lfrt timestamp and timer uses
+/// (`lfrt::time`'s deadlines, callback timers' instants, [`TimerEvent`](crate::timer::TimerEvent)).
 ///
 /// Served by the vDSO: no system call, no allocation.
 ///
@@ -85,7 +106,7 @@ pub(crate) fn errno(e: &std::io::Error) -> i32 {
 /// The kernel thread id of the calling thread (what `/proc`, `chrt` and `sched_*` take).
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// let main = lfrt::os::gettid();
 /// let other = std::thread::spawn(lfrt::os::gettid).join().unwrap();
 /// assert_ne!(main, other);

@@ -134,7 +134,7 @@ fn attach(sock: &UdpSocket, program: &[Insn]) -> io::Result<()> {
 /// traffic.
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// let sock = std::net::UdpSocket::bind("127.0.0.1:0")?;
 /// lfrt::os::set_tos(&sock, 46 << 2)?; // DSCP EF
 /// # Ok::<(), std::io::Error>(())

@@ -5,7 +5,7 @@ use std::io;
 /// A kernel scheduling policy and its static priority, as lfrt applies and reads them back.
 ///
 /// # Examples
-/// ```no_run
+#[doc = os_example!(no_run)]
 /// use lfrt::os::{read_back, set_current_sched, Sched};
 /// set_current_sched(Sched::Fifo(50))?; // needs CAP_SYS_NICE or RLIMIT_RTPRIO >= 50
 /// assert_eq!(read_back(0)?, Sched::Fifo(50));
@@ -178,7 +178,7 @@ pub(crate) fn refusal_cause(s: Sched, e: &io::Error) -> Option<String> {
 /// Sets the calling thread's policy and priority.
 ///
 /// # Examples
-/// ```no_run
+#[doc = os_example!(no_run)]
 /// use lfrt::os::{set_current_sched, Sched};
 /// set_current_sched(Sched::Rr(10))?; // the calling thread only
 /// # Ok::<(), std::io::Error>(())
@@ -215,7 +215,7 @@ pub fn nice(tid: i32) -> io::Result<i32> {
 /// lfrt does not use (`SCHED_BATCH`, `SCHED_IDLE`) is an `InvalidData` error naming it.
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// use lfrt::os::{gettid, read_back, Sched};
 /// let s = read_back(gettid())?; // or any thread id of this process
 /// assert!(matches!(s, Sched::Other | Sched::Fifo(_) | Sched::Rr(_) | Sched::Deadline { .. }));
@@ -250,7 +250,7 @@ pub fn read_back(tid: i32) -> io::Result<Sched> {
 /// `-1 - rt_priority` for RT threads. Returns the RT priority (0 for SCHED_OTHER).
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// // 0 for a SCHED_OTHER thread; a PI-boosted thread shows its waiter's priority
 /// let prio = lfrt::os::effective_rt_priority(lfrt::os::gettid())?;
 /// assert!((0..=99).contains(&prio));
@@ -271,7 +271,7 @@ pub fn effective_rt_priority(tid: i32) -> io::Result<i32> {
 /// Minor page faults of a thread so far (`/proc/self/task/<tid>/stat` field 10).
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// let faults = lfrt::os::minor_faults(lfrt::os::gettid())?;
 /// println!("{faults} minor faults so far");
 /// # Ok::<(), std::io::Error>(())
@@ -289,7 +289,7 @@ pub fn minor_faults(tid: i32) -> io::Result<u64> {
 /// allowed) with `sched_setaffinity`.
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// let cpus = lfrt::os::available_cpus();
 /// lfrt::os::set_current_affinity(&cpus[..1])?; // pin to the first usable CPU
 /// assert_eq!(lfrt::os::affinity(0)?, cpus[..1]);
@@ -306,7 +306,7 @@ pub fn set_current_affinity(cpus: &[usize]) -> io::Result<()> {
 /// CPUs a thread may run on, read back from the kernel.
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// let mine = lfrt::os::affinity(lfrt::os::gettid())?;
 /// assert!(!mine.is_empty());
 /// # Ok::<(), std::io::Error>(())
@@ -322,7 +322,7 @@ pub fn affinity(tid: i32) -> io::Result<Vec<usize>> {
 /// CPUs the calling thread may run on now (its affinity mask).
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// let usable = lfrt::os::available_cpus();
 /// assert!(usable.iter().all(|c| lfrt::os::online_cpus().contains(c)));
 /// ```
@@ -334,7 +334,7 @@ pub fn available_cpus() -> Vec<usize> {
 /// the calling thread's own affinity. Falls back to [`available_cpus`].
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// println!("online CPUs: {:?}", lfrt::os::online_cpus());
 /// ```
 pub fn online_cpus() -> Vec<usize> {
@@ -349,7 +349,7 @@ pub fn online_cpus() -> Vec<usize> {
 /// `None` if it is not one.
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// assert_eq!(lfrt::os::parse_cpu_list("0-3,6\n"), Some(vec![0, 1, 2, 3, 6]));
 /// assert_eq!(lfrt::os::parse_cpu_list(""), Some(vec![]));
 /// assert_eq!(lfrt::os::parse_cpu_list("0-x"), None);
@@ -368,7 +368,7 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
 /// What the kernel will check before granting an RT policy.
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// let p = lfrt::os::RtPrivilege::probe();
 /// if !p.allows(80) {
 ///     eprintln!("SCHED_FIFO 80 will be refused: grant CAP_SYS_NICE or raise RLIMIT_RTPRIO");
@@ -409,7 +409,7 @@ impl RtPrivilege {
 /// `sched_getcpu()`: the CPU the caller runs on now.
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// assert!(lfrt::os::current_cpu() >= 0);
 /// ```
 pub fn current_cpu() -> i32 {

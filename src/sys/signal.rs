@@ -18,7 +18,7 @@ fn term_set() -> libc::sigset_t {
 /// mask, so the signals stay pending until [`wait_termination`] takes them.
 ///
 /// # Examples
-/// ```no_run
+#[doc = os_example!(no_run)]
 /// use std::time::Duration;
 /// lfrt::os::block_termination()?; // first thing in main, before spawning threads
 /// // ... start the runtime ...
@@ -38,7 +38,7 @@ pub fn block_termination() -> io::Result<()> {
 /// Waits up to `timeout` for SIGINT or SIGTERM; returns the signal number if one came.
 ///
 /// # Examples
-/// ```
+#[doc = os_example!()]
 /// lfrt::os::block_termination()?;
 /// let got = lfrt::os::wait_termination(std::time::Duration::from_millis(1))?;
 /// assert_eq!(got, None); // nobody sent SIGINT or SIGTERM

@@ -184,7 +184,7 @@ impl<T: Send> Future for Sending<'_, T> {
             // RETRY_NS on its lane's timer (an immediate self-wake would spin at the lane's
             // FIFO priority and could starve the receiver); anything else yields.
             match lane_task(cx.waker()) {
-                Some((ex, index, _)) => ex.add_deadline(index, sys::now_ns() + RETRY_NS),
+                Some((ex, index, gen)) => ex.add_deadline(index, gen, sys::now_ns() + RETRY_NS),
                 None => cx.waker().wake_by_ref(),
             }
             self.value = Some(v);

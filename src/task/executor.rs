@@ -1,8 +1,10 @@
 //! A lane's task table, its wakers, and the two event handlers that run it on the lane.
 
 use crate::engine::handler::{Context as LaneContext, Disposition, Event, EventHandler, Registry};
+pub use crate::observe::metrics::TaskStats;
 use crate::sync::Mutex;
 use crate::sys::{self, fd::EventFd, fd::TimerFd, mem};
+use crate::task::deadlines::Deadlines;
 use crate::task::state::{self, Start, TaskState};
 use crossbeam_queue::ArrayQueue;
 use std::alloc::{self, Layout};
@@ -39,6 +41,8 @@ struct Vtable {
     drop_future: unsafe fn(*mut u8),
     /// Drops the stored output.
     drop_output: unsafe fn(*mut u8),
+    /// Moves the stored output out of the slot into `*dst`, a `MaybeUninit<F::Output>`.
+    take_output: unsafe fn(*mut u8, *mut u8),
 }
 
 /// What one poll of a stored future did.
@@ -53,6 +57,11 @@ enum Polled {
 }
 
 /// The storage of a task: the future until it finishes, then its output.
+///
+/// Both fields are reached only through this type (`poll_cell`, `drop_future`, `drop_output`,
+/// `take_output`, all monomorphised for `F`), never by casting the slot's address to `F` or
+/// to `F::Output`: a union without `#[repr(C)]` has no specified field offsets, so no code
+/// may assume a field starts at the slot's start.
 union Cell<F: Future> {
     future: ManuallyDrop<F>,
     output: ManuallyDrop<F::Output>,
@@ -104,6 +113,20 @@ unsafe fn drop_output<F: Future>(p: *mut u8) {
     unsafe { ManuallyDrop::drop(&mut (*cell).output) }
 }
 
+/// # Safety
+/// `p` points at a `Cell<F>` whose `output` is initialised and not taken; `dst` points at a
+/// writable `MaybeUninit<F::Output>`. The output is moved out: the slot no longer holds it.
+unsafe fn take_output<F: Future>(p: *mut u8, dst: *mut u8) {
+    let cell = p.cast::<Cell<F>>();
+    // SAFETY: the caller guarantees the output is initialised and is taken only this once;
+    // reading the field through the union (not through a cast of `p`) finds it wherever the
+    // union's layout put it; `dst` is a valid, aligned place for an `F::Output`.
+    unsafe {
+        let out = ManuallyDrop::into_inner(std::ptr::addr_of!((*cell).output).read());
+        dst.cast::<F::Output>().write(out);
+    }
+}
+
 /// The vtable of `F` (a promoted constant: no allocation).
 fn vtable_of<F: Future>() -> &'static Vtable {
     trait HasVtable {
@@ -114,13 +137,15 @@ fn vtable_of<F: Future>() -> &'static Vtable {
             poll: poll_cell::<F>,
             drop_future: drop_future::<F>,
             drop_output: drop_output::<F>,
+            take_output: take_output::<F>,
         };
     }
     &<F as HasVtable>::VTABLE
 }
 
-/// One task slot: the state word, what the spawner wrote, the join waker and the timer
-/// deadline. The future itself lives in [`Shared::storage`] at `index × stride`.
+/// One task slot: the state word, what the spawner wrote and the join waker. The future
+/// itself lives in [`Shared::storage`] at `index × stride`; its `lfrt::time` deadline, if it
+/// waits for one, in [`Shared::timer`]'s heap.
 struct Slot {
     state: TaskState,
     index: u32,
@@ -132,31 +157,6 @@ struct Slot {
     vtable: UnsafeCell<Option<&'static Vtable>>,
     /// The waker of the task (or thread) awaiting the [`JoinHandle`].
     joiner: Mutex<Option<Waker>>,
-    /// The earliest `lfrt::time` deadline this task waits for (`CLOCK_MONOTONIC` ns),
-    /// `u64::MAX` for none.
-    deadline: AtomicU64,
-}
-
-/// Counters of a lane's task table; they only grow.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TaskStats {
-    /// Tasks accepted by `spawn`.
-    pub spawned: u64,
-    /// Tasks whose future returned `Ready`.
-    pub completed: u64,
-    /// Tasks whose future panicked (each slot was freed, other tasks ran on).
-    pub panicked: u64,
-    /// Tasks dropped unfinished: cancelled through their handle, or at shutdown.
-    pub cancelled: u64,
-    /// `spawn` calls refused because every slot was taken.
-    pub refused_full: u64,
-    /// `spawn` calls refused because the future did not fit a slot.
-    pub refused_too_large: u64,
-    /// Polls made.
-    pub polls: u64,
-    /// Executor turns run (events of the lane's task doorbell).
-    pub turns: u64,
 }
 
 #[derive(Default)]
@@ -188,14 +188,26 @@ pub(crate) struct Shared {
     rung: AtomicBool,
     doorbell: EventFd,
     timer: TimerFd,
-    /// The instant the timerfd is armed for (`u64::MAX`: disarmed); the lock orders
+    /// The tasks' deadlines and the instant the timerfd is armed for; the lock orders
     /// `timerfd_settime` calls.
-    armed: Mutex<u64>,
-    /// A copy of `armed` readable without the lock: a turn compares the clock with it before
-    /// every poll and wakes the tasks whose deadline passed itself (see `expire`).
+    timer_state: Mutex<TimerState>,
+    /// A copy of the armed instant readable without the lock: a turn compares the clock with
+    /// it before every poll and wakes the tasks whose deadline passed itself (see `expire`).
     next_deadline: AtomicU64,
+    /// Set once by [`close`](Shared::close): spawns are refused and turns poll no more.
     closed: AtomicBool,
+    /// The cancellation order at close, preallocated to `max_tasks`; its lock also makes one
+    /// closer at a time (the shutdown thread, or the lane's turn finishing what it left).
+    close_order: Mutex<BinaryHeap<(u8, Reverse<u32>)>>,
     counters: Counters,
+}
+
+/// The lane timer's state, under [`Shared::timer_state`].
+struct TimerState {
+    /// The deadlines tasks wait for, earliest first (at most one per slot).
+    deadlines: Deadlines,
+    /// The instant the timerfd is armed for (`u64::MAX`: disarmed).
+    armed: u64,
 }
 
 // SAFETY: the raw storage is reached only through the task state protocol (state.rs): a
@@ -207,8 +219,17 @@ unsafe impl Send for Shared {}
 unsafe impl Sync for Shared {}
 
 impl Shared {
+    /// The start of slot `index`'s storage.
+    ///
+    /// # Panics
+    /// If `index` is not a slot of this table (a bug: indices come from the free list).
     fn storage_of(&self, index: u32) -> *mut u8 {
-        // SAFETY: index < max_tasks, so the offset stays inside the allocation.
+        assert!(
+            (index as usize) < self.slots.len(),
+            "task slot {index} out of range"
+        );
+        // SAFETY: index < max_tasks (checked above), so the offset, at most
+        // (max_tasks − 1) × stride, stays inside the `max_tasks × stride` allocation.
         unsafe { self.storage.add(index as usize * self.stride) }
     }
 
@@ -259,7 +280,8 @@ impl Shared {
             let _ = catch_unwind(AssertUnwindSafe(|| unsafe { (vt.drop_output)(p) }));
         }
         drop(slot.joiner.lock().take());
-        slot.deadline.store(u64::MAX, Relaxed);
+        // A deadline the task left armed stays in the heap under its generation: due, its
+        // wake is stale and does nothing (`Deadlines`).
         slot.state.free();
         let _ = self.free.push(index);
     }
@@ -284,63 +306,56 @@ impl Shared {
         }
     }
 
-    /// Adds a deadline for the task in `index` and arms the timerfd if it is the earliest.
-    pub(crate) fn add_deadline(&self, index: u32, at_ns: u64) {
+    /// Adds a deadline for the task of generation `gen` in `index`, and arms the timerfd if
+    /// it is the earliest. O(log n) in the deadlines armed.
+    pub(crate) fn add_deadline(&self, index: u32, gen: u16, at_ns: u64) {
         let at_ns = at_ns.max(1);
-        self.slots[index as usize].deadline.fetch_min(at_ns, SeqCst);
-        self.arm_timer(at_ns);
+        let mut t = self.timer_state.lock();
+        t.deadlines.arm(index, gen, at_ns);
+        if at_ns < t.armed {
+            self.arm(&mut t, at_ns);
+        }
     }
 
-    fn arm_timer(&self, at_ns: u64) {
-        let mut armed = self.armed.lock();
-        if at_ns < *armed {
-            *armed = at_ns;
-            self.next_deadline.store(at_ns, SeqCst);
-            let _ = self.timer.set_abs(at_ns, 0);
-        }
+    /// Arms the timerfd for `at_ns` (under the timer lock).
+    fn arm(&self, t: &mut TimerState, at_ns: u64) {
+        t.armed = at_ns;
+        self.next_deadline.store(at_ns, SeqCst);
+        let _ = self.timer.set_abs(at_ns, 0);
     }
 
     /// Wakes every task whose deadline is at or before `now` and re-arms the timer for the
     /// next one. Run by the timer's handler when the timerfd fires, and by a turn before each
     /// poll once the earliest deadline passed, so that a timed task competes by priority at
     /// every poll boundary instead of waiting for the turn to end (up to `POLLS_PER_TURN`
-    /// polls). Both may run at once: each deadline is taken by one CAS.
+    /// polls). Both may run at once; the timer lock orders them. O(k log n) for k due
+    /// deadlines among n armed, not a scan of the table.
     fn expire(&self, now: u64) {
-        // Disarmed from here on: a deadline added after this point arms the timer itself; one
-        // added before is in its slot and seen by the scan below.
-        {
-            let mut armed = self.armed.lock();
-            *armed = u64::MAX;
-            self.next_deadline.store(u64::MAX, SeqCst);
+        let mut t = self.timer_state.lock();
+        while let Some((index, gen)) = t.deadlines.pop_due(now) {
+            // A stale generation (the task finished) wakes nothing.
+            self.wake(index, gen);
         }
-        let mut next = u64::MAX;
-        for slot in self.slots.iter() {
-            let d = slot.deadline.load(SeqCst);
-            if d == u64::MAX {
-                continue;
+        match t.deadlines.earliest() {
+            Some(next) => self.arm(&mut t, next),
+            None => {
+                // Nothing armed: the timerfd fired already (or fires once more, harmlessly).
+                t.armed = u64::MAX;
+                self.next_deadline.store(u64::MAX, SeqCst);
             }
-            if d <= now {
-                if slot
-                    .deadline
-                    .compare_exchange(d, u64::MAX, SeqCst, Relaxed)
-                    .is_ok()
-                {
-                    self.wake(slot.index, state::generation(slot.state.load()));
-                }
-            } else {
-                next = next.min(d);
-            }
-        }
-        if next != u64::MAX {
-            self.arm_timer(next);
         }
     }
 
-    /// Cancels every unfinished task, highest priority first (ties: lower slot first), and
-    /// refuses spawns from now on. Called once no pool thread runs (at shutdown).
-    fn close(&self, order: &mut BinaryHeap<(u8, Reverse<u32>)>) {
+    /// Cancels every unfinished task, highest task priority first (ties: lower slot first),
+    /// and from now on refuses spawns and stops the lane's turns from polling. Callable from
+    /// any thread at any time, also while a turn runs: a task is cancelled only when no poll
+    /// of it runs (one CAS against the poller's, `state.rs`). A task found mid-poll is waited
+    /// for until `until_ns` (`CLOCK_MONOTONIC`), before any lower task is cancelled, so the
+    /// order holds; one still being polled then is left to its turn, which cancels it when
+    /// the poll returns (see [`Turn`]). Returns how many tasks were left that way.
+    pub(crate) fn close(&self, until_ns: u64) -> usize {
         self.closed.store(true, SeqCst);
-        while self.ready.pop().is_some() {}
+        let mut order = self.close_order.lock();
         order.clear();
         for slot in self.slots.iter() {
             let s = slot.state.load();
@@ -350,12 +365,29 @@ impl Shared {
                 order.push((p, Reverse(slot.index)));
             }
         }
+        let mut left = 0;
         while let Some((_, Reverse(i))) = order.pop() {
-            let gen = state::generation(self.slots[i as usize].state.load());
-            if let Some(free_now) = self.slots[i as usize].state.complete_unpolled(gen) {
-                self.drop_unpolled(i, free_now);
+            let slot = &self.slots[i as usize];
+            loop {
+                let s = slot.state.load();
+                if s & state::LIVE == 0 || s & state::COMPLETE != 0 {
+                    break; // finished meanwhile
+                }
+                if let Some(free_now) = slot.state.complete_unpolled(state::generation(s)) {
+                    self.drop_unpolled(i, free_now);
+                    break;
+                }
+                // Being polled: its turn stops after this poll (it sees `closed`).
+                if sys::now_ns() >= until_ns {
+                    left += 1;
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(100));
             }
         }
+        // Entries of cancelled tasks; a turn that still pops one finds `Start::Gone`.
+        while self.ready.pop().is_some() {}
+        left
     }
 
     fn stats(&self) -> TaskStats {
@@ -421,6 +453,12 @@ unsafe fn decode<'a>(data: *const ()) -> (&'a Slot, u16) {
 static WAKER_VTABLE: RawWakerVTable =
     RawWakerVTable::new(waker_clone, waker_wake, waker_wake_by_ref, waker_drop);
 
+/// `RawWakerVTable::clone` of a lane task's waker: one more strong count of the executor.
+///
+/// # Safety
+/// `data` is the data of a live lane waker (made by `waker_data` and holding, or borrowed
+/// from a poll that holds, a strong count of the slot's executor), as the `Waker` contract
+/// guarantees for a vtable function.
 unsafe fn waker_clone(data: *const ()) -> RawWaker {
     // SAFETY: `data` is a live lane waker's.
     let (slot, _) = unsafe { decode(data) };
@@ -430,6 +468,11 @@ unsafe fn waker_clone(data: *const ()) -> RawWaker {
     RawWaker::new(data, &WAKER_VTABLE)
 }
 
+/// `RawWakerVTable::wake`: schedules the task, then gives the waker's count back.
+///
+/// # Safety
+/// As [`waker_clone`]; the waker is consumed (its strong count is released here), so `data`
+/// is not used again by the caller.
 unsafe fn waker_wake(data: *const ()) {
     // SAFETY: as `waker_clone`; the wake consumes the waker's count.
     unsafe {
@@ -438,6 +481,11 @@ unsafe fn waker_wake(data: *const ()) {
     }
 }
 
+/// `RawWakerVTable::wake_by_ref`: schedules the task of the waker's slot and generation on
+/// its lane (one CAS, at most one push and one `write(2)`; never polls).
+///
+/// # Safety
+/// As [`waker_clone`].
 unsafe fn waker_wake_by_ref(data: *const ()) {
     // SAFETY: `data` is a live lane waker's.
     let (slot, gen) = unsafe { decode(data) };
@@ -446,6 +494,11 @@ unsafe fn waker_wake_by_ref(data: *const ()) {
     shared.wake(slot.index, gen);
 }
 
+/// `RawWakerVTable::drop`: gives the waker's strong count of the executor back.
+///
+/// # Safety
+/// As [`waker_clone`], for an owned waker (not one borrowed from a poll, which holds no count
+/// of its own): `data` is not used again.
 unsafe fn waker_drop(data: *const ()) {
     // SAFETY: `data` is a live lane waker's.
     let (slot, _) = unsafe { decode(data) };
@@ -667,6 +720,12 @@ impl Spawner {
         })
     }
 
+    /// Shutdown: cancels the lane's tasks ([`Shared::close`]); the number left running past
+    /// `until_ns`.
+    pub(crate) fn close(&self, until_ns: u64) -> usize {
+        self.shared.close(until_ns)
+    }
+
     /// The lane's task counters.
     pub fn stats(&self) -> TaskStats {
         self.shared.stats()
@@ -780,15 +839,17 @@ impl<T> Future for JoinHandle<T> {
             }
         }
         let out = if s & state::OUTPUT != 0 {
-            // SAFETY: COMPLETE with OUTPUT: the output of type T is stored and only the
-            // handle takes it (once: `done` is set below).
+            // SAFETY: a published task's vtable was written before the release that published
+            // it; COMPLETE was observed with acquire.
+            let vt = unsafe { (*slot.vtable.get()).expect("a live slot has a vtable") };
+            let mut v = std::mem::MaybeUninit::<T>::uninit();
+            // SAFETY: COMPLETE with OUTPUT: the output is stored and only the handle takes it
+            // (once: `done` is set below). The vtable is the spawned future's, whose output
+            // type is this handle's `T` (`spawn_with_priority` returns `JoinHandle<F::Output>`),
+            // so `v` is a valid destination and is initialised by the call.
             let v = unsafe {
-                ManuallyDrop::into_inner(
-                    self.shared
-                        .storage_of(self.index)
-                        .cast::<ManuallyDrop<T>>()
-                        .read(),
-                )
+                (vt.take_output)(self.shared.storage_of(self.index), v.as_mut_ptr().cast());
+                v.assume_init()
             };
             slot.state.output_taken();
             Ok(v)
@@ -815,6 +876,16 @@ impl<T> Drop for JoinHandle<T> {
 
 // ---- the executor: built with a lane, registered as two handlers ----
 
+/// The lane's overrun settings, as its executor needs them (`budget_us`, `on_overrun`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Budget {
+    /// The lane's `budget_us`, in ns.
+    pub(crate) ns: u64,
+    /// `on_overrun = "demote"`: a streak over budget is kept in one dispatch, so the demotion
+    /// lasts until the streak ends (see [`Turn`]).
+    pub(crate) demote: bool,
+}
+
 /// A lane's executor before it is registered: the [`Spawner`] and the two handlers (task
 /// doorbell, timer) the runtime registers with the lane.
 pub(crate) struct Executor {
@@ -823,12 +894,33 @@ pub(crate) struct Executor {
     pub(crate) clock: Box<dyn EventHandler>,
 }
 
+/// Bytes between two slots' storage: `task_bytes` rounded up to [`TASK_ALIGN`].
+fn stride(task_bytes: usize) -> usize {
+    task_bytes.div_ceil(TASK_ALIGN) * TASK_ALIGN
+}
+
 impl Executor {
+    /// Bytes [`new`](Self::new) allocates for `max_tasks` slots of `task_bytes`: the slots'
+    /// storage (pre-faulted), their state words and join-waker locks, the free list, the
+    /// ready queue, the turn's heap, the close order and the deadline heap. Kept next to `new` so the two stay in step.
+    pub(crate) fn allocated_bytes(max_tasks: usize, task_bytes: usize) -> u64 {
+        // An `ArrayQueue` slot: a stamp word beside the value.
+        let queue_entry = size_of::<(usize, u32)>();
+        let per_slot = stride(task_bytes)
+            + size_of::<Slot>()
+            + 2 * queue_entry
+            + size_of::<(u8, Reverse<u64>, u32)>()
+            + size_of::<(u8, Reverse<u32>)>()
+            + Deadlines::BYTES_PER_SLOT;
+        (max_tasks as u64).saturating_mul(per_slot as u64)
+    }
+
     /// `max_tasks` slots of `task_bytes` each, allocated and pre-faulted now.
     pub(crate) fn new(
         lane: &str,
         max_tasks: usize,
         task_bytes: usize,
+        budget: Option<Budget>,
         registry: Registry,
     ) -> io::Result<Executor> {
         if max_tasks == 0 || max_tasks > MAX_TASKS || task_bytes == 0 {
@@ -837,7 +929,7 @@ impl Executor {
                 "max_tasks must be 1..=65536 and task_bytes at least 1",
             ));
         }
-        let stride = task_bytes.div_ceil(TASK_ALIGN) * TASK_ALIGN;
+        let stride = stride(task_bytes);
         let layout = Layout::from_size_align(stride * max_tasks, TASK_ALIGN)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         // SAFETY: the layout has a non-zero size.
@@ -863,7 +955,6 @@ impl Executor {
                     priority: UnsafeCell::new(0),
                     vtable: UnsafeCell::new(None),
                     joiner: Mutex::new(None),
-                    deadline: AtomicU64::new(u64::MAX),
                 })
                 .collect();
             Shared {
@@ -878,9 +969,13 @@ impl Executor {
                 rung: AtomicBool::new(false),
                 doorbell,
                 timer,
-                armed: Mutex::new(u64::MAX),
+                timer_state: Mutex::new(TimerState {
+                    deadlines: Deadlines::new(max_tasks),
+                    armed: u64::MAX,
+                }),
                 next_deadline: AtomicU64::new(u64::MAX),
                 closed: AtomicBool::new(false),
+                close_order: Mutex::new(BinaryHeap::with_capacity(max_tasks)),
                 counters: Counters::default(),
             }
         });
@@ -897,7 +992,8 @@ impl Executor {
             shared: shared.clone(),
             heap: BinaryHeap::with_capacity(max_tasks),
             seq: 0,
-            close_order: BinaryHeap::with_capacity(max_tasks),
+            streak_since: 0,
+            budget,
         };
         let clock = Clock {
             shared: shared.clone(),
@@ -911,13 +1007,28 @@ impl Executor {
 }
 
 /// The task doorbell's handler: one executor turn per event.
+///
+/// **Streaks.** A turn polls at most [`POLLS_PER_TURN`] tasks and, if tasks remain runnable,
+/// rings its own doorbell and returns; so a task that wakes itself (`yield_now` in a loop, any
+/// future that calls its own waker) keeps the lane busy through a chain of short turns, none
+/// of them long enough for the overrun watchdog. The turns from the moment the ready set
+/// became non-empty until it is empty again are one *streak*: every turn of it backdates its
+/// dispatch, as the watchdog sees it, to the streak's start (`Context::backdate_dispatch`), so
+/// a streak longer than the lane's `budget_us` is counted in `budget_overruns` like a handler
+/// that ran that long. With `on_overrun = "demote"`, a turn that finds its streak over budget
+/// does not hand the lane back: it goes on polling in the same dispatch until the ready set is
+/// empty (or the executor closes), so the watchdog's demotion holds until the streak ends,
+/// exactly as for a runaway handler (the lane's other handles are served by its other threads
+/// meanwhile).
 struct Turn {
     shared: Arc<Shared>,
     /// The ready set, ordered by (task priority, FIFO sequence). Preallocated to `max_tasks`:
     /// it holds each scheduled task at most once.
     heap: BinaryHeap<(u8, Reverse<u64>, u32)>,
     seq: u64,
-    close_order: BinaryHeap<(u8, Reverse<u32>)>,
+    /// When the current streak began (`CLOCK_MONOTONIC` ns), 0 while the ready set is empty.
+    streak_since: u64,
+    budget: Option<Budget>,
 }
 
 impl Turn {
@@ -936,11 +1047,16 @@ impl Turn {
         let s = &*self.shared;
         let slot = &s.slots[index as usize];
         let start = slot.state.start();
-        // SAFETY: the task was published before it was scheduled.
+        if start == Start::Gone {
+            return; // cancelled by shutdown while queued; the slot may be free already
+        }
+        // SAFETY: `start` took the task (RUNNING is ours): it was published, with its vtable,
+        // before it was scheduled, and nobody writes the vtable of a live slot.
         let vt = unsafe { (*slot.vtable.get()).expect("a scheduled slot has a vtable") };
         let p = s.storage_of(index);
         let gen = match start {
             Start::Poll(gen) => gen,
+            Start::Gone => unreachable!("returned above"),
             Start::Cancel(_) => {
                 // SAFETY: RUNNING is ours: the future is initialised and no one else polls.
                 let _ = catch_unwind(AssertUnwindSafe(|| unsafe { (vt.drop_future)(p) }));
@@ -976,37 +1092,68 @@ impl Turn {
     }
 }
 
+impl Turn {
+    /// True if the streak is over the lane's budget and the lane demotes overruns: the turn
+    /// then keeps the streak in this dispatch (see [`Turn`]).
+    fn contain_streak(&self) -> bool {
+        self.budget
+            .is_some_and(|b| b.demote && sys::now_ns().saturating_sub(self.streak_since) > b.ns)
+    }
+}
+
 impl EventHandler for Turn {
     fn source(&self) -> BorrowedFd<'_> {
         self.shared.doorbell.as_fd()
     }
 
-    fn handle(&mut self, _event: &Event, _ctx: &mut LaneContext) -> Disposition {
+    fn handle(&mut self, _event: &Event, ctx: &mut LaneContext) -> Disposition {
         let _ = self.shared.doorbell.read();
         self.shared.rung.store(false, SeqCst);
         self.shared.counters.turns.fetch_add(1, Relaxed);
-        for _ in 0..POLLS_PER_TURN {
-            // Before every poll, so a task woken by the previous one, or whose deadline just
-            // passed, competes by priority.
-            if self.shared.next_deadline.load(Relaxed) <= sys::now_ns() {
-                self.shared.expire(sys::now_ns());
+        if self.streak_since == 0 {
+            self.streak_since = sys::now_ns();
+        }
+        ctx.backdate_dispatch(self.streak_since);
+        loop {
+            for _ in 0..POLLS_PER_TURN {
+                // Shutdown: poll nothing more (the closer may be waiting for this turn's
+                // last poll to return).
+                if self.shared.closed.load(SeqCst) {
+                    break;
+                }
+                // Before every poll, so a task woken by the previous one, or whose deadline
+                // just passed, competes by priority.
+                if self.shared.next_deadline.load(Relaxed) <= sys::now_ns() {
+                    self.shared.expire(sys::now_ns());
+                }
+                self.drain();
+                match self.heap.pop() {
+                    Some((_, _, i)) => self.run(i),
+                    None => break,
+                }
+            }
+            if self.shared.closed.load(SeqCst) {
+                // Cancel what the closer left: a task it found mid-poll past its deadline.
+                self.heap.clear();
+                self.shared.close(0);
+                self.streak_since = 0;
+                return Disposition::Rearm;
             }
             self.drain();
-            match self.heap.pop() {
-                Some((_, _, i)) => self.run(i),
-                None => break,
+            if self.heap.is_empty() {
+                self.streak_since = 0;
+                return Disposition::Rearm;
+            }
+            if !self.contain_streak() {
+                self.shared.ring();
+                return Disposition::Rearm;
             }
         }
-        self.drain();
-        if !self.heap.is_empty() {
-            self.shared.ring();
-        }
-        Disposition::Rearm
     }
 
     fn on_close(&mut self) {
         self.heap.clear();
-        self.shared.close(&mut self.close_order);
+        self.shared.close(0);
     }
 }
 
@@ -1079,7 +1226,7 @@ mod tests {
         let registry = Registry {
             set: Arc::new(Handles::new(4).unwrap()),
         };
-        let ex = Executor::new("test", max_tasks, task_bytes, registry.clone()).unwrap();
+        let ex = Executor::new("test", max_tasks, task_bytes, None, registry.clone()).unwrap();
         Lane {
             spawner: ex.spawner,
             turn: ex.turn,
@@ -1125,6 +1272,31 @@ mod tests {
         assert_eq!(l.free_slots(), 4, "the slot is free again");
         let st = l.spawner.stats();
         assert_eq!((st.spawned, st.completed, st.polls), (1, 1, 1));
+    }
+
+    /// Outputs of every shape (smaller and larger than the future, over-aligned, owning heap
+    /// memory) come back through the handle intact: the handle moves the output out through
+    /// the future's own `Cell` type, not by casting the slot's start.
+    #[test]
+    fn outputs_of_any_layout_come_back_through_the_handle() {
+        #[repr(align(64))]
+        #[derive(Debug, PartialEq)]
+        struct Aligned(u8, [u64; 3]);
+        let mut l = lane(4, 512);
+        let pad = [7u8; 200]; // a future much larger than its output
+        let small = l.spawner.spawn(async move { pad[199] }).unwrap();
+        let aligned = l.spawner.spawn(async { Aligned(9, [1, 2, 3]) }).unwrap();
+        let owned = l
+            .spawner
+            .spawn(async { String::from("owned output") })
+            .unwrap();
+        let wide = l.spawner.spawn(async { [0xabu8; 300] }).unwrap();
+        assert!(l.turn());
+        assert_eq!(small.wait(), Ok(7));
+        assert_eq!(aligned.wait(), Ok(Aligned(9, [1, 2, 3])));
+        assert_eq!(owned.wait().as_deref(), Ok("owned output"));
+        assert_eq!(wide.wait(), Ok([0xab; 300]));
+        assert_eq!(l.free_slots(), 4);
     }
 
     #[test]
@@ -1421,6 +1593,45 @@ mod tests {
         ));
     }
 
+    /// Shutdown from another thread between two turns: the tasks a turn left queued in its
+    /// heap are cancelled there, highest first, and the next turn polls nothing.
+    #[test]
+    fn close_between_turns_cancels_queued_tasks_and_stops_polling() {
+        let n = POLLS_PER_TURN + 4;
+        let mut l = lane(n, 256);
+        let log = Arc::new(StdMutex::new(Vec::new()));
+        let hs: Vec<_> = (0..n)
+            .map(|i| {
+                let d = DropLog(if i == n - 1 { "last" } else { "other" }, log.clone());
+                l.spawner
+                    .spawn_with_priority(if i == n - 1 { 1 } else { 0 }, async move {
+                        let _d = d;
+                        yield_now().await; // stays runnable: the turn rings again
+                        std::future::pending::<()>().await
+                    })
+                    .unwrap()
+            })
+            .collect();
+        assert!(l.turn());
+        let polls = l.spawner.stats().polls;
+        assert_eq!(polls, POLLS_PER_TURN as u64);
+        let shared = l.spawner.shared.clone();
+        let left = std::thread::spawn(move || shared.close(0)).join().unwrap();
+        assert_eq!(left, 0);
+        assert_eq!(log.lock().unwrap().len(), n);
+        assert_eq!(
+            log.lock().unwrap()[0],
+            "last",
+            "highest task priority first"
+        );
+        let _ = l.turn();
+        assert_eq!(l.spawner.stats().polls, polls, "no poll after close");
+        for mut h in hs {
+            assert_eq!(poll_once(&mut h), Poll::Ready(Err(JoinError::Cancelled)));
+        }
+        assert_eq!(l.free_slots(), n);
+    }
+
     #[test]
     fn a_detached_task_frees_its_slot_and_drops_its_output_when_done() {
         let mut l = lane(1, 256);
@@ -1461,6 +1672,46 @@ mod tests {
         assert!(l.turn());
         assert_eq!(*order.lock().unwrap(), ["timed", "low", "low", "low"]);
         drop(lows);
+    }
+
+    /// A deadline left armed by a cancelled task does not wake the slot's next task; a due
+    /// deadline of a live task wakes it. (The deadline heap names tasks by generation.)
+    #[test]
+    fn a_stale_deadline_does_not_wake_the_slots_next_task() {
+        let mut l = lane(1, 256);
+        let deadline = sys::now_ns() + 1_000_000;
+        let h = l
+            .spawner
+            .spawn(async move { crate::task::time::sleep_until(deadline).await })
+            .unwrap();
+        assert!(l.turn(), "registers the deadline");
+        h.cancel();
+        assert!(l.turn(), "cancelled on the lane");
+        drop(h);
+        assert_eq!(l.free_slots(), 1);
+        let (f, _waker, _done, polls) = parked();
+        let _next = l.spawner.spawn(f).unwrap();
+        assert!(l.turn());
+        assert_eq!(polls.load(SeqCst), 1);
+        std::thread::sleep(Duration::from_millis(2));
+        l.spawner.shared.expire(sys::now_ns());
+        assert!(
+            !l.turn(),
+            "the stale deadline scheduled the slot's next task"
+        );
+        assert_eq!(polls.load(SeqCst), 1);
+        // A live task's own due deadline does wake it.
+        let mut l = lane(1, 256);
+        let late = sys::now_ns() + 1_000_000;
+        let mut timed = l
+            .spawner
+            .spawn(async move { crate::task::time::sleep_until(late).await })
+            .unwrap();
+        assert!(l.turn());
+        std::thread::sleep(Duration::from_millis(2));
+        l.spawner.shared.expire(sys::now_ns());
+        assert!(l.turn(), "the due deadline scheduled its task");
+        assert_eq!(poll_once(&mut timed), Poll::Ready(Ok(())));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! priority, with no allocation per spawn, poll, wake or completion.
 //!
 //! * **Owns:** a lane's task table and ready set (`executor.rs`), the per-task state machine
-//!   (`state.rs`) and lane time ([`time`]).
+//!   (`state.rs`), the deadline heap (`deadlines.rs`) and lane time ([`time`]).
 //! * **May use:** the engine's handler interface (`engine::handler`, and the handles'
 //!   `engine::word::Token`), the inbox's refusal (`sources::inbox::Full`, which task channels
 //!   share), `sync`, `sys`, `observe` and `error`. **Must never use:** `config`, `runtime` or the engine's internals; the
@@ -18,7 +18,7 @@
 //!                                                │        max_tasks             FIFO seq)
 //!                  first push since last turn: ──┘                                  │ pop ≤ 16
 //!                  eventfd += 1 ─────────── the doorbell handle fires ─▶ Turn: poll each task
-//!  lfrt::time: slot deadline ── timerfd (abs) ── fires ─▶ Clock: wake tasks whose deadline passed
+//!  lfrt::time: deadline heap ── timerfd (abs) ── fires ─▶ Clock: wake tasks whose deadline passed
 //! ```
 //!
 //! # What runs where
@@ -43,6 +43,11 @@
 //!   list). A single poll is bounded only by the task itself: a task that never yields holds
 //!   its thread, and the lane's overrun watchdog (`budget_us`) reports or demotes it exactly
 //!   as it does a handler.
+//! * **Streaks**: a task that wakes itself keeps the ready set from emptying through many
+//!   short turns; the turns until the ready set is empty again are one streak, which the
+//!   watchdog sees as one dispatch (counted past `budget_us`; with `on_overrun = "demote"`
+//!   kept in one dispatch once over budget, so the thread stays demoted until it ends). See
+//!   `Turn` in `executor.rs`.
 //!
 //! # Limits and refusals
 //! * `max_tasks` slots per lane (TOML `max_tasks`, default 0: no task table), each
@@ -56,9 +61,11 @@
 //! # Failures
 //! * A panicking task is caught, counted ([`TaskStats::panicked`]); its future is dropped,
 //!   its slot freed, its handle gives [`JoinError::Panicked`]; other tasks are unaffected.
-//! * Shutdown ([`Runtime::shutdown_within`](crate::Runtime::shutdown_within)): after the
-//!   lane's threads returned, every unfinished task is cancelled (its future dropped, its
-//!   handle gives [`JoinError::Cancelled`]) in task priority order, highest first.
+//! * Shutdown ([`Runtime::shutdown_within`](crate::Runtime::shutdown_within)): every
+//!   unfinished task is cancelled (its future dropped, its handle gives
+//!   [`JoinError::Cancelled`]) within the deadline, lanes highest first, each lane's tasks in
+//!   task priority order; a task in a running poll is waited for until the deadline, then left
+//!   to its lane thread, which cancels it when the poll returns (`Shared::close`).
 //!
 //! # Real-time contract
 //! After the lane is built: spawn is a lock-free pop and push plus a move into the slot;
@@ -67,6 +74,7 @@
 //! under a priority-inheriting lock (one `timerfd_settime`).
 
 mod channel;
+mod deadlines;
 pub(crate) mod executor;
 pub mod net;
 pub(crate) mod state;

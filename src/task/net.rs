@@ -20,8 +20,13 @@
 //! entry lock) before it re-adds the handle; a task that stored its waker and then resumed
 //! therefore either finds the handle suspended (and re-arms it) or armed.
 //!
-//! A second task receiving on the same socket replaces the first one's
-//! waker; the replaced waker is woken (a spurious wake-up, never a lost one).
+//! **One reader at a time.** A socket has one reader slot: while one task's `recv_from`,
+//! `read` or `accept` is in progress (from its first poll until it completes or is dropped),
+//! another one on the same socket fails at once with [`io::ErrorKind::ResourceBusy`]. Two
+//! readers sharing the slot would each replace the other's waker on every `WouldBlock`, and a
+//! replaced waker must be woken (or its task would sleep for good), so they would keep waking
+//! each other: a livelock at the lane's priority. Share one socket's input between tasks through
+//! a [`channel`](fn@crate::task::channel) fed by one reader task.
 //!
 //! # Real-time contract
 //! Making a socket registers one handler (one `Box`, the registry's allocation); receiving,
@@ -41,6 +46,7 @@ use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
@@ -49,31 +55,53 @@ const WRITE_RETRY_NS: u64 = 100_000;
 
 /// The readiness state a socket shares with its handler.
 struct Readiness {
+    /// The waker of the reader in progress (module docs: one reader at a time).
     readers: Mutex<Option<Waker>>,
+    /// A `recv_from`, `read` or `accept` is in progress ([`Reader`]).
+    reading: AtomicBool,
     token: OnceLock<Token>,
     registry: Registry,
 }
 
-fn store(slot: &Mutex<Option<Waker>>, w: &Waker) {
-    let old = {
-        let mut g = slot.lock();
-        match &*g {
-            Some(o) if o.will_wake(w) => return,
-            _ => g.replace(w.clone()),
-        }
-    };
-    if let Some(o) = old {
-        o.wake(); // replaced: wake it rather than lose it
-    }
-}
+/// The one reader in progress on a socket: taken at its first poll, given back when it
+/// completes or is dropped (then its stored waker is forgotten, not woken: nobody waits).
+struct Reader<'a>(&'a Readiness);
 
 impl Readiness {
-    /// A nonblocking call returned `WouldBlock`: wait for the handle's next event.
-    fn wait(&self, slot: &Mutex<Option<Waker>>, cx: &mut Context<'_>) {
-        store(slot, cx.waker());
+    /// Makes the caller the socket's reader, or refuses: another read is in progress.
+    fn claim(&self) -> io::Result<Reader<'_>> {
+        if self.reading.swap(true, AcqRel) {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                "another task is already receiving on this lfrt::net socket: one reader at a \
+                 time (feed other tasks from one reader through lfrt::task::channel)",
+            ));
+        }
+        Ok(Reader(self))
+    }
+
+    /// A nonblocking call returned `WouldBlock`: wait for the handle's next event. The waker
+    /// replaces the reader's earlier one (the same reader's: [`claim`](Self::claim)), which
+    /// is not woken: its future is the one being polled now.
+    fn wait(&self, cx: &mut Context<'_>) {
+        {
+            let mut g = self.readers.lock();
+            match &*g {
+                Some(o) if o.will_wake(cx.waker()) => {}
+                _ => *g = Some(cx.waker().clone()),
+            }
+        }
         if let Some(t) = self.token.get() {
             let _ = self.registry.resume(*t);
         }
+    }
+}
+
+impl Drop for Reader<'_> {
+    fn drop(&mut self) {
+        let forgotten = self.0.readers.lock().take();
+        self.0.reading.store(false, Release);
+        drop(forgotten); // outside the lock: a waker's drop may run foreign code
     }
 }
 
@@ -116,6 +144,7 @@ fn register<S: AsFd + Send + Sync + 'static>(
         sock,
         ready: Readiness {
             readers: Mutex::new(None),
+            reading: AtomicBool::new(false),
             token: OnceLock::new(),
             registry: lane.registry.clone(),
         },
@@ -135,19 +164,18 @@ fn poll_io<S, T>(
     cx: &mut Context<'_>,
     mut op: impl FnMut(&S) -> io::Result<T>,
 ) -> Poll<io::Result<T>> {
-    let slot = &sh.ready.readers;
     match op(&sh.sock) {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
             if write {
                 // Retry after WRITE_RETRY on the lane's timer (outside a lane task: yield).
                 match lane_task(cx.waker()) {
-                    Some((ex, index, _)) => {
-                        ex.add_deadline(index, sys::now_ns() + WRITE_RETRY_NS);
+                    Some((ex, index, gen)) => {
+                        ex.add_deadline(index, gen, sys::now_ns() + WRITE_RETRY_NS);
                     }
                     None => cx.waker().wake_by_ref(),
                 }
             } else {
-                sh.ready.wait(slot, cx);
+                sh.ready.wait(cx);
             }
             Poll::Pending
         }
@@ -211,8 +239,10 @@ impl UdpSocket {
     /// Receives one datagram, waiting on the lane until one arrives.
     ///
     /// # Errors
-    /// The socket's error.
+    /// The socket's error; [`io::ErrorKind::ResourceBusy`] if another receive on this socket
+    /// is in progress (one reader at a time: module docs).
     pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        let _reader = self.0.ready.claim()?;
         poll_fn(|cx| poll_io(&self.0, false, cx, |s| s.recv_from(buf))).await
     }
 
@@ -273,9 +303,12 @@ impl TcpListener {
     ///
     /// # Errors
     /// `accept`'s error, or the registry's (the lane's handle table is full: the connection
-    /// is closed).
+    /// is closed); [`io::ErrorKind::ResourceBusy`] if another `accept` on this listener is in
+    /// progress (one reader at a time: module docs).
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let reader = self.shared.ready.claim()?;
         let (s, from) = poll_fn(|cx| poll_io(&self.shared, false, cx, |l| l.accept())).await?;
+        drop(reader);
         s.set_nonblocking(true)?;
         Ok((TcpStream(register(&self.lane, s)?), from))
     }
@@ -301,9 +334,11 @@ impl TcpStream {
     /// arrive.
     ///
     /// # Errors
-    /// The socket's error.
+    /// The socket's error; [`io::ErrorKind::ResourceBusy`] if another read on this stream is
+    /// in progress (one reader at a time: module docs).
     pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         use std::io::Read;
+        let _reader = self.0.ready.claim()?;
         poll_fn(|cx| poll_io(&self.0, false, cx, |mut s| s.read(buf))).await
     }
 

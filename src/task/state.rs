@@ -17,11 +17,16 @@
 //! slot never schedules the slot's new task (until the generation wraps: see below).
 //!
 //! Invariants (each transition is one compare-and-swap on this word, so they hold at every
-//! instant; the loom models in `task::executor::loom_tests` check them):
+//! instant; the loom models in `task::state::loom_tests` below check them):
 //! * **polled by at most one thread**: only [`start`](TaskState::start) sets `RUNNING`, and it
 //!   requires `SCHEDULED` and clears it; `SCHEDULED` is set again only when `RUNNING` is clear
 //!   ([`wake`](TaskState::wake)) or by the poller itself as it clears `RUNNING`
 //!   ([`pending`](TaskState::pending));
+//! * **never polled once dropped, never dropped while polled**: shutdown cancels from any
+//!   thread with [`complete_unpolled`](TaskState::complete_unpolled), which requires `RUNNING`
+//!   clear and sets `COMPLETE`; `start` requires `COMPLETE` clear; each is one CAS on this
+//!   word, so exactly one of them takes a scheduled task (the other finds `Start::Gone` or
+//!   `None`);
 //! * **in the ready set at most once**: the thread whose transition sets `SCHEDULED` pushes the
 //!   slot, and only [`start`](TaskState::start) clears it, after the slot was popped; so the
 //!   ready queue never holds more than `max_tasks` entries;
@@ -75,6 +80,10 @@ pub(crate) enum Start {
     Poll(u16),
     /// Cancellation was requested: drop the future instead.
     Cancel(u16),
+    /// Nothing to run: shutdown completed the task while its entry waited in the ready set
+    /// ([`complete_unpolled`](TaskState::complete_unpolled) from another thread, which
+    /// cleared `SCHEDULED`), so the entry was stale.
+    Gone,
 }
 
 /// A task slot's state word (module docs).
@@ -137,13 +146,23 @@ impl TaskState {
         changed && s & (RUNNING | SCHEDULED | NOTIFIED) == 0
     }
 
-    /// The poller took the slot from the ready set: `SCHEDULED` → `RUNNING`.
+    /// The poller took the slot from the ready set: `SCHEDULED` → `RUNNING`, unless shutdown
+    /// completed the task meanwhile ([`Start::Gone`]): one CAS decides between this and
+    /// [`complete_unpolled`](Self::complete_unpolled), so a future is never polled after it
+    /// was dropped nor dropped while it is polled.
     pub(crate) fn start(&self) -> Start {
-        let (s, _) = self.update(|s| Some((s & !SCHEDULED) | RUNNING));
-        assert!(
-            s & SCHEDULED != 0 && s & (RUNNING | COMPLETE) == 0 && s & LIVE != 0,
-            "inconsistent task state at start: {s:#x}"
-        );
+        let (s, changed) = self.update(|s| {
+            (s & SCHEDULED != 0 && s & (RUNNING | COMPLETE) == 0)
+                .then_some((s & !SCHEDULED) | RUNNING)
+        });
+        if !changed {
+            assert!(
+                s & (SCHEDULED | RUNNING) == 0,
+                "inconsistent task state at start: {s:#x}"
+            );
+            return Start::Gone;
+        }
+        assert!(s & LIVE != 0, "inconsistent task state at start: {s:#x}");
         if s & CANCEL != 0 {
             Start::Cancel(generation(s))
         } else {
@@ -174,9 +193,10 @@ impl TaskState {
         s & HANDLE == 0
     }
 
-    /// Completes a task that no thread is polling (shutdown, or a spawn that lost the race
-    /// with it): `Some(free_now)` if this call completed it, `None` if it was already
-    /// complete, running or not of generation `gen`.
+    /// Completes a task that no thread is polling (shutdown, from any thread, also while the
+    /// lane runs; or a spawn that lost the race with it): `Some(free_now)` if this call
+    /// completed it, `None` if it was already complete, running or not of generation `gen`.
+    /// A ready-set entry it leaves behind is [`Start::Gone`].
     pub(crate) fn complete_unpolled(&self, gen: u16) -> Option<bool> {
         let (s, changed) = self.update(|s| {
             if generation(s) != gen || s & LIVE == 0 || s & (COMPLETE | RUNNING) != 0 {
@@ -352,6 +372,44 @@ mod loom_tests {
                 saw_complete || woken,
                 "the awaiting handle would sleep forever"
             );
+        });
+    }
+
+    /// Shutdown cancelling from another thread (`complete_unpolled`, retried while the task
+    /// runs, as `Shared::close` does) against the poller taking the task from the ready set
+    /// (`start`, then `Pending`): the future is never polled after it was dropped, never
+    /// dropped while it is polled, and dropped exactly once.
+    #[test]
+    fn a_cancel_at_shutdown_never_overlaps_a_poll() {
+        loom::model(|| {
+            let st = Arc::new(TaskState::new());
+            let _ = st.spawn(false);
+            let polling = Arc::new(AtomicUsize::new(0));
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let (st2, polling2, dropped2) = (st.clone(), polling.clone(), dropped.clone());
+            let closer = loom::thread::spawn(move || loop {
+                if st2.load() & COMPLETE != 0 {
+                    return;
+                }
+                if st2.complete_unpolled(0).is_some() {
+                    assert_eq!(polling2.load(SeqCst), 0, "dropped while it is polled");
+                    dropped2.fetch_add(1, SeqCst);
+                    return;
+                }
+                loom::thread::yield_now();
+            });
+            match st.start() {
+                Start::Poll(0) => {
+                    polling.fetch_add(1, SeqCst);
+                    assert_eq!(dropped.load(SeqCst), 0, "polled after it was dropped");
+                    polling.fetch_sub(1, SeqCst);
+                    assert!(!st.pending(), "nobody woke it");
+                }
+                Start::Gone => {}
+                other => panic!("{other:?}"),
+            }
+            closer.join().unwrap();
+            assert_eq!(dropped.load(SeqCst), 1);
         });
     }
 

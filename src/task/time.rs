@@ -1,10 +1,11 @@
 //! Time for lane tasks: [`sleep_until`], [`sleep`] and [`interval`], backed by the lane's own
 //! timerfd (no thread of their own).
 //!
-//! Each task slot keeps the earliest deadline its task waits for; the lane's timerfd is armed
-//! (`TFD_TIMER_ABSTIME`) for the earliest deadline of all slots. When it fires, the lane's
-//! timer handler scans the slots (`max_tasks` atomic loads), wakes every task whose deadline
-//! passed, and re-arms the timerfd for the next one. A task that waits for several deadlines
+//! Each task keeps the earliest deadline it waits for in its lane's deadline heap (one entry
+//! per task slot at most, preallocated); the lane's timerfd is armed (`TFD_TIMER_ABSTIME`)
+//! for the heap's earliest. When it fires, the lane's timer handler takes the due deadlines
+//! off the heap (O(log n) each in the deadlines armed, whatever `max_tasks` is), wakes their
+//! tasks, and re-arms the timerfd for the next one. A task that waits for several deadlines
 //! at once is woken at the earliest; the others register again when polled.
 //!
 //! Instants are `CLOCK_MONOTONIC` nanoseconds ([`now_ns`]), as for callback timers and
@@ -64,10 +65,10 @@ fn poll_deadline(deadline_ns: u64, cx: &mut Context<'_>) -> Poll<()> {
     if sys::now_ns() >= deadline_ns {
         return Poll::Ready(());
     }
-    let Some((shared, index, _)) = lane_task(cx.waker()) else {
+    let Some((shared, index, gen)) = lane_task(cx.waker()) else {
         panic!("lfrt::time futures must be polled by a task spawned on a lane (Lane::spawn)");
     };
-    shared.add_deadline(index, deadline_ns);
+    shared.add_deadline(index, gen, deadline_ns);
     // A deadline that passed meanwhile has armed the timerfd in the past: it fires at once.
     Poll::Pending
 }

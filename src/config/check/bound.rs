@@ -7,8 +7,9 @@ impl RuntimeConfig {
     /// Bound groups (`[group.bound]`): an address a connection can be made to, the pool's
     /// sizes ([`BoundConfig`](crate::bound::BoundConfig)'s own range check), a waiter slot for
     /// every thread, and none of the group settings a bound pool does not have: the concurrent
-    /// promotion (the pool always has a leader) and the overrun watchdog (which watches the
-    /// dispatches of Leader/Followers groups only).
+    /// promotion (the pool always has a leader), the overrun watchdog (which watches the
+    /// dispatches of Leader/Followers groups only) and a task table (whose handles only a
+    /// Leader/Followers pool dispatches).
     ///
     /// Nothing is connected: `lfrt check` does not open a connection to a back-end, so a
     /// back-end that is down is found by [`Runtime::new`](crate::Runtime::new)
@@ -52,6 +53,19 @@ impl RuntimeConfig {
                         "{} for {} threads: each thread of the group leases a waiter slot; give \
                          at least one per thread, plus one per caller of the back-end",
                         b.max_waiters, g.threads
+                    ),
+                );
+            }
+            if g.max_tasks > 0 {
+                return bad(
+                    Section::Group(gi),
+                    "max_tasks",
+                    format!(
+                        "{}: a bound group's threads serve its back-end connection only, never \
+                         the group's handle set, where a task table's handles live, so its \
+                         tasks would never run; spawn tasks on a Leader/Followers group and \
+                         leave `max_tasks` out here",
+                        g.max_tasks
                     ),
                 );
             }
