@@ -149,7 +149,7 @@ struct SnapshotCollector(Shared);
 /// A counter of [`GroupMetrics`]: name (without `lfrt_group_` and `_total`), help, field.
 type CounterOf = (&'static str, &'static str, fn(&GroupMetrics) -> u64);
 
-const COUNTERS: [CounterOf; 21] = [
+const COUNTERS: [CounterOf; 23] = [
     ("dispatched", "Events dispatched to handlers", |m| {
         m.dispatched
     }),
@@ -162,6 +162,16 @@ const COUNTERS: [CounterOf; 21] = [
         "vacant_promotions",
         "Times a leader found no follower to promote",
         |m| m.promotions_no_follower,
+    ),
+    (
+        "deferred_promotions",
+        "Events a leader processed keeping its role (promote_after_us)",
+        |m| m.promotions_deferred,
+    ),
+    (
+        "deferred_takeovers",
+        "Deferred promotions that outlasted promote_after_us (a follower took the role)",
+        |m| m.deferred_takeovers,
     ),
     ("handler_panics", "Panics caught in handlers", |m| {
         m.handler_panics

@@ -187,6 +187,15 @@ pub struct GroupConfig {
     /// Follower promotion order.
     #[serde(default)]
     pub promotion: Promotion,
+    /// Deferred promotion (µs; `promotion = "priority" | "lifo" | "fifo"`): a leader whose
+    /// wait returned one lone event keeps its role while it processes it, and the follower it
+    /// would have woken takes the role only if the handler still runs this long after the
+    /// event was taken (its promotion timer). An event that arrives meanwhile waits at most this
+    /// long plus that follower's wake-up, or until the handler returns if that is sooner.
+    /// 0 promotes before processing, as the pattern's classic form (a wake-up per event).
+    /// 0..=1000000, default 50.
+    #[serde(default = "GroupConfig::default_promote_after_us")]
+    pub promote_after_us: u64,
     /// Per-thread priorities (one per thread, each ≤ `priority` and above every lower group's).
     #[serde(default)]
     pub thread_priorities: Option<Vec<u8>>,
@@ -314,6 +323,8 @@ impl BoundGroup {
 
 /// Default size of a task slot (`task_bytes`).
 const DEFAULT_TASK_BYTES: usize = 512;
+/// Default deferred promotion (`promote_after_us`).
+pub const DEFAULT_PROMOTE_AFTER_US: u64 = 50;
 /// Default number of pool threads per group.
 const DEFAULT_THREADS: usize = 2;
 /// Default per-thread buffer size.
@@ -347,6 +358,7 @@ impl GroupConfig {
             threads: DEFAULT_THREADS,
             cpus: None,
             promotion: Promotion::Priority,
+            promote_after_us: DEFAULT_PROMOTE_AFTER_US,
             thread_priorities: None,
             buffer_bytes: DEFAULT_BUFFER_BYTES,
             max_handles: DEFAULT_MAX_HANDLES,
@@ -364,6 +376,9 @@ impl GroupConfig {
 
     fn default_task_bytes() -> usize {
         DEFAULT_TASK_BYTES
+    }
+    fn default_promote_after_us() -> u64 {
+        DEFAULT_PROMOTE_AFTER_US
     }
 
     // serde's `default = "…"` takes a function, not a constant.

@@ -20,6 +20,7 @@ impl GroupConfig {
                 })
                 .collect(),
             promotion: self.promotion,
+            promote_after_ns: self.promote_after_us.saturating_mul(1000),
             max_handles: self.max_handles,
             buffer_bytes: self.buffer_bytes,
             stack_bytes: self.stack_bytes,

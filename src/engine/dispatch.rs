@@ -5,16 +5,19 @@
 //! # The Leader/Followers loop
 //!
 //! ```text
-//!   join ─► lead: an event of the batch? ──yes──────────────► (role already handed on) ─┐
-//!              │ no                                                                       │
-//!              ▼                                                                          ▼
-//!           epoll_wait(up to 1 + followers) ─► promote_with(rest) ─────────────► process ─► join
+//!   join ─► lead: an event of the batch? ──yes── (kept: still the leader; or handed on) ──┐
+//!              │ no                                                                        │
+//!              ▼                                                                           ▼
+//!           epoll_wait(up to 1 + followers) ─► keep(rest)          (promote_after_us > 0) ─► process ─► join
+//!                                            └► promote_with(rest) (promote_after_us = 0) ─┘
 //! ```
 //!
 //! A leader takes as many events per wait as there are idle threads to take them; what it does
-//! not process itself is the batch, which passes on with the role (`leader.rs`). The follower
-//! it promotes is woken at once if the batch holds an event, otherwise only when the handle set
-//! turns ready (its parker's link): a lone event costs no wake-up of a second thread.
+//! not process at once is the batch (`leader.rs`). With deferred promotion (the default) it
+//! keeps its role through its events and arms the promotion timer of the follower it would
+//! have woken: an event costs no wake-up of a second thread unless it takes longer than
+//! `promote_after_us`. Before its wait blocks, it cancels that timer (after a look that does
+//! not block), so an idle lane wakes nobody.
 //!
 //! # Concurrent mode (`promotion = "concurrent"`)
 //!
@@ -62,16 +65,16 @@
 //!
 //! # Real-time safety of the loop
 //! No allocation, no formatting, no logging, no user-space lock other than PI locks (the
-//! group's, and a borrower's while lent); it blocks only in `epoll_wait` (as leader, directly
-//! on the handle set or, promoted, through its parker's link; as follower, on its parker) or
-//! the handler. Lane borrowing adds the kernel's epoll locks of the lanes it
+//! group's, and a borrower's while lent); it blocks only in `epoll_wait` (as leader, on the
+//! handle set; as follower, on its parker's own set: its token and promotion timer) or the
+//! handler. Lane borrowing adds the kernel's epoll locks of the lanes it
 //! links, which are not priority-inheriting (`borrow.rs`). A test counts the
 //! allocations of 100,000 dispatches for every event source and promotion order.
 
 use crate::engine::group::Group;
 use crate::engine::handle_set::Wait;
 use crate::engine::handler::{self, Context, Dispatched, Event, Handles};
-use crate::engine::leader::{Joined, Lead, Promoted, MAX_BATCH};
+use crate::engine::leader::{Joined, Kept, Lead, Promoted, MAX_BATCH};
 use crate::engine::slot::ThreadSlot;
 use crate::observe::alloc_count;
 use crate::observe::metrics::Counters;
@@ -103,7 +106,11 @@ impl PoolThread<'_> {
     pub(super) fn run(&mut self, time_shared: bool) {
         let group = self.group;
         let c = &group.counters;
+        let after = group.spec.promote_after_ns;
         let mut batch = [(0u32, 0u64); MAX_BATCH];
+        // The follower whose promotion timer this thread armed last (deferred promotion), so
+        // that the timer is cancelled before this thread's wait blocks, or re-armed.
+        let mut armed: Option<u16> = None;
         loop {
             // A handle stays disarmed until its handler returns. Under time-sharing the
             // scheduler can preempt a sibling in the middle of its handler (typically: this
@@ -117,13 +124,18 @@ impl PoolThread<'_> {
             if group.protocol.join(self.idx, self.slot.priority) == Joined::Shutdown {
                 return;
             }
-            // Leader: the next event of the batch the previous leader left (the role passes
-            // on in the same lock), or a wait on the handle set for as many events as there
-            // are idle threads to take them. ONESHOT disarms every handle a wait reports.
+            // Leader: the next event of the batch (kept, or left by the previous leader, the
+            // role then passing on in the same lock), or a wait on the handle set for as many
+            // events as there are idle threads to take them. ONESHOT disarms every handle a
+            // wait reports.
             let (ready, promoted) = match group.protocol.lead(self.idx) {
+                Lead::Lost => {
+                    armed = None; // its timer fired: that is how the role was lost
+                    continue;
+                }
                 Lead::Take(ready, promoted) => (ready, promoted),
                 Lead::Wait { max } => {
-                    let n = match group.handles.wait_many(&mut batch[..max]) {
+                    let n = match self.wait(&mut batch[..max], &mut armed) {
                         Ok(0) => continue, // EINTR: still the leader
                         Ok(n) => n,
                         Err(e) => {
@@ -141,16 +153,44 @@ impl PoolThread<'_> {
                         group.protocol.resign(self.idx);
                         continue;
                     }
-                    // Promote before processing, so the handle set is never left without a
-                    // leader while there is a follower; the rest of the batch goes with the
-                    // role.
-                    (got[0], group.protocol.promote_with(self.idx, &got[1..]))
+                    if after > 0 && !matches!(Handles::decode(got[0]), Wait::Link { .. }) {
+                        // Deferred promotion (`leader.rs`): keep the role through these events;
+                        // the follower that would be woken now is woken only if this thread
+                        // still holds them `promote_after` from now.
+                        let at = sys::now_ns().saturating_add(after);
+                        match group.protocol.keep(self.idx, &got[1..], at) {
+                            Kept::Keeping(s) => {
+                                if armed.is_some_and(|a| a != s) {
+                                    group.protocol.cancel(armed);
+                                }
+                                armed = Some(s);
+                                (got[0], None)
+                            }
+                            Kept::Promoted(p) => (got[0], Some(p)),
+                        }
+                    } else {
+                        // Promote before processing, so the handle set is never left without
+                        // a leader while there is a follower; the rest of the batch goes with
+                        // the role.
+                        (
+                            got[0],
+                            Some(group.protocol.promote_with(self.idx, &got[1..])),
+                        )
+                    }
                 }
             };
             let woke_ns = sys::now_ns();
+            let wait = Handles::decode(ready);
+            // A kept role is handed on before this thread is lent to another lane: lending
+            // never takes the role away from its own lane's idle threads (`borrow.rs`).
+            let promoted = match (promoted, &wait) {
+                (None, Wait::Link { .. }) => Some(group.protocol.hand_on(self.idx)),
+                (p, _) => p,
+            };
             match promoted {
-                Promoted::Follower(_) => Counters::add(&c.promotions, 1),
-                Promoted::Vacant => {
+                None => Counters::add(&c.kept, 1),
+                Some(Promoted::Follower(_)) => Counters::add(&c.promotions, 1),
+                Some(Promoted::Vacant) => {
                     Counters::add(&c.vacant, 1);
                     // Every thread of this lane is busy now: call the lenders (`borrow.rs`).
                     if let Some(b) = &group.borrow {
@@ -158,7 +198,7 @@ impl PoolThread<'_> {
                     }
                 }
             }
-            match Handles::decode(ready) {
+            match wait {
                 Wait::Event { token, readiness } => {
                     self.process(group, token, readiness, woke_ns);
                 }
@@ -167,6 +207,21 @@ impl PoolThread<'_> {
                 Wait::Shutdown | Wait::Interrupted => unreachable!("filtered above"),
             }
         }
+    }
+
+    /// The leader's wait on the handle set. A promotion timer it armed (`armed`) is cancelled
+    /// before the wait blocks, so that an idle lane wakes nobody: a look without blocking
+    /// first, and the cancel only if it found nothing.
+    fn wait(&self, out: &mut [(u32, u64)], armed: &mut Option<u16>) -> io::Result<usize> {
+        let handles = &self.group.handles;
+        if armed.is_some() {
+            let n = handles.poll_many(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            self.group.protocol.cancel(armed.take());
+        }
+        handles.wait_many(out)
     }
 
     /// The concurrent loop (module docs, *Concurrent mode*): wait, process, until shutdown.

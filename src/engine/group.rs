@@ -69,6 +69,9 @@ pub(crate) struct GroupSpec {
     pub(crate) on_overrun: OnOverrun,
     /// The lane borrows threads of lower lanes (`borrow.rs`).
     pub(crate) borrow: Option<BorrowSpec>,
+    /// Deferred promotion (`leader.rs`): how long a leader keeps its role through a lone event
+    /// before the follower it would have promoted takes it (ns); 0: promote before processing.
+    pub(crate) promote_after_ns: u64,
 }
 
 /// What the threads of a group that is not a Leader/Followers pool serve. Built above the
@@ -126,14 +129,13 @@ impl Group {
             .iter()
             .map(|&(sched, priority)| ThreadSlot::new(sched, priority))
             .collect();
-        // A Leader/Followers pool's followers park linkable to its handle set, linked at start
-        // where the epoll nesting allows ([`link_parkers`]), so that a promotion with nothing
-        // ready wakes nobody (`leader.rs`). Concurrent mode and bound groups do not run the
-        // protocol's promotions: plain futex parkers.
+        // A Leader/Followers pool's followers park on timed parkers, whose promotion timer a
+        // deferred promotion arms (`leader.rs`). Concurrent mode and bound groups do not run
+        // the protocol's promotions: plain futex parkers.
         let protocol = if served.is_none() && spec.promotion != Promotion::Concurrent {
-            Protocol::linkable(spec.threads.len(), spec.promotion, ()).map_err(|e| Error::Io {
-                context: "creating the group's follower parkers (an epoll set and an eventfd \
-                          per thread)",
+            Protocol::timed(spec.threads.len(), spec.promotion, ()).map_err(|e| Error::Io {
+                context: "creating the group's follower parkers (an epoll set, an eventfd and \
+                          a timerfd per thread)",
                 source: e,
             })?
         } else {
@@ -206,44 +208,6 @@ pub(crate) fn wire_borrowing(groups: &[Arc<Group>]) -> Result<(), Error> {
         }
     }
     Ok(())
-}
-
-/// Links each Leader/Followers lane's follower parkers to its handle set (`sync/parker.rs`),
-/// where the kernel's epoll nesting leaves room. Called once by `Runtime::start`, after
-/// [`wire_borrowing`] and before any pool thread runs.
-///
-/// A link nests the lane's set in each of its threads' parker sets. Under it are the sets of
-/// the lanes it lends to (their sets are members of its own, transitively) and one level kept
-/// for a gate (the private set of a `tcp-echo` or `Framed` listener or connection). So a lane
-/// whose `1 + chain + 1` exceeds [`MAX_NESTED_SETS`](epoll::MAX_NESTED_SETS) keeps unlinked
-/// parkers, which wake a promoted follower at once: only the lowest lender of the deepest
-/// borrowing chain `check` allows. Returns the names of the lanes left unlinked.
-pub(crate) fn link_parkers(groups: &[Arc<Group>]) -> Result<Vec<String>, Error> {
-    // Sets nested in and under a lane's: itself and the longest chain of lanes it lends to.
-    fn depth(g: &Group) -> usize {
-        1 + g
-            .lends
-            .get()
-            .map(|to| to.iter().map(|b| depth(b)).max().unwrap_or(0))
-            .unwrap_or(0)
-    }
-    let mut unlinked = Vec::new();
-    for g in groups {
-        if g.served.is_some() || g.spec.promotion == Promotion::Concurrent {
-            continue;
-        }
-        if 1 + depth(g) + 1 > epoll::MAX_NESTED_SETS {
-            unlinked.push(g.spec.name.clone());
-            continue;
-        }
-        g.protocol
-            .link(g.handles.epoll_fd().as_raw_fd())
-            .map_err(|e| Error::Io {
-                context: "linking the group's follower parkers to its epoll set",
-                source: e,
-            })?;
-    }
-    Ok(unlinked)
 }
 
 #[cfg(all(test, not(loom)))]

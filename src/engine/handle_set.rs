@@ -268,6 +268,14 @@ impl<H> HandleSet<H> {
         }
     }
 
+    /// Like [`wait_many`](Self::wait_many) without blocking: 0 if nothing is ready.
+    pub(crate) fn poll_many(&self, out: &mut [(u32, u64)]) -> io::Result<usize> {
+        match self.epoll.wait_many(0, out) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+            r => r,
+        }
+    }
+
     /// What one reported `(readiness, data word)` stands for.
     pub(crate) fn decode((readiness, data): (u32, u64)) -> Wait {
         match Word::decode(data) {

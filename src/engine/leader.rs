@@ -5,30 +5,36 @@
 //! Each pool thread cycles through three roles:
 //!
 //! ```text
-//!            join(): no leader                 event(s) detected: promote()
+//!            join(): no leader            event(s) detected: promote() or keep()
 //!   ┌────────────────────────────► LEADER ─────────────────────────────► PROCESSING
-//!   │                                ▲                                        │
-//!   │     join(): leader present     │ promoted: woken when the handle set    │ handler returned:
-//!   └──────────────► FOLLOWER ───────┘ has an event (its link), or at once    │ join() again
-//!                       ▲                for an event of the batch            │
-//!                       └─────────────────────────────────────────────────────┘
+//!   │                                ▲  ▲                                     │   │
+//!   │     join(): leader present     │  └──── kept the role: join() again ────┘   │
+//!   └──────────────► FOLLOWER ───────┘ promoted (woken by the leader), or         │ handler
+//!                       ▲                its promotion timer expired while        │ returned:
+//!                       │                the leader kept the role                 │ join() again
+//!                       └─────────────────────────────────────────────────────────┘
 //! ```
 //!
 //! State, all under one priority-inheritance lock (threads of different priorities share it):
 //! `leader: Option<thread>`, the [`FollowerQueue`] of parked threads, `shutdown`, the leader's
-//! [`Batch`], and the variant's own state `X` ([`State::ext`]).
+//! [`Batch`], `keeping` (the follower whose promotion timer is armed while the leader keeps its
+//! role), and the variant's own state `X` ([`State::ext`]).
 //!
-//! **What a promotion costs.** The pattern promotes a follower *before* the leader processes
-//! its event, so that the handle set is never left without a leader while a thread is idle.
-//! Waking the follower on every event would cost a context switch (and, across CPUs, an
-//! inter-processor interrupt) per event even when no second event comes. So a promotion hands
-//! the role over under the lock and wakes the new leader only when it has something to lead
-//! for: the unbound pool's followers park *linked* to the handle set (`sync/parker.rs`: a
-//! thread's own epoll set holds its token eventfd and, one-shot, the handle set's epoll fd), and
-//! promoting one arms its link. It is the leader from that moment, waiting on the handle set
-//! through the link: the kernel wakes it for the next event, or at once if one is ready, and
-//! not at all if the old leader finishes first. A leader that took several events in one wait
-//! leaves the others in the batch, and the follower it promotes is woken at once to take them.
+//! **What a promotion costs, and deferred promotion.** The pattern promotes a follower *before*
+//! the leader processes its event, so that the handle set is never left without a leader while a
+//! thread is idle. Waking the follower on every event costs a context switch (and, across CPUs,
+//! an inter-processor interrupt) per event, mostly for nothing: the woken thread usually finds
+//! no second event and goes back to sleep in the wait. On a CPU shared with other work, each
+//! such wake-up of a `SCHED_FIFO` thread also preempts that work at once. So an unbound pool
+//! defers the promotion (`promote_after_us`, [`keep`](Protocol::keep)): the leader keeps its
+//! role while it processes the events of its wait, and arms the *promotion timer* of the
+//! follower it would have promoted (`sync/parker.rs`). If the leader still holds events when the
+//! timer expires, that follower takes the role (and what is left of the batch) and waits on the
+//! handle set; if the leader finishes first, its next wait ends the deferral, and nobody was
+//! woken. An event that becomes ready meanwhile waits at most `promote_after_us` plus a
+//! wake-up, or until the leader is back, whichever comes first. A leader that took several
+//! events in one wait leaves the others in the batch; with promotion not deferred
+//! (`promote_after_us = 0`), the follower it promotes is woken at once to take them.
 //!
 //! **Unbound** associations (`dispatch.rs`, `X = ()`): any thread handles any event, so a thread
 //! waits only for the leader role: [`join`](Protocol::join), [`promote_with`](Protocol::promote_with),
@@ -55,8 +61,12 @@
 //!
 //! Invariants (the loom models below and in `bound/table.rs` check them; `debug_assert!`s guard
 //! each transition):
-//! * **at most one leader**: `leader` is set only when it is `None` (by a joining thread) or by
-//!   the current leader handing it to a follower it popped (`promote`, `leave`);
+//! * **at most one leader**: `leader` is set only when it is `None` (by a joining thread), by
+//!   the current leader handing it to a follower it popped (`promote`, `leave`), or by the
+//!   successor of a leader that keeps its role, once its promotion timer expired (`join_with`);
+//! * **at most one thread waits on the handle set**: only the leader waits, and a successor may
+//!   take the role only while `keeping` names it, which `lead` clears under the lock before the
+//!   leader waits; a leader that lost its role finds out at its next `lead` (`Lead::Lost`);
 //! * **no follower without a leader**: while `leader` is `None` the queue is empty (followers
 //!   queue only behind a leader, and a leader that goes leaves the role to a follower if there
 //!   is one), so a vacant leader slot is taken by the next thread that joins;
@@ -70,15 +80,17 @@
 //!   as a promotion or hand-off gives it a token; the thread then finds its state under the lock
 //!   (it may lead or have its reply), and the left-over token ends its *next* park at once. The
 //!   join loop re-checks under the lock after every park, so such a wake-up only costs a loop.
-//!   Unbound threads never park with a deadline; their linked parkers can still return
-//!   spuriously (a link that fired after its thread had already been woken another way, or
-//!   `EINTR`), which the same re-check absorbs;
-//! * **no lost wake-up through a link**: a leader parked on its link waits for the handle set
-//!   to turn ready, so it must never be the only way to an event that the set does not report:
-//!   every event is either in the kernel's ready list (the link reports it: armed while one is
-//!   ready, `EPOLL_CTL_MOD` reports it at once) or in the batch (whoever receives a role with a
-//!   non-empty batch is woken at once, `wake_leader`); shutdown is a level-triggered event of
-//!   the set. The `linked_*` models check it (a mutant that never arms the link deadlocks);
+//!   Unbound threads never park with a deadline; a promotion timer that fires after the
+//!   deferral ended (the leader finished first, and its lazy cancel came too late) wakes its
+//!   thread spuriously, which the same re-check absorbs (`promotion_due` is then false, or
+//!   `keeping` no longer names it);
+//! * **no event waits for a busy leader past its successor's timer**: while the leader keeps its
+//!   role it holds events (one processing, maybe a batch) and `keeping` names a queued follower
+//!   whose timer is armed; the timer fires unless the leader's next `lead` (batch empty) ended
+//!   the deferral first, and the follower it wakes takes the role if `keeping` still names it.
+//!   With no follower queued there is nobody to wake: the role falls vacant as in a promotion.
+//!   The `deferred_*` models check it with a handler that blocks until a second event has been
+//!   processed (only the promoted follower can take it), with and without the lazy cancel;
 //! * **each event of a batch is taken exactly once**: the batch belongs to the leader role and
 //!   is read and written only under the lock by the thread that holds the role (`lead`,
 //!   `promote_with`); a leader waits on the handle set only with an empty batch, and for at
@@ -89,7 +101,9 @@
 //!   leader slot is held (or is taken by the joining thread), and the leader waits for *one*
 //!   event of the whole handle set and promotes before it processes, so the ready handle is
 //!   the next event the leader (or the follower it promotes) takes, however long the lane's
-//!   other threads stay busy; no thread ever holds the role while it processes. Promotion
+//!   other threads stay busy; a thread holds the role while it processes only with a
+//!   successor's timer armed (deferred promotion), so the ready handle waits at most until
+//!   that timer, or until the leader is back, whichever comes first. Promotion
 //!   order only chooses *which* idle thread that is. In concurrent mode every idle thread
 //!   waits in `epoll_wait` itself (`dispatch.rs`). A thread lent to a higher lane first promotes
 //!   a follower of its own lane (`borrow.rs`), so lending never takes the leader role away
@@ -194,6 +208,11 @@ pub(crate) struct State<X> {
     /// Events the leader took in one wait beyond the one it processes: they belong to the
     /// leader role and pass on with it (see [`Batch`]).
     batch: Batch,
+    /// Deferred promotion ([`Protocol::keep`]): the follower whose promotion timer is armed
+    /// while the leader, keeping its role, processes a lone event.
+    keeping: Option<u16>,
+    /// Roles taken over by a follower whose promotion timer expired.
+    deferred: u64,
     /// The variant's own state.
     pub(crate) ext: X,
 }
@@ -244,17 +263,30 @@ impl Batch {
     }
 }
 
+/// What [`Protocol::keep`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kept {
+    /// The leader keeps its role; this follower's promotion timer is armed.
+    Keeping(u16),
+    /// No follower was queued: the role passed on at once (vacant).
+    Promoted(Promoted),
+}
+
 /// What the leader does next ([`Protocol::lead`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub(crate) enum Lead {
-    /// An event of the batch, taken; the role already passed on (as [`Protocol::promote_with`]).
-    Take(Ready, Promoted),
+    /// An event of the batch, taken. `Some`: the role passed on (as
+    /// [`Protocol::promote_with`]); `None`: the leader keeps it (deferred promotion, its
+    /// successor's timer still armed).
+    Take(Ready, Option<Promoted>),
     /// The batch is empty: wait on the handle set for at most `max` events, then call
-    /// [`Protocol::promote_with`]. `max` is one more than the followers queued, so that a
-    /// batch never holds more than the lane's idle threads take at once (events left in the
-    /// kernel stay visible to lenders, `borrow.rs`).
+    /// [`Protocol::promote_with`] or [`Protocol::keep`]. `max` is one more than the followers
+    /// queued, so that a batch never holds more than the lane's idle threads take at once
+    /// (events left in the kernel stay visible to lenders, `borrow.rs`).
     Wait { max: usize },
+    /// The role was taken over by the successor whose promotion timer expired: rejoin.
+    Lost,
 }
 
 impl<X: Variant> State<X> {
@@ -367,73 +399,35 @@ impl<X: Variant> Protocol<X> {
                 followers: FollowerQueue::new(threads, promotion),
                 shutdown: false,
                 batch: Batch::default(),
+                keeping: None,
+                deferred: 0,
                 ext,
             }),
             parkers: (0..threads).map(|_| Parker::new()).collect(),
         }
     }
 
-    /// Like [`with`](Self::with), with parkers that can be linked to the group's handle set
-    /// ([`link`](Self::link), `sync/parker.rs`): a follower promoted while nothing is ready is
-    /// then not woken until something is.
-    pub(crate) fn linkable(
+    /// Like [`with`](Self::with), with timed parkers (`sync/parker.rs`), which a deferred
+    /// promotion ([`keep`](Self::keep)) needs. Loom builds use the model parker, which models
+    /// the promotion timer too.
+    pub(crate) fn timed(
         threads: usize,
         promotion: Promotion,
         ext: X,
     ) -> std::io::Result<Protocol<X>> {
         #[cfg(not(loom))]
         let parkers = (0..threads)
-            .map(|_| Parker::linkable())
+            .map(|_| Parker::timed())
             .collect::<std::io::Result<Box<[Parker]>>>()?;
-        // Loom builds run the engine's code, not its system calls: futex-model parkers.
         #[cfg(loom)]
         let parkers = (0..threads).map(|_| Parker::new()).collect();
         Ok(Protocol {
-            state: Mutex::new(State {
-                leader: None,
-                followers: FollowerQueue::new(threads, promotion),
-                shutdown: false,
-                batch: Batch::default(),
-                ext,
-            }),
             parkers,
+            ..Protocol::with(threads, promotion, ext)
         })
     }
 
-    /// Links every parker to the handle set whose epoll fd is `handles`. Before any thread
-    /// parks.
-    pub(crate) fn link(&self, handles: std::os::fd::RawFd) -> std::io::Result<()> {
-        #[cfg(not(loom))]
-        return self.parkers.iter().try_for_each(|p| p.link(handles));
-        #[cfg(loom)]
-        {
-            let _ = handles;
-            Ok(())
-        }
-    }
-
-    /// Loom: like [`linkable`](Self::linkable) and [`link`](Self::link), the parkers linked to
-    /// the model set `r`.
-    #[cfg(all(test, loom))]
-    pub(crate) fn linked_model(
-        threads: usize,
-        promotion: Promotion,
-        ext: X,
-        r: &loom::sync::Arc<crate::sync::Readiness>,
-    ) -> Protocol<X> {
-        Protocol {
-            state: Mutex::new(State {
-                leader: None,
-                followers: FollowerQueue::new(threads, promotion),
-                shutdown: false,
-                batch: Batch::default(),
-                ext,
-            }),
-            parkers: (0..threads).map(|t| Parker::linked(r, t)).collect(),
-        }
-    }
-
-    /// Loom: the parkers, for the model set to fire their links.
+    /// Loom: the parkers, for a model's clock to fire their promotion timers.
     #[cfg(all(test, loom))]
     pub(crate) fn parkers(&self) -> &[Parker] {
         &self.parkers
@@ -453,22 +447,6 @@ impl<X: Variant> Protocol<X> {
         }
     }
 
-    /// Wakes thread `t`, just handed the leader role under the lock, when there is something
-    /// to lead for: at once if the batch it inherits holds events (`batched`), otherwise when
-    /// the handle set has a ready event (a linked parker's link, `sync/parker.rs`; a futex
-    /// parker is woken at once). Until then the new leader waits on the handle set through its
-    /// link, so a promotion with nothing ready wakes nobody.
-    fn wake_leader(&self, t: Option<u16>, batched: bool) {
-        if let Some(t) = t {
-            let p = &self.parkers[t as usize];
-            if batched {
-                p.unpark();
-            } else {
-                p.unpark_on_readiness();
-            }
-        }
-    }
-
     /// The join loop: under the lock, `check` decides whether thread `me`'s wait is over;
     /// if not, `me` leads (vacant or own role) or queues by `priority` and parks, then checks
     /// again. On `Done`, `me` leaves (a held leader role passes to the best follower).
@@ -482,14 +460,39 @@ impl<X: Variant> Protocol<X> {
         loop {
             let until = match check(&mut st) {
                 Check::Done(r) => {
+                    // A keeping leader that leaves cancels its successor's timer; a successor
+                    // that leaves ends the deferral.
+                    let cancel = match st.keeping {
+                        Some(s) if s == me => {
+                            st.keeping = None;
+                            None
+                        }
+                        Some(s) if st.leader == Some(me) => {
+                            st.keeping = None;
+                            Some(s)
+                        }
+                        _ => None,
+                    };
                     let next = st.leave(me);
-                    let batched = st.batch.len > 0;
                     drop(st);
-                    self.wake_leader(next, batched);
+                    self.cancel(cancel);
+                    self.wake(next);
                     return Outcome::Done(r);
                 }
                 Check::Wait { until } => until,
             };
+            // Deferred promotion: the leader kept its role to process a lone event, and this
+            // follower's promotion timer expired while it still does. The role is ours; the old
+            // leader goes on processing without it and rejoins as a follower.
+            if st.keeping == Some(me) && self.parkers[me as usize].promotion_due() {
+                st.keeping = None;
+                st.deferred += 1;
+                st.followers.remove(me);
+                st.leader = Some(me);
+                drop(st);
+                self.parkers[me as usize].cancel_promotion();
+                return Outcome::Lead;
+            }
             match st.leader {
                 None => {
                     debug_assert!(
@@ -499,8 +502,9 @@ impl<X: Variant> Protocol<X> {
                     st.leader = Some(me);
                     return Outcome::Lead;
                 }
-                // Promoted while parked (or rejoining while still leader after an interrupted
-                // wait): the slot is already ours.
+                // Promoted while parked, rejoining while still leader after an interrupted
+                // wait, or keeping the role through its events (deferred promotion; the
+                // successor's timer stays armed until `lead` finds the batch empty).
                 Some(l) if l == me => {
                     debug_assert!(!st.followers.contains(me), "the leader is queued");
                     return Outcome::Lead;
@@ -522,6 +526,49 @@ impl<X: Variant> Protocol<X> {
         }
     }
 
+    /// Disarms the promotion timer of thread `s`, if any (after unlocking; also the leader's
+    /// lazy cancel before its wait blocks).
+    pub(crate) fn cancel(&self, s: Option<u16>) {
+        if let Some(s) = s {
+            self.parkers[s as usize].cancel_promotion();
+        }
+    }
+
+    /// Deferred promotion: the leader's wait returned `1 + rest.len()` events; it keeps its
+    /// role while it processes them (the first now, `rest` from the batch through `lead`),
+    /// instead of waking a follower that would most likely find nothing to lead for. The
+    /// follower it would have promoted gets its promotion timer armed for `at_ns` (absolute
+    /// `CLOCK_MONOTONIC`): if the leader still holds events then, that follower takes the role
+    /// and the rest of the batch (`join_with`); if the leader empties its batch first, its
+    /// next wait (`lead`) ends the deferral. With no follower queued it hands the role on at
+    /// once, as [`promote_with`](Self::promote_with) does (the role falls vacant). A previous
+    /// successor whose timer is still armed is not disarmed here: the caller cancels it if the
+    /// successor changed (`Kept::Keeping` names the new one).
+    pub(crate) fn keep(&self, me: u16, rest: &[Ready], at_ns: u64) -> Kept {
+        let mut st = self.state.lock();
+        debug_assert_eq!(st.leader, Some(me), "keep() by a non-leader");
+        debug_assert!(st.keeping.is_none() && st.batch.len == 0);
+        st.batch.put(rest);
+        match st.followers.peek() {
+            Some(s) => {
+                st.keeping = Some(s);
+                drop(st);
+                self.parkers[s as usize].promote_at(at_ns);
+                Kept::Keeping(s)
+            }
+            None => {
+                let p = st.promote();
+                drop(st);
+                Kept::Promoted(p)
+            }
+        }
+    }
+
+    /// Roles taken over by a follower whose promotion timer expired (a racy read for metrics).
+    pub(crate) fn deferred(&self) -> u64 {
+        self.state.lock().deferred
+    }
+
     /// Called by the leader right after its wait returned an event, *before* it processes the
     /// event: hands the leader role to the next follower.
     #[cfg(test)]
@@ -539,10 +586,9 @@ impl<X: Variant> Protocol<X> {
         debug_assert_eq!(st.batch.len, 0, "a wait while the batch held events");
         st.batch.put(rest);
         let p = st.promote();
-        let batched = st.batch.len > 0;
         drop(st);
         // After the lock: the follower re-locks on wake-up; its token is not lost.
-        self.wake_leader(p.follower(), batched);
+        self.wake(p.follower());
         p
     }
 
@@ -550,19 +596,43 @@ impl<X: Variant> Protocol<X> {
     /// lock), or wait on the handle set if the batch is empty.
     pub(crate) fn lead(&self, me: u16) -> Lead {
         let mut st = self.state.lock();
-        debug_assert_eq!(st.leader, Some(me), "lead() by a non-leader");
+        if st.leader != Some(me) {
+            // Deferred promotion: the successor took the role while this thread processed.
+            return Lead::Lost;
+        }
         match st.batch.take() {
+            // Keeping the role: the batch is this thread's until its successor's timer says
+            // otherwise.
+            Some(e) if st.keeping.is_some() => Lead::Take(e, None),
             Some(e) => {
                 let p = st.promote();
-                let batched = st.batch.len > 0;
                 drop(st);
-                self.wake_leader(p.follower(), batched);
-                Lead::Take(e, p)
+                self.wake(p.follower());
+                Lead::Take(e, Some(p))
             }
-            None => Lead::Wait {
-                max: (1 + st.followers.len()).min(MAX_BATCH),
-            },
+            None => {
+                // About to wait on the handle set: no successor may take the role meanwhile
+                // (at most one thread waits on the set). Its timer is cancelled lazily, by
+                // the next `keep` or before the wait blocks (`cancel`).
+                st.keeping = None;
+                Lead::Wait {
+                    max: (1 + st.followers.len()).min(MAX_BATCH),
+                }
+            }
         }
+    }
+
+    /// The leader that keeps its role (deferred promotion) hands it on at once after all: it
+    /// is about to leave its lane for a while (lent to a borrowing lane, `lend.rs`).
+    pub(crate) fn hand_on(&self, me: u16) -> Promoted {
+        let mut st = self.state.lock();
+        debug_assert_eq!(st.leader, Some(me), "hand_on() by a non-leader");
+        let cancel = st.keeping.take();
+        let p = st.promote();
+        drop(st);
+        self.cancel(cancel);
+        self.wake(p.follower());
+        p
     }
 
     /// The leader gives up the role without an event (it saw the shutdown event): a follower,
@@ -570,9 +640,8 @@ impl<X: Variant> Protocol<X> {
     pub(crate) fn resign(&self, me: u16) {
         let mut st = self.state.lock();
         let next = st.leave(me);
-        let batched = st.batch.len > 0;
         drop(st);
-        self.wake_leader(next, batched);
+        self.wake(next);
     }
 
     /// Sets the shutdown flag, lets the variant record it (`f`, e.g. fail pending requests),
@@ -582,6 +651,9 @@ impl<X: Variant> Protocol<X> {
         let mut st = self.state.lock();
         st.shutdown = true;
         f(&mut st);
+        if let Some(s) = st.keeping.take() {
+            self.parkers[s as usize].cancel_promotion();
+        }
         while let Some(t) = st.followers.pop() {
             self.parkers[t as usize].unpark();
         }
@@ -716,6 +788,7 @@ mod loom_tests {
     ) {
         while p.join(me, me as u8) == Joined::Leader {
             let first = match p.lead(me) {
+                Lead::Lost => unreachable!("no deferred promotion here"),
                 Lead::Take((_, e), _) => e,
                 Lead::Wait { max } => {
                     assert_eq!(
@@ -777,117 +850,160 @@ mod loom_tests {
         bounded(2, || batches(3, 3));
     }
 
-    // ----- linked parkers: a promotion with nothing ready wakes nobody ------------------------
+    // ----- deferred promotion: a leader keeps its role through its events --------------------
 
-    /// A model handle set for linked parkers: the events ready now (a wait takes up to `max`
-    /// of them, each exactly once), shutdown (level-triggered: ready for ever once set), and
-    /// the readiness the parkers' links watch. `post` both wakes a direct waiter (the leader
-    /// in its wait) and fires armed links, as the kernel does for a nested epoll set.
-    struct LinkedSet {
-        q: LMutex<(VecDeque<u8>, bool)>,
-        cv: Condvar,
-        readiness: Arc<crate::sync::Readiness>,
-    }
-
-    impl LinkedSet {
-        fn post(&self, p: &Protocol, e: u8) {
-            self.q.lock().unwrap().0.push_back(e);
-            self.cv.notify_all();
-            self.readiness.post(p.parkers());
-        }
-
-        fn shut(&self, p: &Protocol) {
-            self.q.lock().unwrap().1 = true;
-            self.cv.notify_all();
-            self.readiness.post(p.parkers());
-        }
-
-        /// Blocks until something is ready; up to `max` events, or `None` at shutdown.
-        fn wait(&self, max: usize) -> Option<Vec<u8>> {
-            let mut g = self.q.lock().unwrap();
-            loop {
-                if !g.0.is_empty() {
-                    let k = g.0.len().min(max);
-                    let got: Vec<u8> = g.0.drain(..k).collect();
-                    for _ in 0..k {
-                        self.readiness.take();
-                    }
-                    return Some(got);
-                }
-                if g.1 {
-                    return None;
-                }
-                g = self.cv.wait(g).unwrap();
-            }
-        }
-    }
-
-    /// Two pool threads with linked parkers; a client posts events one at a time, each after
-    /// the previous one was processed or not (loom chooses), then shuts down once all were
-    /// processed. A follower promoted while nothing is ready is woken only by its link: if any
-    /// event could be left without a leader woken for it, loom reports the deadlock.
-    fn linked(n_events: u8, promotion: Promotion) {
-        let r = crate::sync::Readiness::new(2);
-        let p = Arc::new(Protocol::linked_model(2, promotion, (), &r));
-        let set = Arc::new(LinkedSet {
-            q: LMutex::new((VecDeque::new(), false)),
-            cv: Condvar::new(),
-            readiness: r,
-        });
-        let done = Arc::new(AtomicUsize::new(0));
-        let leaders = Arc::new(AtomicUsize::new(0));
+    /// Two pool threads with timed parkers, deferred promotion, and a clock thread per parker
+    /// that fires an armed promotion timer at a point loom chooses (unless it was cancelled
+    /// first). Event 1's handler makes event 2 ready and blocks until it was processed: the
+    /// leader keeps its role through event 1 (its wait returned nothing else), so event 2 is
+    /// taken only if the successor's timer promotes the other, idle thread. Checked: nothing
+    /// deadlocks (no event is left without a thread while one is idle, however the timer races
+    /// with the leader's rejoin and its lazy cancel), at most one thread waits on the set, each
+    /// event is processed once, and event 2 is processed by the thread not blocked in event 1.
+    fn deferred(promotion: Promotion, lazy_cancel: bool) {
+        let p = Arc::new(Protocol::timed(2, promotion, ()).unwrap());
+        let set = Set::new(&[1]);
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let taken = Arc::new(AtomicUsize::new(0));
         let worker = |me: u16| {
-            let (p, set, done, leaders) = (p.clone(), set.clone(), done.clone(), leaders.clone());
+            let (p, set, waiting, taken) = (p.clone(), set.clone(), waiting.clone(), taken.clone());
+            loom::thread::spawn(move || {
+                let mut armed: Option<u16> = None;
+                while p.join(me, 1) == Joined::Leader {
+                    let e = match p.lead(me) {
+                        Lead::Lost => {
+                            armed = None;
+                            continue;
+                        }
+                        Lead::Take((_, e), _) => e as u8,
+                        Lead::Wait { max } => {
+                            assert_eq!(waiting.fetch_add(1, SeqCst), 0, "two waiters");
+                            let mut got = if lazy_cancel && armed.is_some() {
+                                set.poll().map(Some)
+                            } else {
+                                None
+                            };
+                            if got.is_none() {
+                                p.cancel(armed.take());
+                                got = Some(set.wait());
+                            }
+                            waiting.fetch_sub(1, SeqCst);
+                            let _ = max;
+                            match got.unwrap() {
+                                None => {
+                                    p.resign(me);
+                                    continue;
+                                }
+                                Some(e) => {
+                                    if let Kept::Keeping(s) = p.keep(me, &[], 0) {
+                                        armed = Some(s);
+                                    }
+                                    e
+                                }
+                            }
+                        }
+                    };
+                    if e == 1 {
+                        set.post(2);
+                        set.await_done(2);
+                        set.done(1);
+                        p.shutdown();
+                        set.shut();
+                    } else {
+                        assert_eq!(taken.swap(usize::from(me) + 1, SeqCst), 0, "event 2 twice");
+                        set.done(2);
+                    }
+                }
+            })
+        };
+        let clock = |t: usize| {
+            let p = p.clone();
+            loom::thread::spawn(move || while p.parkers()[t].fire_when_armed() {})
+        };
+        let (w, c) = ([worker(0), worker(1)], [clock(0), clock(1)]);
+        for h in w {
+            h.join().unwrap();
+        }
+        for t in 0..2 {
+            p.parkers()[t].stop_clock();
+        }
+        for h in c {
+            h.join().unwrap();
+        }
+        assert_eq!(set.lane.lock().unwrap().processed, [2, 1]);
+        assert_ne!(taken.load(SeqCst), 0);
+    }
+
+    /// Deferred promotion when the leader finishes first: events 1 and then 2 (posted once 1
+    /// was processed) are quick; the successor's timer may fire at any point. Checked: at most
+    /// one thread ever waits on the set (the deferral ends before the leader waits, so a late
+    /// timer cannot make its follower a second leader), each event once, no deadlock.
+    fn deferred_quick(promotion: Promotion) {
+        let p = Arc::new(Protocol::timed(2, promotion, ()).unwrap());
+        let set = Set::new(&[1]);
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let worker = |me: u16| {
+            let (p, set, waiting) = (p.clone(), set.clone(), waiting.clone());
             loom::thread::spawn(move || {
                 while p.join(me, 1) == Joined::Leader {
                     let e = match p.lead(me) {
+                        Lead::Lost => continue,
                         Lead::Take((_, e), _) => e as u8,
-                        Lead::Wait { max } => {
-                            assert_eq!(leaders.fetch_add(1, SeqCst), 0, "two waiters");
-                            let got = set.wait(max);
-                            leaders.fetch_sub(1, SeqCst);
+                        Lead::Wait { .. } => {
+                            assert_eq!(waiting.fetch_add(1, SeqCst), 0, "two waiters");
+                            let got = set.wait();
+                            waiting.fetch_sub(1, SeqCst);
                             match got {
                                 None => {
                                     p.resign(me);
                                     continue;
                                 }
-                                Some(got) => {
-                                    let rest: Vec<Ready> =
-                                        got[1..].iter().map(|&e| (0, u64::from(e))).collect();
-                                    let _ = p.promote_with(me, &rest);
-                                    got[0]
+                                Some(e) => {
+                                    let _ = p.keep(me, &[], 0);
+                                    e
                                 }
                             }
                         }
                     };
-                    let bit = 1usize << e;
-                    assert_eq!(done.fetch_or(bit, SeqCst) & bit, 0, "event {e} twice");
+                    set.done(e);
                 }
             })
         };
-        let hs = [worker(0), worker(1)];
-        for e in 0..n_events {
-            set.post(&p, e);
-            loom::thread::yield_now();
-        }
-        while done.load(SeqCst) != (1 << n_events) - 1 {
-            loom::thread::yield_now();
-        }
+        let clock = |t: usize| {
+            let p = p.clone();
+            loom::thread::spawn(move || while p.parkers()[t].fire_when_armed() {})
+        };
+        let (w, c) = ([worker(0), worker(1)], [clock(0), clock(1)]);
+        set.await_done(1);
+        set.post(2);
+        set.await_done(2);
         p.shutdown();
-        set.shut(&p);
-        for h in hs {
+        set.shut();
+        for h in w {
             h.join().unwrap();
         }
+        for t in 0..2 {
+            p.parkers()[t].stop_clock();
+        }
+        for h in c {
+            h.join().unwrap();
+        }
+        assert_eq!(set.lane.lock().unwrap().processed, [1, 2]);
     }
 
     #[test]
-    fn linked_parkers_lose_no_event() {
-        bounded(2, || linked(2, Promotion::Priority));
+    fn deferred_promotion_ends_before_the_leader_waits() {
+        bounded(1, || deferred_quick(Promotion::Priority));
     }
 
     #[test]
-    fn linked_parkers_lose_no_event_fifo() {
-        bounded(2, || linked(2, Promotion::Fifo));
+    fn deferred_promotion_takes_over_from_a_busy_leader() {
+        bounded(2, || deferred(Promotion::Priority, false));
+    }
+
+    #[test]
+    fn deferred_promotion_with_a_lazy_cancel() {
+        bounded(2, || deferred(Promotion::Fifo, true));
     }
 
     // ----- no starvation while a thread is idle ----------------------------------------------
@@ -1504,6 +1620,7 @@ mod tests {
                     start.wait();
                     while p.join(me, me as u8) == Joined::Leader {
                         let first = match p.lead(me) {
+                            Lead::Lost => unreachable!("no deferred promotion here"),
                             Lead::Take((_, id), _) => id as usize,
                             Lead::Wait { max } => {
                                 assert_eq!(w.fetch_add(1, SeqCst), 0, "two waiters");

@@ -25,6 +25,7 @@ pub(crate) fn spec(name: &str, threads: usize) -> GroupSpec {
         budget_us: None,
         on_overrun: OnOverrun::Report,
         borrow: None,
+        promote_after_ns: 50_000,
     }
 }
 

@@ -8,6 +8,8 @@ pub(crate) struct Counters {
     pub(crate) dispatched: AtomicU64,
     pub(crate) promotions: AtomicU64,
     pub(crate) vacant: AtomicU64,
+    /// Lone events a leader processed keeping its role (deferred promotion).
+    pub(crate) kept: AtomicU64,
     pub(crate) processing: AtomicU64,
     pub(crate) panics: AtomicU64,
     pub(crate) closed_by_handler: AtomicU64,
@@ -68,6 +70,13 @@ pub struct GroupMetrics {
     pub promotions: u64,
     /// Times a leader found no follower to promote (the slot stayed vacant).
     pub promotions_no_follower: u64,
+    /// Lone events a leader processed keeping its role, with the promotion of the follower it
+    /// would have woken deferred by the group's `promote_after_us` (`promotion = "priority"`,
+    /// `"lifo"`, `"fifo"`).
+    pub promotions_deferred: u64,
+    /// Of those, how many outlasted `promote_after_us`, so that the deferred follower took the
+    /// role while the handler still ran.
+    pub deferred_takeovers: u64,
     /// A leader is waiting on the handle set right now.
     pub leader_present: bool,
     /// Followers parked right now.

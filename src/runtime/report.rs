@@ -112,6 +112,8 @@ fn snapshot(groups: &[Arc<Group>], tasks: &[Option<Spawner>], counting: bool) ->
                 dispatched: pool(c.dispatched.load(Relaxed), |b| b.dispatched),
                 promotions: pool(c.promotions.load(Relaxed), |b| b.promotions),
                 promotions_no_follower: pool(c.vacant.load(Relaxed), |b| b.vacant),
+                promotions_deferred: c.kept.load(Relaxed),
+                deferred_takeovers: g.protocol.deferred(),
                 leader_present,
                 followers,
                 processing: c.processing.load(Relaxed),

@@ -90,13 +90,6 @@ impl Runtime {
         // Lane borrowing links every lender to its borrowers' epoll sets; done here, not in
         // `new`, so that groups added with `add_group` are linked too.
         crate::engine::group::wire_borrowing(&self.groups)?;
-        for lane in crate::engine::group::link_parkers(&self.groups)? {
-            tracing::debug!(
-                group = %lane,
-                "follower parkers left unlinked: the lane's epoll set is nested as deep as the \
-                 kernel allows (lane borrowing), so a promotion wakes the follower at once"
-            );
-        }
         let mut report = StartReport {
             rt_applied: true,
             memory_locked: false,

@@ -34,7 +34,7 @@ mod imp {
 #[cfg(loom)]
 mod imp {
     pub(crate) use loom::sync::MutexGuard;
-    use loom::sync::{Arc, Condvar, Mutex as LMutex};
+    use loom::sync::{Condvar, Mutex as LMutex};
 
     #[derive(Debug)]
     pub(crate) struct Mutex<T>(LMutex<T>);
@@ -55,49 +55,18 @@ mod imp {
     /// timer that fires before the owner parks ends its next timed park at once, as a deadline
     /// that has already passed does; untimed parks ignore the timer.
     ///
-    /// A parker [`linked`](Parker::linked) to a model handle set ([`Readiness`]) stands in for
-    /// the engine's linked parker: [`unpark_on_readiness`](Parker::unpark_on_readiness) arms
-    /// its link, which the set fires (an unpark) when it turns ready, or at once if it is.
+    /// The promotion timer of a timed parker (`sync/parker.rs`) is modelled too:
+    /// [`promote_at`](Parker::promote_at) arms it, and a model's clock thread fires it
+    /// ([`fire_when_armed`](Parker::fire_when_armed)) at a point loom chooses after it was
+    /// armed, unless it was cancelled first.
     #[derive(Debug)]
     pub(crate) struct Parker {
         /// `(token present, timer fired)`.
         state: LMutex<(bool, bool)>,
         cv: Condvar,
-        link: Option<(Arc<Readiness>, usize)>,
-    }
-
-    /// The model of a handle set's readiness as the linked parkers see it: how many events are
-    /// ready, and whose link is armed, under one lock (the kernel's `ep->lock`).
-    #[derive(Debug)]
-    pub(crate) struct Readiness {
-        state: LMutex<(usize, Vec<bool>)>,
-    }
-
-    // Built by the models only (`leader.rs`'s `linked_*`).
-    #[cfg_attr(not(test), allow(dead_code))]
-    impl Readiness {
-        pub(crate) fn new(threads: usize) -> Arc<Readiness> {
-            Arc::new(Readiness {
-                state: LMutex::new((0, vec![false; threads])),
-            })
-        }
-
-        /// An event turned ready: fires (and disarms) every armed link.
-        pub(crate) fn post(&self, parkers: &[Parker]) {
-            let mut s = self.state.lock().unwrap();
-            s.0 += 1;
-            for (i, armed) in s.1.iter_mut().enumerate() {
-                if std::mem::replace(armed, false) {
-                    parkers[i].unpark();
-                }
-            }
-        }
-
-        /// A wait took an event.
-        pub(crate) fn take(&self) {
-            let mut s = self.state.lock().unwrap();
-            s.0 -= 1;
-        }
+        /// The promotion timer: `(armed, due, clock stopped)`.
+        promotion: LMutex<(bool, bool, bool)>,
+        armed: Condvar,
     }
 
     impl Parker {
@@ -105,15 +74,8 @@ mod imp {
             Parker {
                 state: LMutex::new((false, false)),
                 cv: Condvar::new(),
-                link: None,
-            }
-        }
-        /// Thread `me`'s parker, linked to the model set `r`.
-        #[cfg(test)]
-        pub(crate) fn linked(r: &Arc<Readiness>, me: usize) -> Self {
-            Parker {
-                link: Some((r.clone(), me)),
-                ..Parker::new()
+                promotion: LMutex::new((false, false, false)),
+                armed: Condvar::new(),
             }
         }
         pub(crate) fn park(&self) {
@@ -136,20 +98,42 @@ mod imp {
             self.state.lock().unwrap().0 = true;
             self.cv.notify_one();
         }
-        /// Arms the link (unpark when the set is ready; at once if it is); unlinked: unpark.
-        pub(crate) fn unpark_on_readiness(&self) {
-            match &self.link {
-                None => self.unpark(),
-                Some((r, me)) => {
-                    let mut s = r.state.lock().unwrap();
-                    if s.0 > 0 {
-                        drop(s);
-                        self.unpark();
-                    } else {
-                        s.1[*me] = true;
-                    }
-                }
+        /// Arms the promotion timer (the time is the model clock's choice).
+        pub(crate) fn promote_at(&self, _at_ns: u64) {
+            let mut p = self.promotion.lock().unwrap();
+            (p.0, p.1) = (true, false);
+            self.armed.notify_all();
+        }
+        /// Disarms it.
+        pub(crate) fn cancel_promotion(&self) {
+            let mut p = self.promotion.lock().unwrap();
+            (p.0, p.1) = (false, false);
+        }
+        /// Whether it fired.
+        pub(crate) fn promotion_due(&self) -> bool {
+            self.promotion.lock().unwrap().1
+        }
+        /// The model's clock: waits until the timer is armed (or the clock is stopped), then
+        /// fires it once: due, and the owner unparked. Returns whether it fired.
+        #[cfg(test)]
+        pub(crate) fn fire_when_armed(&self) -> bool {
+            let mut p = self.promotion.lock().unwrap();
+            while !p.0 && !p.2 {
+                p = self.armed.wait(p).unwrap();
             }
+            if !p.0 {
+                return false;
+            }
+            (p.0, p.1) = (false, true);
+            drop(p);
+            self.unpark();
+            true
+        }
+        /// Ends the model's clock (`fire_when_armed` returns).
+        #[cfg(test)]
+        pub(crate) fn stop_clock(&self) {
+            self.promotion.lock().unwrap().2 = true;
+            self.armed.notify_all();
         }
         /// The owner's deadline passes (models only).
         #[cfg(test)]
@@ -160,8 +144,6 @@ mod imp {
     }
 }
 
-#[cfg(all(loom, test))]
-pub(crate) use imp::Readiness;
 pub(crate) use imp::{Mutex, MutexGuard, Parker};
 
 /// The atomics of protocols checked by loom models (`borrow.rs`): std's, or loom's under

@@ -5,56 +5,55 @@
 //! the matching `park` is therefore never lost.
 //!
 //! Two kinds:
-//! * a **futex** parker (the bound pool's threads, and any protocol built without a handle
-//!   set): states of the futex word `EMPTY` (no token, nobody asleep), `PARKED` (owner asleep
-//!   or about to sleep), `NOTIFIED` (token present);
-//! * a parker **linked to a handle set** (the unbound Leader/Followers threads): the thread
-//!   sleeps in `epoll_wait` on a small epoll set of its own that holds an eventfd (the token:
-//!   edge-triggered, so each `unpark` is one event, and never read) and the handle set's own
-//!   epoll fd, registered `EPOLLONESHOT` without interest (the *link*). [`unpark_on_readiness`]
-//!   arms the link: the owner then wakes as soon as the handle set has a ready event (at once if
-//!   it has one now, since `EPOLL_CTL_MOD` checks readiness), and not before. A follower promoted
-//!   that way is the leader at once, waiting on the handle set through its link, and no thread
-//!   is woken until there is an event to lead for (`leader.rs`). The link nests the handle set
-//!   in the parker's own set, one level of the kernel's epoll nesting; a lane whose set is
-//!   already nested as deep as allowed (lane borrowing) keeps its parkers unlinked, and they
-//!   then wake at once, like futex parkers (`engine/group.rs`).
+//! * a **futex** parker (the bound pool's threads, and any protocol built without one):
+//!   states of the futex word `EMPTY` (no token, nobody asleep), `PARKED` (owner asleep or
+//!   about to sleep), `NOTIFIED` (token present);
+//! * a **timed** parker (the unbound Leader/Followers threads): the thread sleeps in
+//!   `epoll_wait` on a small epoll set of its own holding an eventfd (the token: edge-triggered,
+//!   so each `unpark` is one event, and never read) and a timerfd, its *promotion timer*. A
+//!   leader that keeps its role while it processes a lone event arms the timer of the follower
+//!   it would have promoted ([`promote_at`]): if the handler is still running when the timer
+//!   expires, the kernel wakes that follower, which takes the role (`leader.rs`, deferred
+//!   promotion); a handler that returns first cancels it ([`cancel_promotion`]), and nobody
+//!   was woken.
 //!
-//! [`unpark_on_readiness`]: Parker::unpark_on_readiness
+//! [`promote_at`]: Parker::promote_at
+//! [`cancel_promotion`]: Parker::cancel_promotion
 
 // Loom builds park on the model in `sync/mod.rs`; this one is compiled but unused there.
 #![cfg_attr(loom, allow(dead_code))]
 
 use crate::sys::epoll::{self, Epoll};
-use crate::sys::fd::EventFd;
+use crate::sys::fd::{EventFd, TimerFd};
 use crate::sys::futex;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU32, Ordering::*};
-use std::sync::OnceLock;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
 const EMPTY: u32 = 0;
 const PARKED: u32 = 1;
 const NOTIFIED: u32 = 2;
 
-/// Data word of the token's eventfd in a linked parker's set.
+/// Data word of the token's eventfd in a timed parker's set.
 const BELL: u64 = 0;
-/// Data word of the handle set's epoll fd (the link) in a linked parker's set.
-const LINK: u64 = 1;
+/// Data word of the promotion timer in a timed parker's set.
+const TIMER: u64 = 1;
 
-/// A linkable parker's epoll set, its token eventfd and, once linked, the handle set.
+/// A timed parker's epoll set, its token eventfd and its promotion timer.
 #[derive(Debug)]
-struct Link {
+struct Timed {
     set: Epoll,
     bell: EventFd,
-    handles: OnceLock<RawFd>,
+    timer: TimerFd,
+    /// When the armed promotion timer expires (`CLOCK_MONOTONIC` ns); 0 when not armed.
+    due_ns: AtomicU64,
 }
 
 /// A single-owner parker; any thread may `unpark` it.
 #[derive(Debug)]
 pub(crate) struct Parker {
     state: AtomicU32,
-    link: Option<Link>,
+    timed: Option<Timed>,
 }
 
 impl Parker {
@@ -62,51 +61,37 @@ impl Parker {
     pub(crate) fn new() -> Parker {
         Parker {
             state: AtomicU32::new(EMPTY),
-            link: None,
+            timed: None,
         }
     }
 
-    /// A parker that can be linked to a handle set ([`link`](Self::link), module docs). Until
-    /// it is, it parks on its token eventfd alone, and
-    /// [`unpark_on_readiness`](Self::unpark_on_readiness) unparks at once.
-    pub(crate) fn linkable() -> io::Result<Parker> {
+    /// A timed parker (module docs): an epoll set with the token eventfd and a promotion
+    /// timer, both edge-triggered.
+    pub(crate) fn timed() -> io::Result<Parker> {
         let set = Epoll::new()?;
         let bell = EventFd::new()?;
+        let timer = TimerFd::new()?;
         set.add(bell.as_fd().as_raw_fd(), epoll::IN | epoll::ET, BELL)?;
+        set.add(timer.as_fd().as_raw_fd(), epoll::IN | epoll::ET, TIMER)?;
         Ok(Parker {
             state: AtomicU32::new(EMPTY),
-            link: Some(Link {
+            timed: Some(Timed {
                 set,
                 bell,
-                handles: OnceLock::new(),
+                timer,
+                due_ns: AtomicU64::new(0),
             }),
         })
     }
 
-    /// Links a [`linkable`](Self::linkable) parker to the handle set whose epoll fd is
-    /// `handles`, which must outlive the parker (the group owns both). The link nests the
-    /// handle set in the parker's own, one level more of the kernel's epoll nesting
-    /// (`sys::epoll::MAX_NESTED_SETS`): `ELOOP` if that is too deep. Once, before its owner
-    /// first parks.
-    pub(crate) fn link(&self, handles: RawFd) -> io::Result<()> {
-        let Some(l) = &self.link else {
-            return Err(io::Error::other("a futex parker cannot be linked"));
-        };
-        // No interest until armed: ONESHOT alone never reports.
-        l.set.add(handles, epoll::ONESHOT, LINK)?;
-        l.handles
-            .set(handles)
-            .map_err(|_| io::Error::other("a parker is linked once"))
-    }
-
     /// Blocks until the token is present, then consumes it. Only the owner thread calls this.
-    /// A linked parker may also return for its link (the handle set turned ready) or a
-    /// signal: its callers re-check their state after every park.
+    /// A timed parker may also return for its promotion timer or a signal: its callers
+    /// re-check their state after every park.
     pub(crate) fn park(&self) {
-        if let Some(l) = &self.link {
-            // One event: the token (consumed by returning, edge-triggered) or the link (its
-            // ONESHOT disarmed by the report). EINTR: a spurious return.
-            let _ = l.set.wait_one(-1);
+        if let Some(t) = &self.timed {
+            // One event: the token or the promotion timer (each edge-triggered: reported once
+            // per unpark or expiry, nothing to read). EINTR: a spurious return.
+            let _ = t.set.wait_one(-1);
             return;
         }
         // Fast path: the token arrived already. Acquire pairs with the Release in `unpark`, so
@@ -142,11 +127,11 @@ impl Parker {
     /// Returns `true` if the token was consumed, `false` on timeout (the token stays absent;
     /// an `unpark` racing with the timeout is not lost: it is either consumed here or kept).
     pub(crate) fn park_until(&self, deadline_ns: u64) -> bool {
-        if let Some(l) = &self.link {
+        if let Some(t) = &self.timed {
             let now = crate::sys::now_ns();
             let left_ms = deadline_ns.saturating_sub(now).div_ceil(1_000_000);
             return matches!(
-                l.set.wait_one(left_ms.min(i32::MAX as u64) as i32),
+                t.set.wait_one(left_ms.min(i32::MAX as u64) as i32),
                 Ok(Some(_))
             );
         }
@@ -188,13 +173,13 @@ impl Parker {
 
     /// Makes the token present and wakes the owner if it sleeps.
     pub(crate) fn unpark(&self) {
-        if let Some(l) = &self.link {
-            // Release: the eventfd write is a full barrier in the kernel, and the woken owner
-            // re-locks the protocol state, which orders what the waker wrote before it.
-            if l.bell.write(1).is_err() {
-                // Only at a counter of 2^64 - 2 writes; the link still wakes it for events.
-                let _ = l.bell.read();
-                let _ = l.bell.write(1);
+        if let Some(t) = &self.timed {
+            // The woken owner re-locks the protocol state, which orders what the waker wrote
+            // before it.
+            if t.bell.write(1).is_err() {
+                // Only at a counter of 2^64 - 2 writes: reset it and ring again.
+                let _ = t.bell.read();
+                let _ = t.bell.write(1);
             }
             return;
         }
@@ -205,25 +190,39 @@ impl Parker {
         }
     }
 
-    /// A linked parker: wake the owner when its handle set has a ready event, at once if it
-    /// has one now (arms the link, `EPOLL_CTL_MOD` with `EPOLLIN | EPOLLONESHOT`). A futex
-    /// parker: [`unpark`](Self::unpark).
-    pub(crate) fn unpark_on_readiness(&self) {
-        match self
-            .link
-            .as_ref()
-            .and_then(|l| Some((l, *l.handles.get()?)))
-        {
-            Some((l, handles)) => {
-                if l.set
-                    .modify(handles, epoll::IN | epoll::ONESHOT, LINK)
-                    .is_err()
-                {
-                    // Cannot happen for a live set; an eager wake is always correct.
+    /// Arms the promotion timer: the owner is woken at `at_ns` (absolute `CLOCK_MONOTONIC`)
+    /// unless [`cancel_promotion`](Self::cancel_promotion) comes first. A futex parker has no
+    /// timer: it is woken at once (an eager promotion is always correct).
+    pub(crate) fn promote_at(&self, at_ns: u64) {
+        match &self.timed {
+            Some(t) => {
+                t.due_ns.store(at_ns.max(1), Release);
+                if t.timer.set_abs(at_ns.max(1), 0).is_err() {
+                    // Cannot happen for a live timerfd; an eager wake is always correct.
                     self.unpark();
                 }
             }
             None => self.unpark(),
+        }
+    }
+
+    /// Disarms the promotion timer (an expiry that already woke the owner is not undone: it
+    /// finds [`promotion_due`](Self::promotion_due) false and parks again).
+    pub(crate) fn cancel_promotion(&self) {
+        if let Some(t) = &self.timed {
+            t.due_ns.store(0, Release);
+            let _ = t.timer.set_abs(0, 0);
+        }
+    }
+
+    /// Whether the armed promotion timer has expired (read by the owner after it woke).
+    pub(crate) fn promotion_due(&self) -> bool {
+        match &self.timed {
+            Some(t) => {
+                let due = t.due_ns.load(Acquire);
+                due != 0 && crate::sys::now_ns() >= due
+            }
+            None => false,
         }
     }
 }
@@ -286,45 +285,33 @@ mod tests {
         );
     }
 
-    /// A linked parker: a token given before the park is kept; promoted (armed) while its
-    /// handle set has nothing ready, it is not woken; the set turning ready wakes it, once
-    /// (the link is one-shot); armed while the set is ready, it wakes at once.
+    /// A timed parker: a token given before the park is kept; an armed promotion timer wakes
+    /// the owner once, at its time, and says it is due; a cancelled one does not wake it.
     #[test]
-    fn a_linked_parker_wakes_for_its_token_and_for_readiness_only() {
-        let handles = Epoll::new().unwrap();
-        let ev = EventFd::new().unwrap();
-        handles.add(ev.as_fd().as_raw_fd(), epoll::IN, 7).unwrap();
-        let p = Parker::linkable().unwrap();
-        // Not linked yet: an arming unparks at once.
-        p.unpark_on_readiness();
-        assert!(
-            p.park_until(crate::sys::now_ns() + 10_000_000_000),
-            "unlinked: not woken"
-        );
-        p.link(handles.as_fd().as_raw_fd()).unwrap();
-        let soon = || crate::sys::now_ns() + 50_000_000;
-
+    fn a_timed_parker_wakes_for_its_token_and_its_promotion_timer() {
+        let p = Parker::timed().unwrap();
+        let far = || crate::sys::now_ns() + 10_000_000_000;
         p.unpark();
+        assert!(p.park_until(far()), "the early token was lost");
         assert!(
-            p.park_until(soon() + 10_000_000_000),
-            "the early token was lost"
+            !p.park_until(crate::sys::now_ns() + 20_000_000),
+            "the token was not consumed"
         );
-        assert!(!p.park_until(soon()), "the token was not consumed");
 
-        p.unpark_on_readiness();
-        assert!(!p.park_until(soon()), "woken with nothing ready");
-        ev.write(1).unwrap();
-        assert!(
-            p.park_until(soon() + 10_000_000_000),
-            "not woken by readiness"
-        );
-        assert!(!p.park_until(soon()), "a one-shot link fired twice");
+        let at = crate::sys::now_ns() + 5_000_000;
+        p.promote_at(at);
+        assert!(!p.promotion_due(), "due before its time");
+        assert!(p.park_until(far()), "the promotion timer did not wake it");
+        assert!(crate::sys::now_ns() >= at, "woken before the timer");
+        assert!(p.promotion_due());
+        p.cancel_promotion();
+        assert!(!p.promotion_due(), "cancelled but still due");
 
-        // The set is still ready (the eventfd was not read): arming wakes at once.
-        p.unpark_on_readiness();
+        p.promote_at(crate::sys::now_ns() + 20_000_000);
+        p.cancel_promotion();
         assert!(
-            p.park_until(soon() + 10_000_000_000),
-            "armed while ready, not woken"
+            !p.park_until(crate::sys::now_ns() + 60_000_000),
+            "a cancelled timer woke it"
         );
     }
 }

@@ -13,10 +13,6 @@ pub(crate) const RDHUP: u32 = libc::EPOLLRDHUP as u32;
 pub(crate) const HUP: u32 = libc::EPOLLHUP as u32;
 /// Error condition (`EPOLLERR`).
 pub(crate) const ERR: u32 = libc::EPOLLERR as u32;
-/// The most epoll sets the kernel nests in one another (`EP_MAX_NESTS` = 4 levels below the
-/// outermost): `epoll_ctl` refuses a set that would make a path of nested sets longer, counted
-/// upwards and downwards from the set it adds to, with `ELOOP`.
-pub(crate) const MAX_NESTED_SETS: usize = 5;
 /// Edge-triggered: one event per change of readiness (`EPOLLET`).
 pub(crate) const ET: u32 = libc::EPOLLET as u32;
 /// Disarm after one event (`EPOLLONESHOT`).

@@ -10,11 +10,13 @@ use std::time::Duration;
 pub const MIN_INTERVAL_US: u64 = 50;
 /// Longest timer interval accepted (µs).
 pub const MAX_INTERVAL_US: u64 = 10_000_000;
-/// Descriptors a run needs besides its timerfds, per group (epoll set, wake-up eventfds; pool
-/// threads open none), on top of those already open when the plan is made: a generous
-/// estimate (a run of 10 timers holds 18 in all), so the check errs towards a clear message.
+/// Descriptors a run needs besides its timerfds and its threads' parkers, per group (epoll set,
+/// wake-up eventfds), on top of those already open when the plan is made: a generous estimate,
+/// so the check errs towards a clear message.
 const FDS_PER_GROUP: u64 = 8;
 const FDS_SPARE: u64 = 32;
+/// Descriptors of one Leader/Followers pool thread's parker (epoll set, eventfd, timerfd).
+const FDS_PER_PARKER: u64 = 3;
 /// Name of the group built from the flags (thread names are `lf-cyclic-<n>`).
 pub const GROUP_NAME: &str = "cyclic";
 /// Per-thread buffer of the flag-built group: timer handlers read 8 bytes, so the runtime's
@@ -477,7 +479,14 @@ fn check_open_files(config: &RuntimeConfig, timers: usize) -> Result<(), String>
         return Ok(());
     };
     let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
-    let others = open + FDS_SPARE + FDS_PER_GROUP * config.groups.len() as u64;
+    // A Leader/Followers thread parks on its own epoll set, eventfd and timerfd.
+    let parkers: u64 = config
+        .groups
+        .iter()
+        .filter(|g| g.promotion != lfrt::Promotion::Concurrent)
+        .map(|g| FDS_PER_PARKER * g.threads as u64)
+        .sum();
+    let others = open + FDS_SPARE + FDS_PER_GROUP * config.groups.len() as u64 + parkers;
     let needed = timers as u64 + others;
     if needed > soft {
         return Err(format!(

@@ -7,6 +7,9 @@ use crate::engine::follower_queue::MAX_GROUP_THREADS;
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
+/// The longest deferred promotion (`promote_after_us`): one second.
+const MAX_PROMOTE_AFTER_US: u64 = 1_000_000;
+
 /// What the per-table checks learn as they go: the group names, the real-time priorities (and
 /// their group) and the (tcp, address, where) of every handler seen so far.
 #[derive(Default)]
@@ -161,6 +164,18 @@ impl RuntimeConfig {
                 let (lo, hi) = range.into_inner();
                 return Err(bad(gi, field, format!("{value}: must be {lo}..={hi}")));
             }
+        }
+        if g.promote_after_us > MAX_PROMOTE_AFTER_US {
+            return Err(bad(
+                gi,
+                "promote_after_us",
+                format!(
+                    "{}: must be 0..={MAX_PROMOTE_AFTER_US} (the longest an event may wait for \
+                     a busy leader before a follower takes the role; 0 promotes before every \
+                     event)",
+                    g.promote_after_us
+                ),
+            ));
         }
         if let Some(b) = g.budget_us {
             if b == 0 || b > 10_000_000 {
