@@ -287,18 +287,22 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
                     let m = rt.shutdown().expect("shutdown");
                     // Server-side split from the runtime's telemetry: leader awake -> handler
                     // entry (promotion + demultiplexing) and handler entry -> return (service).
-                    let (disp, serv) = rt.telemetry().with(|r| {
+                    let (disp, serv, arr) = rt.telemetry().with(|r| {
                         let g = &r.groups[0];
                         (
                             lfrt::telemetry::LatencySummary::of(&g.dispatch),
                             lfrt::telemetry::LatencySummary::of(&g.service),
+                            lfrt::telemetry::LatencySummary::of(&g.arrival),
                         )
                     });
                     let us = |ns: u64| ns as f64 / 1000.0;
                     serde_json::json!({"pool_allocations": m[0].pool_allocations, "pool_minor_faults": m[0].pool_minor_faults, "promotions": m[0].promotions,
                         "promotions_no_follower": m[0].promotions_no_follower, "promotions_deferred": m[0].promotions_deferred, "deferred_takeovers": m[0].deferred_takeovers, "dispatched": m[0].dispatched,
                         "dispatch_us": {"p50": us(disp.p50_ns), "p99": us(disp.p99_ns), "max": us(disp.max_ns)},
-                        "service_us": {"p50": us(serv.p50_ns), "p99": us(serv.p99_ns), "max": us(serv.max_ns)}})
+                        "service_us": {"p50": us(serv.p50_ns), "p99": us(serv.p99_ns), "max": us(serv.max_ns)},
+                        // Kernel receive (SO_TIMESTAMPNS) -> handler entry; none for lfrt-dg,
+                        // whose handler reads without the batch.
+                        "arrival_us": (arr.count > 0).then(|| serde_json::json!({"p50": us(arr.p50_ns), "p99": us(arr.p99_ns), "p999": us(arr.p999_ns), "max": us(arr.max_ns)}))})
                 }),
             }
         }
@@ -538,7 +542,7 @@ fn main() {
         shapes.get(1).copied().unwrap_or("-")
     );
     println!(
-        "{:<7} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9} {:>6} {:>12} {:>9} {:>6} {:>7} {:>6}  note",
+        "{:<7} {:>5} {:>12} {:>9} {:>9} {:>9} {:>8} {:>10} {:>10} {:>9} {:>6} {:>12} {:>9} {:>6} {:>7} {:>6} {:>8} {:>8}  note",
         "arch",
         "work",
         "msgs/s",
@@ -554,7 +558,9 @@ fn main() {
         "b:p99_us",
         "b:gen%",
         "steal%",
-        "fair"
+        "fair",
+        "arr50_us",
+        "arr99_us"
     );
     let mut rows = Vec::new();
     // Cell k of n with the time left, on stderr when it is a terminal (nothing otherwise); the
@@ -594,8 +600,14 @@ fn main() {
                     }
                 })
                 .collect();
+            // Kernel receive -> handler entry, for the lfrt servers that stamp arrivals.
+            let arrival = |q: &str| {
+                h["server"]["arrival_us"][q]
+                    .as_f64()
+                    .map_or(format!("{:>8}", "-"), |v| format!("{v:>8.1}"))
+            };
             progress.suspend(|| println!(
-                "{:<7} {:>5} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>10.3} {:>10.3} {:>9.2} {:>6.0} {} {} {} {:>7.2} {:>6.3}  {}",
+                "{:<7} {:>5} {:>12.0} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>10.3} {:>10.3} {:>9.2} {:>6.0} {} {} {} {:>7.2} {:>6.3} {} {}  {}",
                 arch.name(),
                 work,
                 f(h, "throughput_msgs_per_s"),
@@ -612,6 +624,8 @@ fn main() {
                 second(&|r| f(r, "generator_cpu_pct"), 6, 0),
                 f(h, "steal_pct"),
                 f(h, "port_fairness"),
+                arrival("p50"),
+                arrival("p99"),
                 note.join(","),
             ));
             rows.extend(results);

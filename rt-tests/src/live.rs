@@ -83,6 +83,9 @@ pub struct GroupSnapshot {
     pub latency: PromHistogram,
     /// 99th percentile of that latency (ns), as the final summary computes it.
     pub p99_ns: u64,
+    /// Kernel receive of a stamped datagram → handler entry (empty for groups whose handlers
+    /// take none).
+    pub arrival: PromHistogram,
 }
 
 /// Every group at one instant, and when.
@@ -98,16 +101,15 @@ impl Snapshot {
     /// Reads the runtime's metrics and histograms (takes the telemetry lock once, briefly).
     pub fn take(rt: &lfrt::Runtime, uptime: Duration) -> Snapshot {
         let metrics = rt.metrics();
-        let (latency, p99): (Vec<PromHistogram>, Vec<u64>) = rt.telemetry().with(|r| {
-            r.groups
-                .iter()
-                .map(|h| {
-                    (
-                        PromHistogram::of(&h.latency),
-                        lfrt::telemetry::LatencySummary::of(&h.latency).p99_ns,
-                    )
-                })
-                .unzip()
+        let (latency, p99, arrival) = rt.telemetry().with(|r| {
+            let mut out = (Vec::new(), Vec::new(), Vec::new());
+            for h in &r.groups {
+                out.0.push(PromHistogram::of(&h.latency));
+                out.1
+                    .push(lfrt::telemetry::LatencySummary::of(&h.latency).p99_ns);
+                out.2.push(PromHistogram::of(&h.arrival));
+            }
+            out
         });
         Snapshot {
             uptime_s: uptime.as_secs_f64(),
@@ -118,6 +120,7 @@ impl Snapshot {
                     metrics,
                     latency: latency.get(gi).cloned().unwrap_or_default(),
                     p99_ns: p99.get(gi).copied().unwrap_or(0),
+                    arrival: arrival.get(gi).cloned().unwrap_or_default(),
                 })
                 .collect(),
         }
@@ -351,6 +354,20 @@ impl Collector for SnapshotCollector {
             for g in &snap.groups {
                 let labels = [("group", g.metrics.name.as_str())];
                 let l = &g.latency;
+                m.encode_family(&labels)?
+                    .encode_histogram::<NoLabelSet>(l.sum_s, l.count, &l.buckets, None)?;
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "lfrt_group_arrival_latency",
+                "Latency from the kernel's receive of a datagram (SO_TIMESTAMPNS) to handler entry",
+                Some(&Unit::Seconds),
+                MetricType::Histogram,
+            )?;
+            for g in &snap.groups {
+                let labels = [("group", g.metrics.name.as_str())];
+                let l = &g.arrival;
                 m.encode_family(&labels)?
                     .encode_histogram::<NoLabelSet>(l.sum_s, l.count, &l.buckets, None)?;
             }
@@ -599,6 +616,7 @@ mod tests {
                     metrics,
                     latency: PromHistogram::default(),
                     p99_ns: 0,
+                    arrival: PromHistogram::default(),
                 })
                 .collect(),
         }));

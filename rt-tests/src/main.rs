@@ -553,9 +553,29 @@ fn run(
                 rt_tests::plot::latency_histogram(&h.latency, rt_tests::plot::RUN_BUCKET_NS)
             })
         });
-        out.push(
-            serde_json::json!({"metrics": m, "latency_ns": lat, "latency_histogram": histogram}),
-        );
+        // Kernel receive → handler entry, for groups whose handlers take stamped datagrams.
+        let arrival = rt.telemetry().group_arrival(gi);
+        out.push(serde_json::json!({
+            "metrics": m, "latency_ns": lat, "latency_histogram": histogram,
+            "arrival_ns": (arrival.count > 0).then_some(arrival),
+        }));
+    }
+    // The latency a datagram's sender sees, from the kernel's receive (SO_TIMESTAMPNS): printed
+    // for each group whose handlers took stamped datagrams.
+    for (gi, m) in metrics.iter().enumerate() {
+        let a = rt.telemetry().group_arrival(gi);
+        if a.count > 0 {
+            println!(
+                "{:<12} arrival (kernel receive -> handler entry, {} dispatches): p50 {:.1} us  \
+                 p99 {:.1} us  p99.9 {:.1} us  max {:.1} us",
+                m.name,
+                a.count,
+                a.p50_ns as f64 / 1000.0,
+                a.p99_ns as f64 / 1000.0,
+                a.p999_ns as f64 / 1000.0,
+                a.max_ns as f64 / 1000.0
+            );
+        }
     }
     // What the kernel runs, which differs from the plan when best-effort lanes were refused.
     for m in &metrics {

@@ -62,9 +62,21 @@ fn lfrt_group_echoes_every_datagram() {
     }
     rt.start().unwrap();
     let r = load(ports, MESSAGES);
+    // The built-in echo stamps its sockets' arrivals: every dispatch that took a datagram
+    // records the time from the kernel's receive to handler entry (issue 22).
+    let mut arrival = lfrt::telemetry::LatencySummary::default();
+    assert!(util::wait_until(5, || {
+        arrival = rt.telemetry().group_arrival(0);
+        arrival.count > 0
+    }));
     let m = rt.shutdown().unwrap();
     check("lfrt", &r, MESSAGES);
     assert!(m[0].dispatched > 0 && m[0].dispatched <= MESSAGES);
+    assert!(arrival.count <= m[0].dispatched, "{arrival:?} {m:?}");
+    assert!(
+        arrival.min_ns >= 1 && arrival.min_ns <= arrival.max_ns,
+        "{arrival:?}"
+    );
 }
 
 #[test]

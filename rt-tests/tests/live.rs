@@ -164,6 +164,8 @@ fn metrics_scraped_during_a_run_parse_with_prometheus_client() {
         for counter in [
             "promotions",
             "vacant_promotions",
+            "deferred_promotions",
+            "deferred_takeovers",
             "handler_panics",
             "budget_overruns",
             "accept_exhausted",
@@ -186,6 +188,9 @@ fn metrics_scraped_during_a_run_parse_with_prometheus_client() {
         let inf = value(h, &format!("{h}_bucket"), &format!("{{group={g},le=+Inf}}"));
         assert_eq!(count, inf, "{g}: +Inf bucket holds every value");
         assert!(count > 0.0, "{g}");
+        // Timers take no datagrams: the arrival histogram is there, and empty.
+        let h = "lfrt_group_arrival_latency_seconds";
+        assert_eq!(value(h, &format!("{h}_count"), &lg), 0.0, "{g}");
         // The task table's counters, for the group that has one only.
         for counter in [
             "spawned",

@@ -320,6 +320,7 @@ impl PoolThread<'_> {
         slot.busy_token.store(token.raw(), Relaxed);
         slot.busy_since.store(start_ns, SeqCst);
         let outcome = handler::dispatch(&group.handles, &event, self.ctx);
+        let arrival_ns = self.ctx.datagrams().take_first_arrival();
         slot.busy_since.store(0, SeqCst);
         slot.restore_if_demoted(&self.group.counters, &self.group.spec.name);
         let end_ns = sys::now_ns();
@@ -352,6 +353,7 @@ impl PoolThread<'_> {
             start_ns,
             end_ns,
             missed_periods: self.ctx.missed_periods.min(u64::from(u32::MAX)) as u32,
+            arrival_ns,
         };
         slot.samples.fetch_add(1, Relaxed);
         if self.ring.push(sample).is_err() {

@@ -46,6 +46,10 @@ pub struct Sample {
     pub end_ns: u64,
     /// Missed periods reported by the handler of a timer.
     pub missed_periods: u32,
+    /// When the kernel received the earliest datagram the handler took (`SO_TIMESTAMPNS`,
+    /// converted to `CLOCK_MONOTONIC` ns), or 0 if it took none that was stamped
+    /// ([`DatagramBatch::stamp_arrivals`](crate::DatagramBatch::stamp_arrivals)).
+    pub arrival_ns: u64,
 }
 
 impl Sample {
@@ -78,6 +82,10 @@ pub struct Histograms {
     pub dispatch: Histogram<u64>,
     /// Handler entry → return.
     pub service: Histogram<u64>,
+    /// Kernel receive of the earliest datagram the handler took → handler entry (only
+    /// dispatches that took a stamped datagram): the latency a socket's peer sees, measured by
+    /// the kernel rather than from the wake-up.
+    pub arrival: Histogram<u64>,
     /// Missed timer periods reported by handlers ([`crate::Context::add_missed_periods`]).
     pub missed_periods: u64,
     /// Latency of the most recent sample (ns).
@@ -93,6 +101,7 @@ impl Histograms {
             wake: new_histogram(),
             dispatch: new_histogram(),
             service: new_histogram(),
+            arrival: new_histogram(),
             missed_periods: 0,
             last_ns: 0,
             last_thread: 0,
@@ -110,6 +119,10 @@ impl Histograms {
             .saturating_record(s.start_ns.saturating_sub(s.woke_ns).max(1));
         self.service
             .saturating_record(s.end_ns.saturating_sub(s.start_ns).max(1));
+        if s.arrival_ns != 0 {
+            self.arrival
+                .saturating_record(s.start_ns.saturating_sub(s.arrival_ns).max(1));
+        }
         self.missed_periods += u64::from(s.missed_periods);
         self.last_ns = lat;
         self.last_thread = s.thread;
@@ -215,6 +228,17 @@ impl Telemetry {
         })
     }
 
+    /// Arrival latency summary of group `g`: kernel receive of a datagram → handler entry
+    /// (empty if its handlers take no stamped datagrams).
+    pub fn group_arrival(&self, g: usize) -> LatencySummary {
+        self.with(|r| {
+            r.groups
+                .get(g)
+                .map(|h| LatencySummary::of(&h.arrival))
+                .unwrap_or_default()
+        })
+    }
+
     /// Creates the histograms of these timers (`(group, raw token)`) now, before their first
     /// sample: the collector then does not allocate for them during a run, and it is these
     /// timers, in this order, that get histograms of their own, up to [`MAX_TIMER_HISTOGRAMS`]
@@ -310,6 +334,7 @@ mod tests {
             start_ns: 2_000,
             end_ns: 2_100,
             missed_periods,
+            arrival_ns: 0,
         }
     }
 

@@ -117,6 +117,8 @@ impl UdpEcho {
     /// Wraps a bound socket (made nonblocking here).
     pub fn new(socket: UdpSocket, work_us: u64) -> io::Result<UdpEcho> {
         socket.set_nonblocking(true)?;
+        // The runtime reports each dispatch's kernel-receive-to-handler latency from these.
+        crate::DatagramBatch::stamp_arrivals(socket.as_fd())?;
         Ok(UdpEcho {
             socket,
             work_us,

@@ -70,8 +70,47 @@ pub(crate) struct MsgBatch {
     hdrs: Box<[libc::mmsghdr]>,
     iovs: Box<[libc::iovec]>,
     addrs: Box<[SourceAddr]>,
+    /// Per datagram, room for its ancillary data: the kernel's receive timestamp
+    /// (`SCM_TIMESTAMPNS`) when the socket asked for it ([`stamp_arrivals`]).
+    ctrl: Box<[Ancillary]>,
     data: Box<[u8]>,
     slot_bytes: usize,
+}
+
+/// Room for one `SCM_TIMESTAMPNS` control message (`CMSG_SPACE(sizeof(struct timespec))` is
+/// 32 bytes on 64-bit Linux), aligned as `struct cmsghdr` needs.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+struct Ancillary([u8; 64]);
+
+/// Asks the kernel to stamp each datagram `fd` receives with the time it was received
+/// (`SO_TIMESTAMPNS`: `CLOCK_REALTIME`, taken when the packet reaches the socket layer), which
+/// [`MsgBatch::received_at`] then reads with the datagram.
+pub(crate) fn stamp_arrivals(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    syscall!(setsockopt(
+        fd.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_TIMESTAMPNS,
+        (&on as *const libc::c_int).cast(),
+        std::mem::size_of::<libc::c_int>() as libc::socklen_t
+    ))
+    .map(drop)
+}
+
+/// `CLOCK_REALTIME` minus `CLOCK_MONOTONIC` now, in ns: what turns a receive timestamp into
+/// the monotonic clock every other lfrt time is on.
+pub(crate) fn realtime_offset_ns() -> i128 {
+    let read = |clock| {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `t` is a valid, writable timespec; both clocks always exist on Linux.
+        unsafe { libc::clock_gettime(clock, &mut t) };
+        i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec)
+    };
+    read(libc::CLOCK_REALTIME) - read(libc::CLOCK_MONOTONIC)
 }
 
 // SAFETY: the raw pointers inside `hdrs` and `iovs` only ever point into this value's own boxed
@@ -148,6 +187,7 @@ impl MsgBatch {
             hdrs: vec![zero_hdr; capacity].into_boxed_slice(),
             iovs: vec![zero_iov; capacity].into_boxed_slice(),
             addrs: (0..capacity).map(|_| SourceAddr(zero_addr)).collect(),
+            ctrl: vec![Ancillary([0; 64]); capacity].into_boxed_slice(),
             data: vec![0u8; total].into_boxed_slice(),
             slot_bytes,
         }
@@ -160,7 +200,8 @@ impl MsgBatch {
         let capacity = capacity.max(1) as u64;
         let per_slot = std::mem::size_of::<libc::mmsghdr>()
             + std::mem::size_of::<libc::iovec>()
-            + std::mem::size_of::<SourceAddr>();
+            + std::mem::size_of::<SourceAddr>()
+            + std::mem::size_of::<Ancillary>();
         capacity.saturating_mul((slot_bytes.max(1) as u64).saturating_add(per_slot as u64))
     }
 
@@ -192,8 +233,8 @@ impl MsgBatch {
         h.msg_iovlen = 1;
         h.msg_name = (&mut self.addrs[i] as *mut SourceAddr).cast();
         h.msg_namelen = std::mem::size_of::<SourceAddr>() as libc::socklen_t;
-        h.msg_control = std::ptr::null_mut();
-        h.msg_controllen = 0;
+        h.msg_control = (&mut self.ctrl[i] as *mut Ancillary).cast();
+        h.msg_controllen = std::mem::size_of::<Ancillary>() as _;
         h.msg_flags = 0;
     }
 
@@ -222,6 +263,33 @@ impl MsgBatch {
         )
     }
 
+    /// When the kernel received datagram `i` of the last [`recv`](Self::recv)
+    /// (`CLOCK_REALTIME` ns), if its socket stamps arrivals ([`stamp_arrivals`]).
+    // `msg_controllen` is `size_t` with glibc and `socklen_t` with musl: the cast is portable.
+    #[allow(clippy::unnecessary_cast)]
+    pub(crate) fn received_at(&self, i: usize) -> Option<i128> {
+        let h = &self.hdrs[i].msg_hdr;
+        if h.msg_control.is_null()
+            || (h.msg_controllen as usize) < std::mem::size_of::<libc::cmsghdr>()
+        {
+            return None;
+        }
+        // SAFETY: `h` is the header `recv` aimed at `self.ctrl[i]` and the kernel filled; the
+        // CMSG macros walk only within `msg_control[..msg_controllen]`, which the kernel set to
+        // at most the buffer's size, and each message they yield lies inside it.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(h);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                    let t = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
+                    return Some(i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec));
+                }
+                c = libc::CMSG_NXTHDR(h, c);
+            }
+        }
+        None
+    }
+
     /// Slot `i` and the source of the datagram in it.
     pub(crate) fn message(&mut self, i: usize) -> (&mut [u8], &SourceAddr) {
         let slot = &mut self.data[i * self.slot_bytes..(i + 1) * self.slot_bytes];
@@ -242,6 +310,9 @@ impl MsgBatch {
         for (i, reply) in replies.iter().enumerate() {
             if let Some(n) = *reply {
                 self.iovs[i].iov_len = (n as usize).min(self.slot_bytes);
+                // A reply carries no ancillary data (the receive timestamp is not for sending).
+                self.hdrs[i].msg_hdr.msg_control = std::ptr::null_mut();
+                self.hdrs[i].msg_hdr.msg_controllen = 0;
                 if k != i {
                     self.hdrs.swap(k, i);
                 }
@@ -280,6 +351,7 @@ mod tests {
             let real = std::mem::size_of_val(&*b.hdrs)
                 + std::mem::size_of_val(&*b.iovs)
                 + std::mem::size_of_val(&*b.addrs)
+                + std::mem::size_of_val(&*b.ctrl)
                 + std::mem::size_of_val(&*b.data);
             assert_eq!(
                 MsgBatch::allocated_bytes(capacity, slot),
