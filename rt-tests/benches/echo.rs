@@ -21,7 +21,7 @@
 //! cargo bench --bench echo -- [--duration 5s] [--threads 2] [--ports 4] [--window 8]
 //!                             [--work 0,5,50] [--fifo PRIO] [--pin] [--json FILE] [--quick]
 //!                             [--arch lfrt,lfrt-cc,lfrt-dg,hsha,tokio,tokio-fifo]
-//!                             [--gen-threads N]
+//!                             [--gen-threads N] [--promote-after-us US]
 //!                             [--clients unbatched,batched]
 //! ```
 //! Per architecture and handler work: throughput, RTT p50/p99/p99.9, context switches per
@@ -84,6 +84,8 @@ struct Opts {
     gen_threads: usize,
     /// Client shapes to run each cell with (the first is the headline).
     clients: Vec<Clients>,
+    /// The lfrt groups' `promote_after_us` (deferred promotion); `None`: the default.
+    promote_after_us: Option<u64>,
 }
 
 /// The load generator's client shape (`lfrt-loadgen` without or with `--batched`).
@@ -156,6 +158,7 @@ fn parse_opts() -> Opts {
         ],
         gen_threads: 1,
         clients: vec![Clients::Unbatched, Clients::Batched],
+        promote_after_us: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -191,6 +194,9 @@ fn parse_opts() -> Opts {
                     .collect()
             }
             "--fifo" => o.fifo = Some(val(i).parse().expect("--fifo PRIO")),
+            "--promote-after-us" => {
+                o.promote_after_us = Some(val(i).parse().expect("--promote-after-us US"))
+            }
             "--json" => o.json = Some(val(i)),
             "--arch" => {
                 o.archs = val(i)
@@ -263,6 +269,9 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
             }
             g.buffer_bytes = 2048;
             g.cpus = o.pin.then(|| vec![SERVER_CPU]);
+            if let Some(us) = o.promote_after_us {
+                g.promote_after_us = us;
+            }
             let cfg = lfrt::RuntimeConfig {
                 rt: lfrt::RtMode::BestEffort,
                 lock_memory: false,
