@@ -23,7 +23,7 @@ trap 'rm -rf "$out"' EXIT
 cargo bench -q --bench echo --no-run >/dev/null 2>&1
 irq() { awk '/RES:|CAL:/{s=0; for(i=2;i<=NF;i++) if ($i ~ /^[0-9]+$/) s+=$i; else break; print s}' /proc/interrupts | paste -sd' '; }
 
-printf '%-11s %-8s %9s %8s %9s %8s %8s %9s %8s\n' arch place msgs/s gen% wake/msg ipi/msg csw/msg msg/wake run_us
+printf '%-11s %-8s %9s %8s %6s %9s %8s %8s %9s %8s\n' arch place msgs/s cpu_us/m gen% wake/msg ipi/msg csw/msg msg/wake run_us
 for place in unpinned pinned; do
     pin=(); [ "$place" = pinned ] && pin=(--pin)
     for arch in ${archs//,/ }; do
@@ -40,19 +40,21 @@ for place in unpinned pinned; do
         wait "$bp"
         line=$(grep -E "^$arch +0 " "$out/bench" | tail -1)
         msgs=$(awk '{print $3}' <<<"$line")
-        gen=$(awk '{print $10}' <<<"$line")
+        cpu=$(awk '{print $10}' <<<"$line")
+        gen=$(awk '{print $11}' <<<"$line")
         csw=$(awk -F, '/context-switches/{print $1}' "$out/stat")
         # Per server thread: sched-ins and run time over the 1 s recording.
         perf sched timehist -i "$out/sched.data" -s 2>/dev/null \
             | awk -v pid="$pid" '$1 ~ "/" pid "\\]" {n+=$3; rt+=$4} END {print n+0, rt+0}' > "$out/ts"
         read -r wakes run_ms < "$out/ts"
-        awk -v m="$msgs" -v g="$gen" -v w="$wakes" -v r="$run_ms" -v res=$((res1 - res0)) \
+        awk -v m="$msgs" -v u="$cpu" -v g="$gen" -v w="$wakes" -v r="$run_ms" -v res=$((res1 - res0)) \
             -v cal=$((cal1 - cal0)) -v c="$csw" -v a="$arch" -v p="$place" 'BEGIN {
-                printf "%-11s %-8s %9d %8s %9.3f %8.3f %8.3f %9.2f %8.1f\n", a, p, m, g,
+                printf "%-11s %-8s %9d %8s %6s %9.3f %8.3f %8.3f %9.2f %8.1f\n", a, p, m, u, g,
                     w / m, (res + cal) / 2 / m, c / 2 / m, (w > 0 ? m / w : 0),
                     (w > 0 ? r * 1000 / w : 0) }'
     done
 done
+echo "# cpu_us/m: server CPU per message; gen%: the generator's busiest thread (% of a CPU)"
 echo "# wake/msg: sched-ins of the server's threads per message (perf sched, 1 s); ipi/msg: RES+CAL"
 echo "# interrupts per message; csw/msg: machine-wide context switches per message (perf stat, 2 s);"
 echo "# msg/wake: messages per server wake-up; run_us: average run of a server thread per wake-up."

@@ -999,3 +999,72 @@ fn a_failed_start_leaves_no_thread_running() {
     assert!(matches!(rt.start(), Err(Error::State(_))));
     assert_eq!(rt.metrics()[0].handles, 0, "handles closed as by shutdown");
 }
+
+/// Deferred promotion keeps the leader role only after a wait that took everything that was
+/// ready (`engine/dispatch.rs`). A few ready handles: the leader takes them all in one wait,
+/// keeps its role through them, and wakes nobody (the promotion timer, 1 s, never fires). More
+/// ready handles than one wait takes (`MAX_BATCH`, 16): the lane has more than one thread's
+/// work, so the leader promotes its follower at once.
+#[test]
+fn a_leader_defers_its_promotion_only_after_a_wait_that_drained_the_set() {
+    let _l = util::rt_lock();
+    if !util::rt_allowed(
+        "a_leader_defers_its_promotion_only_after_a_wait_that_drained_the_set",
+        20,
+    ) {
+        return;
+    }
+    let cpu = *lfrt::os::available_cpus().last().unwrap();
+    for (handles, drained) in [(3u64, true), (40, false)] {
+        let mut g = GroupConfig::new("defer", Policy::Fifo, 10);
+        g.threads = 2;
+        g.cpus = Some(vec![cpu]);
+        g.promote_after_us = 1_000_000;
+        let mut rt = Runtime::new(cfg(vec![g])).unwrap();
+        let reg = rt.lane("defer").unwrap().registry();
+        let total = Arc::new(AtomicU64::new(0));
+        let writers: Vec<EfdWriter> = (0..handles)
+            .map(|_| {
+                let n = Notifier::new().unwrap();
+                let w = writer_for(&n);
+                let c = Counter {
+                    n,
+                    total: total.clone(),
+                };
+                reg.register(Box::new(c)).unwrap();
+                w
+            })
+            .collect();
+        rt.start().unwrap();
+        // Once a leader waits and its follower is queued, every handle becomes ready, written
+        // by a thread above the lane's priority on the lane's only CPU: the leader runs again
+        // only after the last write, and its wait then sees every handle at once.
+        assert!(util::wait_until(10, || {
+            let m = &rt.metrics()[0];
+            m.leader_present && m.followers == 1
+        }));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                lfrt::os::set_current_affinity(&[cpu]).unwrap();
+                lfrt::os::set_current_sched(Sched::Fifo(20)).unwrap();
+                for w in &writers {
+                    w.write(1);
+                }
+            });
+        });
+        assert!(
+            util::wait_until(10, || total.load(SeqCst) == handles),
+            "{handles} handles: {} of them dispatched",
+            total.load(SeqCst)
+        );
+        let m = rt.metrics().remove(0);
+        rt.shutdown().unwrap();
+        if drained {
+            assert_eq!(m.promotions, 0, "{handles} handles: {m:?}");
+            assert_eq!(m.promotions_deferred, handles, "{handles} handles: {m:?}");
+            assert_eq!(m.deferred_takeovers, 0, "{handles} handles: {m:?}");
+        } else {
+            assert!(m.promotions > 0, "{handles} handles: {m:?}");
+        }
+    }
+}

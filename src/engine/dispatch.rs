@@ -8,16 +8,18 @@
 //!   join ─► lead: an event of the batch? ──yes── (kept: still the leader; or handed on) ──┐
 //!              │ no                                                                        │
 //!              ▼                                                                           ▼
-//!           epoll_wait(up to 1 + followers) ─► keep(rest)          (promote_after_us > 0) ─► process ─► join
-//!                                            └► promote_with(rest) (promote_after_us = 0) ─┘
+//!           epoll_wait ─► drained the set? ─yes─► keep(rest)       (deferred) ─► process ─► join
+//!                                  └──────────no──► promote_with(rest) (eager)  ──┘
 //! ```
 //!
-//! A leader takes as many events per wait as there are idle threads to take them; what it does
-//! not process at once is the batch (`leader.rs`). With deferred promotion (the default) it
-//! keeps its role through its events and arms the promotion timer of the follower it would
-//! have woken: an event costs no wake-up of a second thread unless it takes longer than
-//! `promote_after_us`. Before its wait blocks, it cancels that timer (after a look that does
-//! not block), so an idle lane wakes nobody.
+//! A leader takes as many events per wait as there are idle threads to take them (all that is
+//! ready, up to `MAX_BATCH`, when it may defer); what it does not process at once is the batch
+//! (`leader.rs`). With deferred promotion (the default) it keeps its role through its events
+//! and arms the promotion timer of the follower it would have woken: an event costs no wake-up
+//! of a second thread unless it takes longer than `promote_after_us`. It defers only when its
+//! wait drained the handle set (took fewer events than it asked for); a lane with more than one
+//! thread's work promotes at once. Before its wait blocks, it cancels that timer (after a look that does not block),
+//! so an idle lane wakes nobody. `promote_after_us = 0` always promotes at once.
 //!
 //! # Concurrent mode (`promotion = "concurrent"`)
 //!
@@ -135,6 +137,14 @@ impl PoolThread<'_> {
                 }
                 Lead::Take(ready, promoted) => (ready, promoted),
                 Lead::Wait { max } => {
+                    // Deferring, a leader takes all that is ready (up to MAX_BATCH), so that
+                    // it can tell whether it drained the set; a borrowing lane keeps to its
+                    // idle threads, so that lenders see the rest (`borrow.rs`).
+                    let max = if after > 0 && group.borrow.is_none() {
+                        MAX_BATCH
+                    } else {
+                        max
+                    };
                     let n = match self.wait(&mut batch[..max], &mut armed) {
                         Ok(0) => continue, // EINTR: still the leader
                         Ok(n) => n,
@@ -153,10 +163,18 @@ impl PoolThread<'_> {
                         group.protocol.resign(self.idx);
                         continue;
                     }
-                    if after > 0 && !matches!(Handles::decode(got[0]), Wait::Link { .. }) {
-                        // Deferred promotion (`leader.rs`): keep the role through these events;
-                        // the follower that would be woken now is woken only if this thread
-                        // still holds them `promote_after` from now.
+                    // Deferred promotion (`leader.rs`) only after a wait that took everything that
+                    // was ready (fewer events than it asked for): every event still in the kernel
+                    // became ready after it, and waits at most `promote_after`. A full wait says
+                    // the lane has more than one thread's work: a follower is promoted now, with
+                    // the rest of the batch.
+                    let deferred = after > 0
+                        && n < max
+                        && !matches!(Handles::decode(got[0]), Wait::Link { .. });
+                    if deferred {
+                        // Keep the role through these events; the follower that would be woken
+                        // now is woken only if this thread still holds them `promote_after`
+                        // from now.
                         let at = sys::now_ns().saturating_add(after);
                         match group.protocol.keep(self.idx, &got[1..], at) {
                             Kept::Keeping(s) => {

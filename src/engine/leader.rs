@@ -31,10 +31,13 @@
 //! follower it would have promoted (`sync/parker.rs`). If the leader still holds events when the
 //! timer expires, that follower takes the role (and what is left of the batch) and waits on the
 //! handle set; if the leader finishes first, its next wait ends the deferral, and nobody was
-//! woken. An event that becomes ready meanwhile waits at most `promote_after_us` plus a
-//! wake-up, or until the leader is back, whichever comes first. A leader that took several
-//! events in one wait leaves the others in the batch; with promotion not deferred
-//! (`promote_after_us = 0`), the follower it promotes is woken at once to take them.
+//! woken. The leader defers only after a wait that took everything that was ready (fewer events
+//! than it asked for, `dispatch.rs`); a full wait says the lane has more than one thread's work,
+//! and it promotes at once, with the rest of the batch. An event that becomes ready meanwhile
+//! waits at most `promote_after_us` plus a wake-up, or until the leader is back, whichever comes
+//! first. A leader that took several events in one wait leaves the others in the batch; with
+//! promotion not deferred (`promote_after_us = 0`), the follower it promotes is woken at once to
+//! take them.
 //!
 //! **Unbound** associations (`dispatch.rs`, `X = ()`): any thread handles any event, so a thread
 //! waits only for the leader role: [`join`](Protocol::join), [`promote_with`](Protocol::promote_with),
@@ -84,13 +87,15 @@
 //!   deferral ended (the leader finished first, and its lazy cancel came too late) wakes its
 //!   thread spuriously, which the same re-check absorbs (`promotion_due` is then false, or
 //!   `keeping` no longer names it);
-//! * **no event waits for a busy leader past its successor's timer**: while the leader keeps its
-//!   role it holds events (one processing, maybe a batch) and `keeping` names a queued follower
-//!   whose timer is armed; the timer fires unless the leader's next `lead` (batch empty) ended
-//!   the deferral first, and the follower it wakes takes the role if `keeping` still names it.
-//!   With no follower queued there is nobody to wake: the role falls vacant as in a promotion.
-//!   The `deferred_*` models check it with a handler that blocks until a second event has been
-//!   processed (only the promoted follower can take it), with and without the lazy cancel;
+//! * **no event waits for a busy leader past its successor's timer**: the leader keeps its role
+//!   only after a wait that drained the handle set (so every event still in the kernel became
+//!   ready after that wait); while it keeps it, it holds events (one processing, maybe a batch)
+//!   and `keeping` names a queued follower whose timer is armed; the timer fires unless the
+//!   leader's next `lead` (batch empty) ended the deferral first, and the follower it wakes
+//!   takes the role if `keeping` still names it. With no follower queued there is nobody to
+//!   wake: the role falls vacant as in a promotion. The `deferred_*` models check it with a
+//!   handler that blocks until a second event has been processed (only the promoted follower
+//!   can take it), with and without the lazy cancel;
 //! * **each event of a batch is taken exactly once**: the batch belongs to the leader role and
 //!   is read and written only under the lock by the thread that holds the role (`lead`,
 //!   `promote_with`); a leader waits on the handle set only with an empty batch, and for at
