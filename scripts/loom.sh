@@ -6,6 +6,9 @@
 # they take minutes (218 s measured for a similar model), while 2 covers the interleavings that
 # matter for a hand-off between a leader, a follower and a rejoining thread in seconds. The
 # timeout-race model sets 3 itself (about 2 s): the stale-token interleaving needs a third.
+# The batch_* models (a leader's left-over events pass on with the role, each taken once) and the
+# deferred_promotion_* models (a kept role, the successor's promotion timer, the lazy cancel;
+# the bounded one takes about 5 s) run with them.
 # The no_starvation_* models (a ready handle is taken by an idle thread, every promotion mode,
 # concurrent mode and borrowing) take about a second together.
 set -euxo pipefail
