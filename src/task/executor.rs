@@ -286,24 +286,18 @@ impl Shared {
         let _ = self.free.push(index);
     }
 
-    /// Drops the future of a task completed unpolled (cancel at close).
-    fn drop_unpolled(&self, index: u32, free_now: bool) {
+    /// Drops the future of a task taken unpolled (cancel at close), then completes it: its
+    /// handle sees the end only once the future is gone.
+    fn drop_unpolled(&self, index: u32) {
         let slot = &self.slots[index as usize];
         // SAFETY: the task was published (we read its state), so its vtable was written.
         let vt = unsafe { (*slot.vtable.get()).expect("a live slot has a vtable") };
         let p = self.storage_of(index);
-        // SAFETY: complete_unpolled won the slot: the future is initialised and no one else
-        // touches it.
+        // SAFETY: take_unpolled won the slot (RUNNING is ours): the future is initialised and
+        // no one else touches it.
         let _ = catch_unwind(AssertUnwindSafe(|| unsafe { (vt.drop_future)(p) }));
         self.counters.cancelled.fetch_add(1, Relaxed);
-        if free_now {
-            self.release(index);
-        } else {
-            let joiner = slot.joiner.lock().take();
-            if let Some(w) = joiner {
-                w.wake();
-            }
-        }
+        self.finish(index, 0);
     }
 
     /// Adds a deadline for the task of generation `gen` in `index`, and arms the timerfd if
@@ -373,8 +367,8 @@ impl Shared {
                 if s & state::LIVE == 0 || s & state::COMPLETE != 0 {
                     break; // finished meanwhile
                 }
-                if let Some(free_now) = slot.state.complete_unpolled(state::generation(s)) {
-                    self.drop_unpolled(i, free_now);
+                if slot.state.take_unpolled(state::generation(s)) {
+                    self.drop_unpolled(i);
                     break;
                 }
                 // Being polled: its turn stops after this poll (it sees `closed`).
@@ -706,9 +700,9 @@ impl Spawner {
         s.push_ready(index);
         if s.closed.load(SeqCst) {
             // Shutdown raced with us and may have missed the task: cancel it ourselves (one
-            // of us wins `complete_unpolled`).
-            if let Some(free_now) = slot.state.complete_unpolled(gen) {
-                s.drop_unpolled(index, free_now);
+            // of us wins `take_unpolled`).
+            if slot.state.take_unpolled(gen) {
+                s.drop_unpolled(index);
             }
         }
         Ok(JoinHandle {

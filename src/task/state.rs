@@ -23,10 +23,14 @@
 //!   ([`wake`](TaskState::wake)) or by the poller itself as it clears `RUNNING`
 //!   ([`pending`](TaskState::pending));
 //! * **never polled once dropped, never dropped while polled**: shutdown cancels from any
-//!   thread with [`complete_unpolled`](TaskState::complete_unpolled), which requires `RUNNING`
-//!   clear and sets `COMPLETE`; `start` requires `COMPLETE` clear; each is one CAS on this
-//!   word, so exactly one of them takes a scheduled task (the other finds `Start::Gone` or
-//!   `None`);
+//!   thread with [`take_unpolled`](TaskState::take_unpolled), which requires `RUNNING` clear
+//!   and sets it, as `start` does, and clears `SCHEDULED`; `start` requires `SCHEDULED` set
+//!   and `RUNNING` clear; each is one CAS on this word, so exactly one of them takes a
+//!   scheduled task (the other finds `Start::Gone` or `false`);
+//! * **a handle sees the end only after the future is gone**: `COMPLETE` is set by
+//!   [`complete`](TaskState::complete) alone, which the thread holding `RUNNING` calls after
+//!   the poll returned `Ready` or after it dropped the future (a cancel, by the poller or by
+//!   shutdown);
 //! * **in the ready set at most once**: the thread whose transition sets `SCHEDULED` pushes the
 //!   slot, and only [`start`](TaskState::start) clears it, after the slot was popped; so the
 //!   ready queue never holds more than `max_tasks` entries;
@@ -80,9 +84,9 @@ pub(crate) enum Start {
     Poll(u16),
     /// Cancellation was requested: drop the future instead.
     Cancel(u16),
-    /// Nothing to run: shutdown completed the task while its entry waited in the ready set
-    /// ([`complete_unpolled`](TaskState::complete_unpolled) from another thread, which
-    /// cleared `SCHEDULED`), so the entry was stale.
+    /// Nothing to run: shutdown took the task while its entry waited in the ready set
+    /// ([`take_unpolled`](TaskState::take_unpolled) from another thread, which cleared
+    /// `SCHEDULED`), so the entry was stale.
     Gone,
 }
 
@@ -147,17 +151,19 @@ impl TaskState {
     }
 
     /// The poller took the slot from the ready set: `SCHEDULED` → `RUNNING`, unless shutdown
-    /// completed the task meanwhile ([`Start::Gone`]): one CAS decides between this and
-    /// [`complete_unpolled`](Self::complete_unpolled), so a future is never polled after it
-    /// was dropped nor dropped while it is polled.
+    /// took the task meanwhile ([`Start::Gone`]): one CAS decides between this and
+    /// [`take_unpolled`](Self::take_unpolled), so a future is never polled after it was
+    /// dropped nor dropped while it is polled.
     pub(crate) fn start(&self) -> Start {
         let (s, changed) = self.update(|s| {
             (s & SCHEDULED != 0 && s & (RUNNING | COMPLETE) == 0)
                 .then_some((s & !SCHEDULED) | RUNNING)
         });
         if !changed {
+            // A stale entry: shutdown took the task (it holds `RUNNING` while it drops the
+            // future) or completed it already.
             assert!(
-                s & (SCHEDULED | RUNNING) == 0,
+                s & SCHEDULED == 0,
                 "inconsistent task state at start: {s:#x}"
             );
             return Start::Gone;
@@ -193,19 +199,21 @@ impl TaskState {
         s & HANDLE == 0
     }
 
-    /// Completes a task that no thread is polling (shutdown, from any thread, also while the
-    /// lane runs; or a spawn that lost the race with it): `Some(free_now)` if this call
-    /// completed it, `None` if it was already complete, running or not of generation `gen`.
-    /// A ready-set entry it leaves behind is [`Start::Gone`].
-    pub(crate) fn complete_unpolled(&self, gen: u16) -> Option<bool> {
-        let (s, changed) = self.update(|s| {
+    /// Takes a task that no thread is polling, to drop its future (shutdown, from any thread,
+    /// also while the lane runs; or a spawn that lost the race with it): `RUNNING` set and
+    /// `SCHEDULED` cleared, as [`start`](Self::start) would, so the caller then drops the
+    /// future and calls [`complete`](Self::complete)`(0)`. False if the task is already
+    /// complete, running or not of generation `gen`. A ready-set entry it leaves behind is
+    /// [`Start::Gone`].
+    pub(crate) fn take_unpolled(&self, gen: u16) -> bool {
+        let (_, changed) = self.update(|s| {
             if generation(s) != gen || s & LIVE == 0 || s & (COMPLETE | RUNNING) != 0 {
                 None
             } else {
-                Some((s & !(SCHEDULED | NOTIFIED)) | COMPLETE)
+                Some((s & !(SCHEDULED | NOTIFIED)) | RUNNING)
             }
         });
-        changed.then_some(s & HANDLE == 0)
+        changed
     }
 
     /// Requests cancellation of generation `gen`; true if the task is live and unfinished
@@ -375,10 +383,10 @@ mod loom_tests {
         });
     }
 
-    /// Shutdown cancelling from another thread (`complete_unpolled`, retried while the task
-    /// runs, as `Shared::close` does) against the poller taking the task from the ready set
+    /// Shutdown cancelling from another thread (`take_unpolled`, retried while the task runs,
+    /// as `Shared::close` does) against the poller taking the task from the ready set
     /// (`start`, then `Pending`): the future is never polled after it was dropped, never
-    /// dropped while it is polled, and dropped exactly once.
+    /// dropped while it is polled, dropped exactly once, and complete only after the drop.
     #[test]
     fn a_cancel_at_shutdown_never_overlaps_a_poll() {
         loom::model(|| {
@@ -391,9 +399,11 @@ mod loom_tests {
                 if st2.load() & COMPLETE != 0 {
                     return;
                 }
-                if st2.complete_unpolled(0).is_some() {
+                if st2.take_unpolled(0) {
                     assert_eq!(polling2.load(SeqCst), 0, "dropped while it is polled");
+                    assert_eq!(st2.load() & COMPLETE, 0, "complete before the drop");
                     dropped2.fetch_add(1, SeqCst);
+                    st2.complete(0);
                     return;
                 }
                 loom::thread::yield_now();
