@@ -188,11 +188,12 @@ pub struct GroupConfig {
     #[serde(default)]
     pub promotion: Promotion,
     /// Deferred promotion (µs; `promotion = "priority" | "lifo" | "fifo"`): a leader whose
-    /// wait returned one lone event keeps its role while it processes it, and the follower it
-    /// would have woken takes the role only if the handler still runs this long after the
-    /// event was taken (its promotion timer). An event that arrives meanwhile waits at most this
-    /// long plus that follower's wake-up, or until the handler returns if that is sooner.
-    /// 0 promotes before processing, as the pattern's classic form (a wake-up per event).
+    /// wait took everything that was ready (fewer events than it asked for) keeps its role
+    /// while it processes them, and the follower it would have woken takes the role only if
+    /// the leader still holds them this long after its wait returned (its promotion timer). An
+    /// event that arrives meanwhile waits at most this long plus that follower's wake-up, or
+    /// until the leader is back if that is sooner. A wait that filled its batch promotes at
+    /// once. 0 promotes before processing, as the pattern's classic form (a wake-up per event).
     /// 0..=1000000, default 50.
     #[serde(default = "GroupConfig::default_promote_after_us")]
     pub promote_after_us: u64,

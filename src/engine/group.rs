@@ -69,8 +69,9 @@ pub(crate) struct GroupSpec {
     pub(crate) on_overrun: OnOverrun,
     /// The lane borrows threads of lower lanes (`borrow.rs`).
     pub(crate) borrow: Option<BorrowSpec>,
-    /// Deferred promotion (`leader.rs`): how long a leader keeps its role through a lone event
-    /// before the follower it would have promoted takes it (ns); 0: promote before processing.
+    /// Deferred promotion (`leader.rs`): how long a leader keeps its role through the events of
+    /// a wait that drained the handle set before the follower it would have promoted takes it
+    /// (ns); 0: promote before processing.
     pub(crate) promote_after_ns: u64,
 }
 

@@ -214,7 +214,7 @@ pub(crate) struct State<X> {
     /// leader role and pass on with it (see [`Batch`]).
     batch: Batch,
     /// Deferred promotion ([`Protocol::keep`]): the follower whose promotion timer is armed
-    /// while the leader, keeping its role, processes a lone event.
+    /// while the leader, keeping its role, processes the events of its wait.
     keeping: Option<u16>,
     /// Roles taken over by a follower whose promotion timer expired.
     deferred: u64,
@@ -486,8 +486,8 @@ impl<X: Variant> Protocol<X> {
                 }
                 Check::Wait { until } => until,
             };
-            // Deferred promotion: the leader kept its role to process a lone event, and this
-            // follower's promotion timer expired while it still does. The role is ours; the old
+            // Deferred promotion: the leader kept its role to process the events of its wait,
+            // and this follower's promotion timer expired while it still holds them. The role is ours; the old
             // leader goes on processing without it and rejoins as a follower.
             if st.keeping == Some(me) && self.parkers[me as usize].promotion_due() {
                 st.keeping = None;

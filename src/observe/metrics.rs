@@ -8,7 +8,7 @@ pub(crate) struct Counters {
     pub(crate) dispatched: AtomicU64,
     pub(crate) promotions: AtomicU64,
     pub(crate) vacant: AtomicU64,
-    /// Lone events a leader processed keeping its role (deferred promotion).
+    /// Events a leader processed keeping its role (deferred promotion).
     pub(crate) kept: AtomicU64,
     pub(crate) processing: AtomicU64,
     pub(crate) panics: AtomicU64,
@@ -70,7 +70,7 @@ pub struct GroupMetrics {
     pub promotions: u64,
     /// Times a leader found no follower to promote (the slot stayed vacant).
     pub promotions_no_follower: u64,
-    /// Lone events a leader processed keeping its role, with the promotion of the follower it
+    /// Events a leader processed keeping its role, with the promotion of the follower it
     /// would have woken deferred by the group's `promote_after_us` (`promotion = "priority"`,
     /// `"lifo"`, `"fifo"`).
     pub promotions_deferred: u64,

@@ -11,11 +11,11 @@
 //! * a **timed** parker (the unbound Leader/Followers threads): the thread sleeps in
 //!   `epoll_wait` on a small epoll set of its own holding an eventfd (the token: edge-triggered,
 //!   so each `unpark` is one event, and never read) and a timerfd, its *promotion timer*. A
-//!   leader that keeps its role while it processes a lone event arms the timer of the follower
-//!   it would have promoted ([`promote_at`]): if the handler is still running when the timer
+//!   leader that keeps its role while it processes the events of its wait arms the timer of
+//!   the follower it would have promoted ([`promote_at`]): if it still holds them when the timer
 //!   expires, the kernel wakes that follower, which takes the role (`leader.rs`, deferred
-//!   promotion); a handler that returns first cancels it ([`cancel_promotion`]), and nobody
-//!   was woken.
+//!   promotion); a leader that is back first cancels it before its next wait blocks
+//!   ([`cancel_promotion`]), and nobody was woken.
 //!
 //! [`promote_at`]: Parker::promote_at
 //! [`cancel_promotion`]: Parker::cancel_promotion
