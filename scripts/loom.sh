@@ -7,14 +7,21 @@
 # matter for a hand-off between a leader, a follower and a rejoining thread in seconds. The
 # timeout-race model sets 3 itself (about 2 s): the stale-token interleaving needs a third.
 # The batch_* models (a leader's left-over events pass on with the role, each taken once) and the
-# deferred_promotion_* models (a kept role, the successor's promotion timer, the lazy cancel;
-# the bounded one takes about 5 s) run with them.
+# deferred_promotion_* models (a kept role, the watchdog's relief at any point, a link in a
+# wait's batch with 3 workers; about 25 s together) run with them.
 # The no_starvation_* models (a ready handle is taken by an idle thread, every promotion mode,
 # concurrent mode and borrowing) take about a second together.
 set -euxo pipefail
 cd "$(dirname "$0")"/..
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
     cargo test -p lfrt --release --lib leader::loom_tests -- --test-threads=1 "$@"
+
+# A handle's claim word (src/engine/claim.rs) against a model edge-triggered kernel: two
+# waiters and two arrivals, with a run again or a re-check (no lost report, never two runs at
+# once), and a vacate against a report. Up to 4 preemptions (about 5 s; exhaustive takes 9
+# minutes; a mutant that drops the "reported meanwhile" flag fails at 3).
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=4 CARGO_TARGET_DIR=target/loom \
+    cargo test -p lfrt --release --lib claim::loom_tests -- --test-threads=1 "$@"
 
 # The bound pool (src/bound/table.rs) on that protocol. Its models set their preemption bound
 # themselves: 3 for the 3-thread models and 2 for the 4-thread one (about 20 s in all).

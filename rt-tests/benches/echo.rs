@@ -373,6 +373,7 @@ impl lfrt::EventHandler for PerDatagramEcho {
 
     fn handle(&mut self, _event: &lfrt::Event, ctx: &mut lfrt::Context) -> lfrt::Disposition {
         let buf = ctx.buffer();
+        let mut drained = false;
         for _ in 0..lfrt::DATAGRAM_BATCH {
             match self.socket.recv_from(buf) {
                 Ok((n, from)) => {
@@ -380,8 +381,14 @@ impl lfrt::EventHandler for PerDatagramEcho {
                     let _ = self.socket.send_to(&buf[..n], from);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break, // WouldBlock: drained
+                Err(e) => {
+                    drained = e.kind() == std::io::ErrorKind::WouldBlock;
+                    break;
+                }
             }
+        }
+        if drained {
+            ctx.set_drained(); // no re-check (`epoll_ctl`) needed
         }
         lfrt::Disposition::Rearm
     }

@@ -152,7 +152,7 @@ struct SnapshotCollector(Shared);
 /// A counter of [`GroupMetrics`]: name (without `lfrt_group_` and `_total`), help, field.
 type CounterOf = (&'static str, &'static str, fn(&GroupMetrics) -> u64);
 
-const COUNTERS: [CounterOf; 23] = [
+const COUNTERS: [CounterOf; 26] = [
     ("dispatched", "Events dispatched to handlers", |m| {
         m.dispatched
     }),
@@ -173,8 +173,23 @@ const COUNTERS: [CounterOf; 23] = [
     ),
     (
         "deferred_takeovers",
-        "Deferred promotions that outlasted promote_after_us (a follower took the role)",
+        "Kept roles the watchdog handed to a follower after promote_after_us",
         |m| m.deferred_takeovers,
+    ),
+    (
+        "batch_overflow",
+        "Events a leader could not leave in its batch (always 0: a broken invariant)",
+        |m| m.batch_overflow,
+    ),
+    (
+        "coalesced_reports",
+        "Reports of a handle another thread was dispatching, folded into one more run",
+        |m| m.coalesced_reports,
+    ),
+    (
+        "rearm_checks",
+        "Handles kept after their handler with an epoll_ctl readiness re-check",
+        |m| m.rearm_checks,
     ),
     ("handler_panics", "Panics caught in handlers", |m| {
         m.handler_panics

@@ -145,6 +145,7 @@ impl<S: Service> EventHandler for ServiceHandler<S> {
         match &mut self.handle {
             Handle::Udp(socket) => {
                 let buf = ctx.buffer();
+                let mut drained = false;
                 for _ in 0..self.batch {
                     match socket.recv_from(buf) {
                         Ok((n, peer)) => {
@@ -159,14 +160,22 @@ impl<S: Service> EventHandler for ServiceHandler<S> {
                                 let _ = socket.send_to(data, peer);
                             });
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            drained = true;
+                            break;
+                        }
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(_) => break, // e.g. an ICMP error surfaced on the socket: keep serving
                     }
                 }
+                if drained {
+                    ctx.set_drained(); // read until WouldBlock: no re-check needed
+                }
             }
             Handle::Timer(timer) => {
-                if let Ok(Some((expirations, due_ns))) = timer.read() {
+                let read = timer.read();
+                ctx.set_drained(); // one read empties a timerfd
+                if let Ok(Some((expirations, due_ns))) = read {
                     ctx.set_origin_ns(due_ns);
                     ctx.add_missed_periods(expirations - 1);
                     let request = Request {

@@ -1010,7 +1010,8 @@ impl BoundPool {
             stamp_busy(ev.token, sys::now_ns().max(1));
         }
         NESTING.with(|n| n.set(n.get() + 1));
-        let outcome = handler::dispatch(&self.inner.handles, &event, ctx);
+        // No second run in place: a report that came meanwhile is re-checked by the kernel.
+        let outcome = handler::dispatch(&self.inner.handles, &event, ctx, false);
         NESTING.with(|n| n.set(n.get() - 1));
         if outermost {
             stamp_busy(0, 0);
@@ -1021,7 +1022,7 @@ impl BoundPool {
                 self.inner.dispatched.fetch_add(1, Relaxed);
                 self.inner.panics.fetch_add(1, Relaxed);
             }
-            Dispatched::Handled | Dispatched::Closed => {
+            Dispatched::Handled { .. } | Dispatched::Closed => {
                 self.inner.dispatched.fetch_add(1, Relaxed);
             }
         }

@@ -188,13 +188,15 @@ pub struct GroupConfig {
     #[serde(default)]
     pub promotion: Promotion,
     /// Deferred promotion (µs; `promotion = "priority" | "lifo" | "fifo"`): a leader whose
-    /// wait took everything that was ready (fewer events than it asked for) keeps its role
-    /// while it processes them, and the follower it would have woken takes the role only if
-    /// the leader still holds them this long after its wait returned (its promotion timer). An
-    /// event that arrives meanwhile waits at most this long plus that follower's wake-up, or
-    /// until the leader is back if that is sooner. A wait that filled its batch promotes at
-    /// once. 0 promotes before processing, as the pattern's classic form (a wake-up per event).
-    /// 0..=1000000, default 50.
+    /// wait took everything that was ready (fewer events than it asked for) keeps its role,
+    /// and wakes no follower, while it processes them, if their handlers ran for less than
+    /// this in all in their recent runs; otherwise (or for a handle that has not run yet, or a
+    /// wait that filled its batch) it promotes a follower at once. Nothing is armed per event.
+    /// A handler that runs far longer than before is caught by the watchdog, which hands a
+    /// role kept this long to a follower at its next look (every millisecond): an event that
+    /// arrives meanwhile waits at most this long plus one look, or until the leader is back if
+    /// that is sooner. 0 promotes before processing, as the pattern's classic form (a wake-up
+    /// per event). 0..=1000000, default 50.
     #[serde(default = "GroupConfig::default_promote_after_us")]
     pub promote_after_us: u64,
     /// Per-thread priorities (one per thread, each ≤ `priority` and above every lower group's).

@@ -57,6 +57,9 @@ pub struct DatagramBatch {
     /// the engine last read it ([`take_first_arrival`](Self::take_first_arrival)); 0: none
     /// stamped.
     first_arrival_ns: u64,
+    /// The last `recv` found the socket empty (short of the capacity, or `WouldBlock`); read
+    /// and cleared by the dispatch ([`take_drained`](Self::take_drained)).
+    drained: bool,
 }
 
 impl std::fmt::Debug for DatagramBatch {
@@ -84,6 +87,7 @@ impl DatagramBatch {
             truncated: 0,
             realtime_offset_ns: 0,
             first_arrival_ns: 0,
+            drained: false,
         }
     }
 
@@ -105,6 +109,11 @@ impl DatagramBatch {
     /// handler returned.
     pub(crate) fn take_first_arrival(&mut self) -> u64 {
         std::mem::take(&mut self.first_arrival_ns)
+    }
+
+    /// Whether the last `recv` of this dispatch found its socket empty, and forget it.
+    pub(crate) fn take_drained(&mut self) -> bool {
+        std::mem::take(&mut self.drained)
     }
 
     /// Bytes [`new`](Self::new)`(capacity, slot_bytes)` allocates: the kernel's side and a
@@ -152,10 +161,22 @@ impl DatagramBatch {
     /// [`capacity`](Self::capacity), replacing what the batch held. Nothing queued gives
     /// `ErrorKind::WouldBlock`. No received datagram is answered unless the handler marks it
     /// ([`Datagram::answer`], [`Datagram::answer_with_len`]).
+    ///
+    /// A receive that comes back short of the capacity (or with `WouldBlock`) found the socket
+    /// empty: it tells the runtime so, as [`Context::set_drained`](crate::Context::set_drained)
+    /// does, and the handle is kept with no system call. A full batch may have left datagrams
+    /// queued: the handle is then re-checked, and reported again at once if so.
     pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
         self.len = 0;
         self.truncated = 0;
-        let n = self.msgs.recv(fd)?;
+        let n = match self.msgs.recv(fd) {
+            Ok(n) => n,
+            Err(e) => {
+                self.drained = e.kind() == io::ErrorKind::WouldBlock;
+                return Err(e);
+            }
+        };
+        self.drained = n < self.capacity();
         let mut offset = None;
         for i in 0..n {
             self.reply[i] = None;

@@ -8,18 +8,25 @@
 //!   join ─► lead: an event of the batch? ──yes── (kept: still the leader; or handed on) ──┐
 //!              │ no                                                                        │
 //!              ▼                                                                           ▼
-//!           epoll_wait ─► drained the set? ─yes─► keep(rest)       (deferred) ─► process ─► join
-//!                                  └──────────no──► promote_with(rest) (eager)  ──┘
+//!           epoll_wait ─► drained the set, quick work? ─yes─► keep(rest)    ─► process ─► join
+//!                                  └──────────────────no──► promote_with(rest) ──┘
 //! ```
+//!
+//! Between `epoll_wait` returning and the handler starting there is no system call: claiming
+//! the reported handles is a compare-and-swap each (`claim.rs`), keeping or handing on the
+//! role is the protocol's (PI) lock, and the prediction below reads the handle table.
 //!
 //! A leader takes as many events per wait as there are idle threads to take them (all that is
 //! ready, up to `MAX_BATCH`, when it may defer); what it does not process at once is the batch
 //! (`leader.rs`). With deferred promotion (the default) it keeps its role through its events
-//! and arms the promotion timer of the follower it would have woken: an event costs no wake-up
-//! of a second thread unless it takes longer than `promote_after_us`. It defers only when its
-//! wait drained the handle set (took fewer events than it asked for); a lane with more than one
-//! thread's work promotes at once. Before its wait blocks, it cancels that timer (after a look that does not block),
-//! so an idle lane wakes nobody. `promote_after_us = 0` always promotes at once.
+//! and wakes nobody, when three things hold: its wait drained the set (took fewer events than it
+//! asked for: a full wait says the lane has more than one thread's work), no event is a
+//! borrowing link (a lent thread leaves its lane), and its events' handlers ran, in their recent
+//! runs, for less than `promote_after_us` in all (`HandleSet::cost_ns`; a handle that has not
+//! run yet counts as long). Otherwise it promotes a follower before processing, as the pattern
+//! does. A handler that runs far longer than it did before is covered by the watchdog, which
+//! relieves a leader that kept its role past `promote_after_us` (`leader.rs`, `watchdog.rs`).
+//! `promote_after_us = 0` always promotes at once.
 //!
 //! # Concurrent mode (`promotion = "concurrent"`)
 //!
@@ -34,15 +41,14 @@
 //! ```
 //!
 //! Invariants, and what carries each:
-//! * **a handle is dispatched on at most one thread at a time**: the wait that reports an event
-//!   disarms its handle (ONESHOT), and it is re-armed only inside its dispatch, under its slot
-//!   lock, after the handler returned; a thread that gets the next event of that handle before
-//!   the dispatch released the lock blocks on that (PI) lock, it never runs the handler beside
-//!   it (`handle_set.rs`);
-//! * **every event is dispatched exactly once**: the kernel's ready list holds each armed
-//!   handle once and `epoll_wait` removes what it returns under the epoll instance's own lock,
-//!   so an event goes to exactly one waiter; a stale token is dropped by the slot generation as
-//!   in the leader mode;
+//! * **a handle is dispatched on at most one thread at a time**: the waiter whose report claims
+//!   it owns its dispatch until the handler returned (`claim.rs`); a report that finds it owned
+//!   is folded into the owner's next run, and never runs the handler beside it
+//!   (`handle_set.rs`);
+//! * **every event is dispatched exactly once**: the kernel's ready list holds each handle once
+//!   and `epoll_wait` removes what it returns under the epoll instance's own lock, so a report
+//!   goes to exactly one waiter, which claims it or folds it into the owner's next run; a stale
+//!   token is dropped by the slot generation as in the leader mode;
 //! * **no lost wake-up**: epoll queues its waiters exclusively and wakes one per ready event;
 //!   an event that becomes ready while no thread waits stays on the ready list, and the next
 //!   thread to call `epoll_wait` takes it without sleeping;
@@ -52,7 +58,8 @@
 //!   waiter, so the threads asleep in `epoll_wait` are woken one after the other.
 //!
 //! What it gives up: the [`Protocol`](crate::engine::leader::Protocol) is not used (no leader,
-//! no follower queue, no promotion counters): "at most one leader" becomes "up to `threads` waiters", and the follower queue's
+//! no follower queue, no promotion counters): "at most one leader" becomes "up to `threads`
+//! waiters", and the follower queue's
 //! order (priority, LIFO, FIFO) becomes the kernel's choice of waiter, so per-thread priorities
 //! no longer decide which thread takes the next event. It is a per-group mode, not the
 //! mechanism under the heap, because that order is the point of the other three.
@@ -68,8 +75,8 @@
 //! # Real-time safety of the loop
 //! No allocation, no formatting, no logging, no user-space lock other than PI locks (the
 //! group's, and a borrower's while lent); it blocks only in `epoll_wait` (as leader, on the
-//! handle set; as follower, on its parker's own set: its token and promotion timer) or the
-//! handler. Lane borrowing adds the kernel's epoll locks of the lanes it
+//! handle set), its parker's futex (as follower) or the handler. Lane borrowing adds the
+//! kernel's epoll locks of the lanes it
 //! links, which are not priority-inheriting (`borrow.rs`). A test counts the
 //! allocations of 100,000 dispatches for every event source and promotion order.
 
@@ -110,16 +117,12 @@ impl PoolThread<'_> {
         let c = &group.counters;
         let after = group.spec.promote_after_ns;
         let mut batch = [(0u32, 0u64); MAX_BATCH];
-        // The follower whose promotion timer this thread armed last (deferred promotion), so
-        // that the timer is cancelled before this thread's wait blocks, or re-armed.
-        let mut armed: Option<u16> = None;
         loop {
-            // A handle stays disarmed until its handler returns. Under time-sharing the
-            // scheduler can preempt a sibling in the middle of its handler (typically: this
-            // thread woke as leader on the sibling's CPU), and that handle's events then wait
-            // out a time slice. Yielding before rejoining lets such a sibling finish first.
-            // Equal-priority FIFO/RR siblings never preempt each other, so real-time threads
-            // skip this.
+            // A handle is run by one thread at a time. Under time-sharing the scheduler can
+            // preempt a sibling in the middle of its handler (typically: this thread woke as
+            // leader on the sibling's CPU), and that handle's next report then waits out a time
+            // slice. Yielding before rejoining lets such a sibling finish first. Equal-priority
+            // FIFO/RR siblings never preempt each other, so real-time threads skip this.
             if time_shared && c.processing.load(Relaxed) > 0 {
                 std::thread::yield_now();
             }
@@ -128,14 +131,11 @@ impl PoolThread<'_> {
             }
             // Leader: the next event of the batch (kept, or left by the previous leader, the
             // role then passing on in the same lock), or a wait on the handle set for as many
-            // events as there are idle threads to take them. ONESHOT disarms every handle a
-            // wait reports.
-            let (ready, promoted) = match group.protocol.lead(self.idx) {
-                Lead::Lost => {
-                    armed = None; // its timer fired: that is how the role was lost
-                    continue;
-                }
-                Lead::Take(ready, promoted) => (ready, promoted),
+            // events as there are idle threads to take them. The wait claims every handle it
+            // returns (`claim.rs`).
+            let (ready, promoted, woke_ns) = match group.protocol.lead(self.idx) {
+                Lead::Lost => continue, // the watchdog handed the kept role on
+                Lead::Take(ready, promoted) => (ready, promoted, sys::now_ns()),
                 Lead::Wait { max } => {
                     // Deferring, a leader takes all that is ready (up to MAX_BATCH), so that
                     // it can tell whether it drained the set; a borrowing lane keeps to its
@@ -145,9 +145,9 @@ impl PoolThread<'_> {
                     } else {
                         max
                     };
-                    let n = match self.wait(&mut batch[..max], &mut armed) {
-                        Ok(0) => continue, // EINTR: still the leader
-                        Ok(n) => n,
+                    let (n, full) = match group.handles.wait_many(&mut batch[..max]) {
+                        Ok((0, _)) => continue, // EINTR, or only reports of owned handles
+                        Ok(got) => got,
                         Err(e) => {
                             self.epoll_failed(&e);
                             group.protocol.resign(self.idx);
@@ -163,48 +163,28 @@ impl PoolThread<'_> {
                         group.protocol.resign(self.idx);
                         continue;
                     }
-                    // Deferred promotion (`leader.rs`) only after a wait that took everything that
-                    // was ready (fewer events than it asked for): every event still in the kernel
-                    // became ready after it, and waits at most `promote_after`. A full wait says
-                    // the lane has more than one thread's work: a follower is promoted now, with
-                    // the rest of the batch.
-                    let deferred = after > 0
-                        && n < max
-                        && !matches!(Handles::decode(got[0]), Wait::Link { .. });
-                    if deferred {
-                        // Keep the role through these events; the follower that would be woken
-                        // now is woken only if this thread still holds them `promote_after`
-                        // from now.
-                        let at = sys::now_ns().saturating_add(after);
-                        match group.protocol.keep(self.idx, &got[1..], at) {
-                            Kept::Keeping(s) => {
-                                if armed.is_some_and(|a| a != s) {
-                                    group.protocol.cancel(armed);
-                                }
-                                armed = Some(s);
-                                (got[0], None)
-                            }
-                            Kept::Promoted(p) => (got[0], Some(p)),
+                    let now = sys::now_ns();
+                    // Deferred promotion (module docs): keep the role through these events,
+                    // waking nobody, if the wait drained the set, holds no link, and their
+                    // handlers are quick.
+                    if after > 0 && !full && group.handles.quick(got, after) {
+                        match group.protocol.keep(self.idx, &got[1..], now) {
+                            Kept::Keeping => (got[0], None, now),
+                            Kept::Promoted(p) => (got[0], Some(p), now),
                         }
                     } else {
                         // Promote before processing, so the handle set is never left without
                         // a leader while there is a follower; the rest of the batch goes with
                         // the role.
-                        (
-                            got[0],
-                            Some(group.protocol.promote_with(self.idx, &got[1..])),
-                        )
+                        let p = group.protocol.promote_with(self.idx, &got[1..]);
+                        (got[0], Some(p), now)
                     }
                 }
             };
-            let woke_ns = sys::now_ns();
             let wait = Handles::decode(ready);
-            // A kept role is handed on before this thread is lent to another lane: lending
-            // never takes the role away from its own lane's idle threads (`borrow.rs`).
-            let promoted = match (promoted, &wait) {
-                (None, Wait::Link { .. }) => Some(group.protocol.hand_on(self.idx)),
-                (p, _) => p,
-            };
+            // A kept batch never holds a link (`HandleSet::quick`): a lent thread never leads
+            // its lane.
+            debug_assert!(promoted.is_some() || !matches!(wait, Wait::Link { .. }));
             match promoted {
                 None => Counters::add(&c.kept, 1),
                 Some(Promoted::Follower(_)) => Counters::add(&c.promotions, 1),
@@ -225,21 +205,6 @@ impl PoolThread<'_> {
                 Wait::Shutdown | Wait::Interrupted => unreachable!("filtered above"),
             }
         }
-    }
-
-    /// The leader's wait on the handle set. A promotion timer it armed (`armed`) is cancelled
-    /// before the wait blocks, so that an idle lane wakes nobody: a look without blocking
-    /// first, and the cancel only if it found nothing.
-    fn wait(&self, out: &mut [(u32, u64)], armed: &mut Option<u16>) -> io::Result<usize> {
-        let handles = &self.group.handles;
-        if armed.is_some() {
-            let n = handles.poll_many(out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            self.group.protocol.cancel(armed.take());
-        }
-        handles.wait_many(out)
     }
 
     /// The concurrent loop (module docs, *Concurrent mode*): wait, process, until shutdown.
@@ -316,7 +281,10 @@ impl PoolThread<'_> {
     }
 
     /// Processing: dispatches one event of `lane` (its own group, or the lane it is lent to),
-    /// counts it in that lane and records its sample. Returns false for a stale event.
+    /// counts it in that lane and records its sample. If the handle was reported again while
+    /// its handler ran, this thread, which still owns it, dispatches it once more as the next
+    /// event (no system call; a report during that second run gets a re-check instead,
+    /// `claim.rs`). Returns false for a stale event.
     pub(super) fn process(
         &mut self,
         lane: &Group,
@@ -324,6 +292,25 @@ impl PoolThread<'_> {
         readiness: u32,
         woke_ns: u64,
     ) -> bool {
+        match self.dispatch_once(lane, token, readiness, woke_ns, true) {
+            None => false,
+            Some(false) => true,
+            Some(true) => self
+                .dispatch_once(lane, token, readiness, sys::now_ns(), false)
+                .is_some(),
+        }
+    }
+
+    /// One dispatch of `process`: `None` for a stale event, else whether the caller still owns
+    /// the handle and dispatches it again (only if `may_run_again`).
+    fn dispatch_once(
+        &mut self,
+        lane: &Group,
+        token: crate::engine::handle_set::Token,
+        readiness: u32,
+        woke_ns: u64,
+        may_run_again: bool,
+    ) -> Option<bool> {
         let (group, slot, idx) = (lane, self.slot, self.idx);
         let c = &group.counters;
         self.group.counters.processing.fetch_add(1, Relaxed);
@@ -337,14 +324,21 @@ impl PoolThread<'_> {
         let start_ns = sys::now_ns();
         slot.busy_token.store(token.raw(), Relaxed);
         slot.busy_since.store(start_ns, SeqCst);
-        let outcome = handler::dispatch(&group.handles, &event, self.ctx);
+        let outcome = handler::dispatch(&group.handles, &event, self.ctx, may_run_again);
         let arrival_ns = self.ctx.datagrams().take_first_arrival();
         slot.busy_since.store(0, SeqCst);
         slot.restore_if_demoted(&self.group.counters, &self.group.spec.name);
         let end_ns = sys::now_ns();
         self.group.counters.processing.fetch_sub(1, Relaxed);
+        if outcome != Dispatched::Stale {
+            // What the next wait's prediction reads (`quick`).
+            group
+                .handles
+                .note_cost(token, end_ns.saturating_sub(start_ns));
+        }
+        let mut again = false;
         match outcome {
-            Dispatched::Stale => return false,
+            Dispatched::Stale => return None,
             Dispatched::Panicked => {
                 Counters::add(&c.panics, 1);
                 // Exceptional path only (the panic itself already allocated and wrote to
@@ -357,7 +351,7 @@ impl PoolThread<'_> {
                 );
             }
             Dispatched::Closed => Counters::add(&c.closed_by_handler, 1),
-            Dispatched::Handled => {}
+            Dispatched::Handled { again: a } => again = a,
         }
         Counters::add(&c.dispatched, 1);
         self.dispatches += 1;
@@ -385,6 +379,6 @@ impl PoolThread<'_> {
             slot.allocs_base
                 .store(alloc_count::thread_allocations(), Release);
         }
-        true
+        Some(again)
     }
 }

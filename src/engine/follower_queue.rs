@@ -106,11 +106,6 @@ impl FollowerQueue {
         true
     }
 
-    /// The follower to promote next, left queued.
-    pub(crate) fn peek(&self) -> Option<u16> {
-        self.heap.first().map(|e| e.thread)
-    }
-
     /// Removes and returns the follower to promote next.
     pub(crate) fn pop(&mut self) -> Option<u16> {
         if self.heap.is_empty() {

@@ -69,9 +69,10 @@ pub(crate) struct GroupSpec {
     pub(crate) on_overrun: OnOverrun,
     /// The lane borrows threads of lower lanes (`borrow.rs`).
     pub(crate) borrow: Option<BorrowSpec>,
-    /// Deferred promotion (`leader.rs`): how long a leader keeps its role through the events of
-    /// a wait that drained the handle set before the follower it would have promoted takes it
-    /// (ns); 0: promote before processing.
+    /// Deferred promotion (`leader.rs`, `dispatch.rs`): a leader keeps its role through the
+    /// events of a wait that drained the handle set if their handlers recently ran for less
+    /// than this in all, and the watchdog relieves a leader that kept it for longer (ns); 0:
+    /// promote before processing.
     pub(crate) promote_after_ns: u64,
 }
 
@@ -130,18 +131,7 @@ impl Group {
             .iter()
             .map(|&(sched, priority)| ThreadSlot::new(sched, priority))
             .collect();
-        // A Leader/Followers pool's followers park on timed parkers, whose promotion timer a
-        // deferred promotion arms (`leader.rs`). Concurrent mode and bound groups do not run
-        // the protocol's promotions: plain futex parkers.
-        let protocol = if served.is_none() && spec.promotion != Promotion::Concurrent {
-            Protocol::timed(spec.threads.len(), spec.promotion, ()).map_err(|e| Error::Io {
-                context: "creating the group's follower parkers (an epoll set, an eventfd and \
-                          a timerfd per thread)",
-                source: e,
-            })?
-        } else {
-            Protocol::new(spec.threads.len(), spec.promotion)
-        };
+        let protocol = Protocol::new(spec.threads.len(), spec.promotion);
         Ok(Group {
             index,
             protocol,

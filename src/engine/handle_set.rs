@@ -1,22 +1,38 @@
 //! A group's handle set: one epoll instance plus the demultiplexing table.
 //!
-//! Every handle is registered `EPOLLONESHOT`: the wait that reports an event also deactivates
-//! the handle (the pattern's activity 2), so a newly promoted leader can never detect the same
-//! event again while it is being processed. After its handler returns the handle is re-armed
-//! with `EPOLL_CTL_MOD`.
+//! Every handle is registered **edge-triggered** (`EPOLLET`) once and stays armed: the kernel
+//! reports it again whenever new readiness arrives, to whichever thread waits on the set. Which
+//! thread dispatches a reported handle is decided by the slot's claim word (`claim.rs`): the
+//! wait that reports a handle claims it, a report of a handle already claimed is folded into
+//! its owner's next run, and the owner lets go after the handler returned. So no system call
+//! re-arms a handle after its handler in the common case (`EPOLLONESHOT` needed an
+//! `epoll_ctl(MOD)` per event).
+//!
+//! Edge-triggered input must be read until it would block, or it is reported only when more
+//! arrives. A handler that did so says it through its context ([`Next::Rearm`]'s `drained`,
+//! `Context::set_drained`; the runtime's datagram batches and timers say it themselves); a
+//! handle whose handler did not (or that changed its interest, or was reported while its last
+//! run was left) is re-checked with one `epoll_ctl(MOD)`, which reports it again at once if it
+//! is still ready: the level-triggered behaviour of before, at the old price.
 //!
 //! The demultiplexing table is a slab preallocated at `max_handles` slots. A [`Token`] carries
-//! the slot index and the slot's generation; the generation is bumped whenever a slot is
-//! emptied, so an event that was already dequeued for a removed handle (stale) never reaches
-//! the handler that reused the slot.
+//! the slot index and the slot's generation; the generation (kept in the claim word) is bumped
+//! whenever a slot is emptied, so an event that was already reported for a removed handle
+//! (stale) never reaches the handler that reused the slot.
 //!
 //! Invariants:
-//! * a slot's handler runs only under the slot lock, and only after its generation matched the
-//!   event's token; with ONESHOT this means each event is dispatched at most once and no handler
-//!   ever runs on two threads at once;
-//! * a handle is re-armed only after its handler returned, and never while suspended (a
-//!   suspended handle is out of epoll; an event detected before the suspension is dropped
-//!   unrun by `dispatch`, and its readiness stays in the fd for `resume`);
+//! * a slot's handler runs only under the slot lock, only by the thread that claimed the
+//!   handle's report, and only after its generation matched the event's token; so no handler
+//!   ever runs on two threads at once, and each report leads to exactly one claim or is folded
+//!   into the owner's next run (`claim.rs`);
+//! * **no lost wake-up on release**: the owner lets go in one compare-and-swap that sees
+//!   whether the handle was reported meanwhile; if so it keeps the handle and dispatches it
+//!   once more as the next event (a handler that drained; at most once in a row), or
+//!   re-checks readiness with `epoll_ctl` after letting go, under the slot lock (a report that
+//!   the re-check causes finds the handle unclaimed, and its dispatch waits for the slot lock);
+//! * a handle is never reported for dispatch while suspended (a suspended handle is out of
+//!   epoll; an event claimed before the suspension is given up unrun by `dispatch`, and its
+//!   readiness stays in the fd for `resume`, which re-adds it and so reports it if ready);
 //! * the only code that runs while a thread holds a slot lock and can call back into the
 //!   handle set is that slot's handler (`handle`, `after_panic`, `interest` in
 //!   [`HandleSet::dispatch`]). So a deregistration that finds its slot lock held by the calling
@@ -31,6 +47,7 @@
 //! the handler API (the `Registry`, the dispatch of one event) on top of it, so the two modules
 //! depend one way only.
 
+use crate::engine::claim::{Claim, Claimed, Finished};
 pub(crate) use crate::engine::word::Token;
 use crate::engine::word::{Word, MAX_HANDLES};
 use crate::error::Error;
@@ -43,6 +60,10 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering::*};
 
+/// A slot's recent run time before it has one (the promotion's prediction: unknown work is
+/// taken as long).
+const NO_COST: u32 = u32::MAX;
+
 struct Entry<H> {
     handler: H,
     fd: RawFd,
@@ -54,7 +75,11 @@ struct Entry<H> {
 }
 
 struct Slot<H> {
-    generation: AtomicU32,
+    /// The slot's generation and who dispatches its handle (`claim.rs`).
+    claim: Claim,
+    /// The handler's recent run time (ns, a decaying maximum; [`NO_COST`] before its first
+    /// run), which a leader reads to decide whether to keep its role (`dispatch.rs`).
+    cost_ns: AtomicU32,
     entry: PiMutex<Option<Entry<H>>>,
     /// Set by the slot's own handler deregistering its handle while it is dispatched; read and
     /// cleared by the same thread before the dispatch unlocks the slot (so `Relaxed`).
@@ -67,7 +92,7 @@ struct Slot<H> {
 /// What the leader's wait produced.
 #[derive(Debug)]
 pub(crate) enum Wait {
-    /// A registered handle is ready (and disarmed: ONESHOT).
+    /// A registered handle is ready, and the caller owns its dispatch (`claim.rs`).
     Event {
         token: Token,
         readiness: u32,
@@ -85,8 +110,9 @@ pub(crate) enum Wait {
 /// What to do with a handle after its handler ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Next {
-    /// Re-arm it for these epoll events (`ONESHOT` is added).
-    Rearm(u32),
+    /// Keep it for these epoll events. `drained`: the handler read its source until it would
+    /// block, so no readiness is left that only a re-check would report.
+    Rearm { events: u32, drained: bool },
     /// Remove it and drop its handler.
     Close,
 }
@@ -96,12 +122,16 @@ pub(crate) enum Next {
 pub(crate) enum Ran<R> {
     /// The token's slot was emptied (and maybe reused) since the event was detected.
     Stale,
-    /// The handler ran and returned `value`; the handle was re-armed or removed.
+    /// The handler ran and returned `value` (its last run's); the handle was kept or
+    /// removed.
     Ran {
         value: R,
         rearmed: bool,
         /// The handler deregistered its own handle while it ran.
         deregistered: bool,
+        /// The handle was reported while the handler ran: the caller still owns it and
+        /// dispatches it again.
+        again: bool,
     },
 }
 
@@ -113,6 +143,11 @@ pub(crate) struct HandleSet<H> {
     shutdown: EventFd,
     pub(crate) stale: AtomicU64,
     pub(crate) closed: AtomicU64,
+    /// Reports of a handle whose dispatch another thread owned: folded into its next run.
+    pub(crate) coalesced: AtomicU64,
+    /// Handles kept after their handler with an `epoll_ctl(MOD)` re-check of readiness (the
+    /// handler did not drain its source, changed its interest, or a report was left).
+    pub(crate) rechecks: AtomicU64,
     /// Handlers whose `Drop` panicked (caught; the slot was freed all the same).
     pub(crate) drop_panics: AtomicU64,
     /// What this set's handlers counted through `Context::count`.
@@ -148,7 +183,8 @@ impl<H> HandleSet<H> {
         )?;
         let slots = (0..max_handles)
             .map(|_| Slot {
-                generation: AtomicU32::new(0),
+                claim: Claim::new(),
+                cost_ns: AtomicU32::new(NO_COST),
                 entry: PiMutex::new(None),
                 deregister_pending: AtomicBool::new(false),
                 suspend_pending: AtomicU8::new(0),
@@ -162,18 +198,22 @@ impl<H> HandleSet<H> {
             shutdown,
             stale: AtomicU64::new(0),
             closed: AtomicU64::new(0),
+            coalesced: AtomicU64::new(0),
+            rechecks: AtomicU64::new(0),
             drop_panics: AtomicU64::new(0),
             incidents: IncidentCounters::default(),
         })
     }
 
-    /// Stores `handler` in a free slot and arms `fd` for `events` (`ONESHOT` is added).
+    /// Stores `handler` in a free slot and adds `fd` for `events`, edge-triggered (a ready fd
+    /// is reported at once).
     pub(crate) fn register(&self, handler: H, fd: RawFd, events: u32) -> Result<Token, Error> {
         let index = self.free.lock().pop().ok_or(Error::TooManyHandles {
             max: self.slots.len(),
         })?;
         let slot = &self.slots[index as usize];
-        let token = Token::new(index, slot.generation.load(Acquire));
+        let token = Token::new(index, slot.claim.generation());
+        slot.cost_ns.store(NO_COST, Relaxed);
         *slot.entry.lock() = Some(Entry {
             handler,
             fd,
@@ -182,7 +222,7 @@ impl<H> HandleSet<H> {
         });
         if let Err(e) = self
             .epoll
-            .add(fd, events | epoll::ONESHOT, Word::Handle(token).encode())
+            .add(fd, events | epoll::ET, Word::Handle(token).encode())
         {
             let entry = slot.entry.lock().take();
             self.free.lock().push(index);
@@ -208,10 +248,10 @@ impl<H> HandleSet<H> {
             // slot's handler, which called us (module invariants). The generation cannot
             // change while the lock is held; `dispatch` removes the handle when the handler
             // returns.
-            return slot.generation.load(Acquire) == token.generation()
+            return slot.claim.generation() == token.generation()
                 && !slot.deregister_pending.swap(true, Relaxed);
         };
-        if slot.generation.load(Acquire) != token.generation() || g.is_none() {
+        if slot.claim.generation() != token.generation() || g.is_none() {
             return false;
         }
         let entry = self.vacate(slot, &mut g, token);
@@ -227,14 +267,15 @@ impl<H> HandleSet<H> {
         }
     }
 
-    /// Empties a slot (caller holds its lock): stop waiting on the fd, bump the generation,
-    /// free the index. The handler is returned so the caller drops it after unlocking.
+    /// Empties a slot (caller holds its lock): stop waiting on the fd, bump the generation
+    /// (which voids any claim of the old one), free the index. The handler is returned so the
+    /// caller drops it after unlocking.
     fn vacate(&self, slot: &Slot<H>, g: &mut Option<Entry<H>>, token: Token) -> Option<Entry<H>> {
         let entry = g.take();
         if let Some(e) = &entry {
             let _ = self.epoll.delete(e.fd);
         }
-        slot.generation.fetch_add(1, Release);
+        slot.claim.vacate();
         self.free.lock().push(token.index() as u32);
         self.closed.fetch_add(1, Relaxed);
         entry
@@ -246,33 +287,63 @@ impl<H> HandleSet<H> {
     }
 
     /// Like [`wait`](Self::wait), giving up after `timeout_ms` (-1: never) with
-    /// `Wait::Interrupted`.
+    /// `Wait::Interrupted`. A handle it returns is claimed by the caller; a report of a handle
+    /// another thread owns (or of a removed one) also returns `Wait::Interrupted`.
     pub(crate) fn wait_timeout(&self, timeout_ms: i32) -> io::Result<Wait> {
         match self.epoll.wait_one(timeout_ms) {
-            Ok(Some(ready)) => Ok(Self::decode(ready)),
-            Ok(None) => Ok(Wait::Interrupted),
+            Ok(Some(ready)) if self.claim(ready) => Ok(Self::decode(ready)),
+            Ok(_) => Ok(Wait::Interrupted),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Wait::Interrupted),
             Err(e) => Err(e),
         }
     }
 
     /// The leader's wait for up to `out.len()` events at once (blocks until there is one),
-    /// each `(readiness, data word)`, to be [`decode`](Self::decode)d when taken. Returns how
-    /// many; 0 after `EINTR`. Every handle it reports is disarmed (ONESHOT) until its dispatch
-    /// re-arms it, so events a leader leaves in its batch (`leader.rs`) are reported by no
-    /// other wait meanwhile.
-    pub(crate) fn wait_many(&self, out: &mut [(u32, u64)]) -> io::Result<usize> {
+    /// each `(readiness, data word)`, to be [`decode`](Self::decode)d when taken. Every handle
+    /// it leaves in `out` is claimed by the caller (`claim.rs`), so events a leader leaves in
+    /// its batch (`leader.rs`) are dispatched by nobody else meanwhile; reports of handles
+    /// another thread owns, or of removed ones, are left out. Returns how many it left, and
+    /// whether the kernel filled `out` (so more may be ready); `(0, false)` after `EINTR`.
+    pub(crate) fn wait_many(&self, out: &mut [(u32, u64)]) -> io::Result<(usize, bool)> {
         match self.epoll.wait_many(-1, out) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
-            r => r,
+            Ok(n) => Ok((self.claim_all(&mut out[..n]), n == out.len())),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok((0, false)),
+            Err(e) => Err(e),
         }
     }
 
-    /// Like [`wait_many`](Self::wait_many) without blocking: 0 if nothing is ready.
-    pub(crate) fn poll_many(&self, out: &mut [(u32, u64)]) -> io::Result<usize> {
-        match self.epoll.wait_many(0, out) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
-            r => r,
+    /// Claims the handles of `got` in place, keeping the order; returns how many are left.
+    fn claim_all(&self, got: &mut [(u32, u64)]) -> usize {
+        let mut kept = 0;
+        for i in 0..got.len() {
+            if self.claim(got[i]) {
+                got[kept] = got[i];
+                kept += 1;
+            }
+        }
+        kept
+    }
+
+    /// One report: a handle's is claimed (false if another thread owns it or it is stale,
+    /// counted); every other word passes.
+    fn claim(&self, (_, data): (u32, u64)) -> bool {
+        let Word::Handle(token) = Word::decode(data) else {
+            return true;
+        };
+        let Some(slot) = self.slots.get(token.index()) else {
+            self.stale.fetch_add(1, Relaxed);
+            return false;
+        };
+        match slot.claim.claim(token.generation()) {
+            Claimed::Owned => true,
+            Claimed::Busy => {
+                self.coalesced.fetch_add(1, Relaxed);
+                false
+            }
+            Claimed::Stale => {
+                self.stale.fetch_add(1, Relaxed);
+                false
+            }
         }
     }
 
@@ -310,28 +381,36 @@ impl<H> HandleSet<H> {
         self.epoll.delete(fd)
     }
 
-    /// Runs `run` on the handler of `token` under its slot lock, then re-arms the handle or
-    /// removes it as `run` decided (or as the handler's own deregistration asked).
+    /// Runs `run` on the handler of `token`, whose report the caller claimed, under its slot
+    /// lock; then keeps the handle or removes it as `run` decided (or as the handler's own
+    /// deregistration asked), and lets go of its claim. If the handle was reported while the
+    /// handler ran and `may_run_again`, the caller keeps it instead (`Ran::Ran { again: true,
+    /// .. }`) and dispatches it once more, as one more event; otherwise such a report gets a
+    /// readiness re-check (module docs).
     pub(crate) fn dispatch<R>(
         &self,
         token: Token,
+        may_run_again: bool,
         run: impl FnOnce(&mut H) -> (R, Next),
     ) -> Ran<R> {
         let Some(slot) = self.slots.get(token.index()) else {
             self.stale.fetch_add(1, Relaxed);
             return Ran::Stale;
         };
+        let generation = token.generation();
         let mut g = slot.entry.lock();
         let entry = match g.as_mut() {
-            Some(e) if slot.generation.load(Acquire) == token.generation() => e,
+            Some(e) if slot.claim.generation() == generation => e,
             _ => {
+                // Removed since the report was claimed: the vacate voided the claim.
                 self.stale.fetch_add(1, Relaxed);
                 return Ran::Stale;
             }
         };
         if entry.suspended {
-            // Detected before a suspension took it out of epoll: not run (and not counted as
-            // stale); `resume` re-arms it and the fd reports its readiness again.
+            // Claimed before a suspension took it out of epoll: not run (and not counted as
+            // stale); `resume` re-adds it and the fd reports its readiness again.
+            let _ = slot.claim.finish(generation, false);
             return Ran::Stale;
         }
         let (value, next) = run(&mut entry.handler);
@@ -342,21 +421,35 @@ impl<H> HandleSet<H> {
             1 => entry.suspended = false,
             _ => {}
         }
+        let mut again = false;
         let rearmed = match next {
             // The handler suspended its own handle: keep it, out of epoll, until resumed.
-            Next::Rearm(events) if !deregistered && entry.suspended => {
+            Next::Rearm { events, .. } if !deregistered && entry.suspended => {
                 entry.events = events;
+                let _ = slot.claim.finish(generation, false);
                 self.epoll.delete(entry.fd).is_ok()
             }
-            Next::Rearm(events) if !deregistered => {
+            Next::Rearm { events, drained } if !deregistered => {
+                let changed = events != entry.events;
                 entry.events = events;
-                self.epoll
-                    .modify(
-                        entry.fd,
-                        events | epoll::ONESHOT,
-                        Word::Handle(token).encode(),
-                    )
-                    .is_ok()
+                match slot
+                    .claim
+                    .finish(generation, may_run_again && drained && !changed)
+                {
+                    Finished::Again => {
+                        again = true;
+                        true
+                    }
+                    Finished::Released { notified } if notified || !drained || changed => {
+                        // Let go first, then ask the kernel: a report the re-check causes
+                        // finds the handle unclaimed (its dispatch waits for this lock).
+                        self.rechecks.fetch_add(1, Relaxed);
+                        self.epoll
+                            .modify(entry.fd, events | epoll::ET, Word::Handle(token).encode())
+                            .is_ok()
+                    }
+                    Finished::Released { .. } => true,
+                }
             }
             _ => false,
         };
@@ -369,7 +462,53 @@ impl<H> HandleSet<H> {
             value,
             rearmed,
             deregistered,
+            again,
         }
+    }
+
+    /// Records how long one dispatch of `token`'s handler took: a decaying maximum (a long run
+    /// is remembered for a few short ones), read by [`cost_ns`](Self::cost_ns).
+    pub(crate) fn note_cost(&self, token: Token, ns: u64) {
+        if let Some(slot) = self.slots.get(token.index()) {
+            let ns = ns.min(u64::from(NO_COST - 1)) as u32;
+            let old = slot.cost_ns.load(Relaxed);
+            let new = if old == NO_COST { ns } else { ns.max(old / 2) };
+            slot.cost_ns.store(new, Relaxed);
+        }
+    }
+
+    /// How long `token`'s handler ran recently (ns); `u64::MAX` if it has not run yet (unknown
+    /// work counts as long) or the token is stale.
+    pub(crate) fn cost_ns(&self, token: Token) -> u64 {
+        match self
+            .slots
+            .get(token.index())
+            .map(|s| s.cost_ns.load(Relaxed))
+        {
+            Some(c) if c != NO_COST => u64::from(c),
+            _ => u64::MAX,
+        }
+    }
+
+    /// Whether the events of one wait (`(readiness, data word)`, as [`wait_many`] left them)
+    /// are quick enough for a leader to keep its role through them (deferred promotion,
+    /// `dispatch.rs`): all are handles (no borrowing link: a lent thread leaves its lane), and
+    /// their handlers' recent runs add up to less than `budget_ns`. A handle that has not run
+    /// yet counts as long, so a new handle's first event promotes at once.
+    ///
+    /// [`wait_many`]: Self::wait_many
+    pub(crate) fn quick(&self, got: &[(u32, u64)], budget_ns: u64) -> bool {
+        let mut total = 0u64;
+        for &r in got {
+            let Wait::Event { token, .. } = Self::decode(r) else {
+                return false;
+            };
+            total = total.saturating_add(self.cost_ns(token));
+            if total >= budget_ns {
+                return false;
+            }
+        }
+        true
     }
 
     /// Suspends a handle: no event of it is dispatched until [`resume`](Self::resume). Waits
@@ -392,24 +531,19 @@ impl<H> HandleSet<H> {
             // Called by this slot's own handler (module invariants), whose dispatch holds the
             // lock and applies the flag when it returns. Its entry cannot be reached from here,
             // so the flag travels through `suspend_pending`.
-            return slot.generation.load(Acquire) == token.generation()
+            return slot.claim.generation() == token.generation()
                 && slot.suspend_pending.swap(u8::from(suspend) + 1, Relaxed)
                     != u8::from(suspend) + 1;
         };
         match g.as_mut() {
-            Some(e)
-                if slot.generation.load(Acquire) == token.generation()
-                    && e.suspended != suspend =>
-            {
+            Some(e) if slot.claim.generation() == token.generation() && e.suspended != suspend => {
                 let done = if suspend {
-                    // Armed or disarmed (ONESHOT fired), the fd is in epoll until deleted.
                     self.epoll.delete(e.fd)
                 } else {
-                    self.epoll.add(
-                        e.fd,
-                        e.events | epoll::ONESHOT,
-                        Word::Handle(token).encode(),
-                    )
+                    // Edge-triggered, as registered: a fd that became ready while suspended is
+                    // reported at once.
+                    self.epoll
+                        .add(e.fd, e.events | epoll::ET, Word::Handle(token).encode())
                 };
                 if done.is_ok() {
                     e.suspended = suspend;
@@ -431,7 +565,7 @@ impl<H> HandleSet<H> {
         for (i, slot) in self.slots.iter().enumerate() {
             let mut g = slot.entry.lock();
             if g.is_some() {
-                let token = Token::new(i as u32, slot.generation.load(Acquire));
+                let token = Token::new(i as u32, slot.claim.generation());
                 let mut e = self.vacate(slot, &mut g, token);
                 drop(g);
                 if let Some(e) = &mut e {
@@ -450,6 +584,126 @@ impl<H> HandleSet<H> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// The prediction a leader keeps its role by: handles whose recent runs add up to less
+    /// than the budget are quick; a handle that never ran, a long recent run (remembered, as a
+    /// decaying maximum, for a few short ones), or a borrowing link is not.
+    #[test]
+    fn quick_work_is_predicted_from_recent_runs_and_a_link_never_is() {
+        let set: HandleSet<&'static str> = HandleSet::new(4).unwrap();
+        let (a, b) = (EventFd::new().unwrap(), EventFd::new().unwrap());
+        let ta = set.register("a", a.as_fd().as_raw_fd(), epoll::IN).unwrap();
+        let tb = set.register("b", b.as_fd().as_raw_fd(), epoll::IN).unwrap();
+        let ev = |t: Token| (epoll::IN, Word::Handle(t).encode());
+        assert!(
+            !set.quick(&[ev(ta)], 50_000),
+            "a handle that never ran counts as long"
+        );
+        set.note_cost(ta, 10_000);
+        set.note_cost(tb, 30_000);
+        assert!(set.quick(&[ev(ta)], 50_000));
+        assert!(set.quick(&[ev(ta), ev(tb)], 50_000), "10 + 30 µs < 50 µs");
+        assert!(
+            !set.quick(&[ev(ta), ev(tb), ev(tb)], 50_000),
+            "70 µs in all"
+        );
+        let link = (epoll::IN, Word::Link { borrower: 3 }.encode());
+        assert!(
+            !set.quick(&[ev(ta), link], 50_000),
+            "a wait with a link is never kept"
+        );
+        set.note_cost(ta, 400_000);
+        assert!(!set.quick(&[ev(ta)], 50_000));
+        for _ in 0..3 {
+            set.note_cost(ta, 1_000);
+        }
+        assert!(
+            !set.quick(&[ev(ta)], 50_000),
+            "a long run is remembered for a few"
+        );
+        for _ in 0..3 {
+            set.note_cost(ta, 1_000);
+        }
+        assert!(set.quick(&[ev(ta)], 50_000), "and then forgotten");
+    }
+
+    /// Edge-triggered handles and the claim: a report of a handle whose dispatch another
+    /// thread owns is folded into that owner's next run (the handler runs once more, no
+    /// system call); a handler that does not say it drained is re-checked with one
+    /// `epoll_ctl`, which reports it again while input is left.
+    #[test]
+    fn a_report_while_owned_runs_again_and_an_undrained_handle_is_rechecked() {
+        let set: HandleSet<&'static str> = HandleSet::new(2).unwrap();
+        let a = EventFd::new().unwrap();
+        let ta = set.register("a", a.as_fd().as_raw_fd(), epoll::IN).unwrap();
+        let mut out = [(0, 0); 2];
+        ready(&a);
+        assert_eq!(
+            set.wait_many(&mut out).unwrap(),
+            (1, false),
+            "claimed by this wait"
+        );
+        let (set_ref, a_ref) = (&set, &a);
+        let run = |first: bool| {
+            move |_: &mut &'static str| {
+                a_ref.read().unwrap();
+                if first {
+                    // Input arrives while the handler runs, and another wait reports it.
+                    ready(a_ref);
+                    let mut other = [(0, 0); 2];
+                    assert_eq!(set_ref.wait_many(&mut other).unwrap(), (0, false), "folded");
+                }
+                let next = Next::Rearm {
+                    events: epoll::IN,
+                    drained: true,
+                };
+                ((), next)
+            }
+        };
+        let ran = set.dispatch(ta, true, run(true));
+        assert!(
+            matches!(ran, Ran::Ran { again: true, .. }),
+            "the report came while it ran: the caller dispatches it again"
+        );
+        let ran = set.dispatch(ta, true, run(false));
+        assert!(matches!(
+            ran,
+            Ran::Ran {
+                again: false,
+                rearmed: true,
+                ..
+            }
+        ));
+        assert_eq!(set.coalesced.load(Relaxed), 1);
+        assert_eq!(
+            set.rechecks.load(Relaxed),
+            0,
+            "a drained handle costs no epoll_ctl"
+        );
+        assert!(
+            matches!(set.wait_timeout(0).unwrap(), Wait::Interrupted),
+            "nothing left to report"
+        );
+
+        // Two writes, one read each: the handler leaves input and does not say it drained.
+        ready(&a);
+        ready(&a);
+        let (n, _) = set.wait_many(&mut out).unwrap();
+        assert_eq!(n, 1, "edge-triggered: one report for both writes");
+        let ran = set.dispatch(ta, true, |_| {
+            let next = Next::Rearm {
+                events: epoll::IN,
+                drained: false,
+            };
+            ((), next)
+        });
+        assert!(matches!(ran, Ran::Ran { rearmed: true, .. }));
+        assert_eq!(set.rechecks.load(Relaxed), 1, "re-checked");
+        match set.wait_timeout(0).unwrap() {
+            Wait::Event { token, .. } => assert_eq!(token, ta, "reported again: input left"),
+            w => panic!("the re-check did not report the handle: {w:?}"),
+        }
+    }
 
     fn ready(fd: &EventFd) {
         fd.write(1).unwrap();
@@ -472,8 +726,8 @@ mod tests {
         ready(&a);
         ready(&b);
         let mut batch = [(0, 0); 4];
-        let n = set.wait_many(&mut batch).unwrap();
-        assert_eq!(n, 2, "both handles reported by one wait");
+        let (n, full) = set.wait_many(&mut batch).unwrap();
+        assert_eq!((n, full), (2, false), "both handles reported by one wait");
         let tokens: Vec<Token> = batch[..n]
             .iter()
             .map(|&r| match HandleSet::<&'static str>::decode(r) {
@@ -485,12 +739,18 @@ mod tests {
 
         // a's handler runs first: it closes b, and c takes b's slot.
         let mut tc = None;
-        let ran = set.dispatch(ta, |h| {
+        let ran = set.dispatch(ta, false, |h| {
             assert_eq!(*h, "a");
             a.read().unwrap();
             assert!(set.deregister(tb));
             tc = Some(set.register("c", c.as_fd().as_raw_fd(), epoll::IN).unwrap());
-            ((), Next::Rearm(epoll::IN))
+            (
+                (),
+                Next::Rearm {
+                    events: epoll::IN,
+                    drained: true,
+                },
+            )
         });
         assert!(matches!(ran, Ran::Ran { rearmed: true, .. }));
         let tc = tc.unwrap();
@@ -499,7 +759,7 @@ mod tests {
 
         // b's event, still in the batch, is stale: c's handler does not run.
         let stale_before = set.stale.load(Relaxed);
-        let ran: Ran<()> = set.dispatch(tb, |h| panic!("{h}'s handler ran for b's event"));
+        let ran: Ran<()> = set.dispatch(tb, false, |h| panic!("{h}'s handler ran for b's event"));
         assert_eq!(ran, Ran::Stale);
         assert_eq!(
             set.stale.load(Relaxed),
@@ -509,13 +769,13 @@ mod tests {
 
         // c's own readiness is reported and dispatched normally.
         ready(&c);
-        let n = set.wait_many(&mut batch).unwrap();
+        let (n, _) = set.wait_many(&mut batch).unwrap();
         assert_eq!(n, 1);
         assert!(matches!(
             HandleSet::<&'static str>::decode(batch[0]),
             Wait::Event { token, .. } if token == tc
         ));
-        let ran = set.dispatch(tc, |h| {
+        let ran = set.dispatch(tc, false, |h| {
             assert_eq!(*h, "c");
             ((), Next::Close)
         });

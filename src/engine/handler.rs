@@ -129,7 +129,11 @@ impl Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub enum Disposition {
-    /// Re-arm the handle (`EPOLL_CTL_MOD | EPOLLONESHOT`) for its next event.
+    /// Keep the handle for its next event. It stays registered (edge-triggered): it is
+    /// reported again when new readiness arrives. If the handler said it read its source until
+    /// it would block ([`Context::set_drained`]; the runtime's datagram batches say it
+    /// themselves), that costs no system call; otherwise the kernel checks the source once
+    /// more (`epoll_ctl`), and reports it again at once if input is left.
     Rearm,
     /// Remove the handle from the group and drop its handler (closing its fd).
     Close,
@@ -137,8 +141,9 @@ pub enum Disposition {
 
 /// Application code run for each event of one handle (the pattern's concrete event handler).
 ///
-/// The handle stays deactivated (`EPOLLONESHOT`) while `handle` runs, so exactly one thread at
-/// a time runs a given handler: it needs no locking for its own state.
+/// Exactly one thread at a time runs a given handler (the thread that claimed the handle's
+/// report; a report that arrives while it runs gives it one more run afterwards), so it needs
+/// no locking for its own state.
 ///
 /// # Real-time safety
 /// `handle` runs on a pool thread at its group's SCHED_FIFO priority. It should be short and
@@ -269,6 +274,8 @@ pub struct Context {
     pub(crate) registry: Registry,
     pub(crate) origin_ns: u64,
     pub(crate) missed_periods: u64,
+    /// The handler said it read its source until it would block ([`Context::set_drained`]).
+    drained: bool,
     /// The pool thread's dispatch stamp (`ThreadSlot::busy_since`), which the overrun watchdog
     /// reads; `None` outside a pool thread (tests, bound groups).
     pub(crate) dispatch_stamp: Option<Arc<AtomicU64>>,
@@ -302,6 +309,7 @@ impl Context {
             registry,
             origin_ns: 0,
             missed_periods: 0,
+            drained: false,
             dispatch_stamp: None,
         }
     }
@@ -393,6 +401,39 @@ impl Context {
     pub fn add_missed_periods(&mut self, n: u64) {
         self.missed_periods += n;
     }
+
+    /// Tells the runtime that this handler read its source until it would block (or read a
+    /// timerfd or an eventfd, which one read empties), so that the handle, returned with
+    /// [`Disposition::Rearm`], is kept with no system call: handles are edge-triggered, and it
+    /// is reported again when new input arrives. Without it, the kernel checks the source once
+    /// more after the handler (one `epoll_ctl`), which is always correct.
+    ///
+    /// Say it only when it is true: input left unread after it is reported only when more
+    /// arrives. [`DatagramBatch::recv`] says it itself when it finds its socket empty.
+    ///
+    /// # Examples
+    /// ```
+    /// use lfrt::{Context, Disposition, Event, EventHandler, Notifier};
+    /// use std::os::fd::{AsFd, BorrowedFd};
+    /// struct Bell(Notifier, u64);
+    /// impl EventHandler for Bell {
+    ///     fn source(&self) -> BorrowedFd<'_> { self.0.as_fd() }
+    ///     fn handle(&mut self, _: &Event, ctx: &mut Context) -> Disposition {
+    ///         self.1 += self.0.take().unwrap_or(0); // one read empties an eventfd
+    ///         ctx.set_drained();
+    ///         Disposition::Rearm
+    ///     }
+    /// }
+    /// ```
+    pub fn set_drained(&mut self) {
+        self.drained = true;
+    }
+
+    /// Whether the handler that just ran said it drained its source, and forget it.
+    fn take_drained(&mut self) -> bool {
+        let batch = self.datagrams.take_drained();
+        std::mem::take(&mut self.drained) || batch
+    }
 }
 
 /// A group's (or a bound pool's) handle set, holding event handlers.
@@ -452,7 +493,11 @@ impl Drop for Held {
 /// What dispatching one event did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dispatched {
-    Handled,
+    /// The handler ran and its handle was kept. `again`: it was reported while it ran, and
+    /// the caller, which still owns it, dispatches it once more (one more event).
+    Handled {
+        again: bool,
+    },
     Closed,
     Panicked,
     Stale,
@@ -460,10 +505,17 @@ pub(crate) enum Dispatched {
 
 /// Runs the handler of `event`'s handle on this thread: `handle`, then `interest` for the next
 /// arming. A panic in either (or in `after_panic`) is caught, so a handler cannot take its pool
-/// thread down; the handle is then re-armed if `after_panic` says so and `interest` answered,
-/// else removed.
-pub(crate) fn dispatch(handles: &Handles, event: &Event, ctx: &mut Context) -> Dispatched {
-    let ran = handles.dispatch(event.token, |handler| {
+/// thread down; the handle is then kept if `after_panic` says so and `interest` answered (with
+/// a readiness re-check), else removed. `may_run_again`: the caller dispatches the handle once
+/// more if a report came while the handler ran (`Dispatched::Handled { again: true }`).
+pub(crate) fn dispatch(
+    handles: &Handles,
+    event: &Event,
+    ctx: &mut Context,
+    may_run_again: bool,
+) -> Dispatched {
+    let ran = handles.dispatch(event.token, may_run_again, |handler| {
+        let _ = ctx.take_drained();
         let (disposition, mut panicked) =
             match catch_unwind(AssertUnwindSafe(|| handler.handle(event, ctx))) {
                 Ok(d) => (d, false),
@@ -473,10 +525,14 @@ pub(crate) fn dispatch(handles: &Handles, event: &Event, ctx: &mut Context) -> D
                     true,
                 ),
             };
+        let drained = ctx.take_drained() && !panicked;
         // Interest is read again so a handler may switch it (e.g. to writable while it has
         // unsent bytes).
         let next = match catch_unwind(AssertUnwindSafe(|| handler.interest())) {
-            Ok(interest) if disposition == Disposition::Rearm => Next::Rearm(interest.bits()),
+            Ok(interest) if disposition == Disposition::Rearm => Next::Rearm {
+                events: interest.bits(),
+                drained,
+            },
             Ok(_) => Next::Close,
             Err(_) => {
                 panicked = true;
@@ -490,14 +546,18 @@ pub(crate) fn dispatch(handles: &Handles, event: &Event, ctx: &mut Context) -> D
         Ran::Ran {
             value: (_, true), ..
         } => Dispatched::Panicked,
-        Ran::Ran { rearmed: true, .. } => Dispatched::Handled,
+        Ran::Ran {
+            rearmed: true,
+            again,
+            ..
+        } => Dispatched::Handled { again },
         // Removed because the handler deregistered itself while asking to stay: not a close
         // by the handler.
         Ran::Ran {
             value: (Disposition::Rearm, false),
             deregistered: true,
             ..
-        } => Dispatched::Handled,
+        } => Dispatched::Handled { again: false },
         Ran::Ran { .. } => Dispatched::Closed,
     }
 }

@@ -10,15 +10,15 @@
 //!   │                                ▲  ▲                                     │   │
 //!   │     join(): leader present     │  └──── kept the role: join() again ────┘   │
 //!   └──────────────► FOLLOWER ───────┘ promoted (woken by the leader), or         │ handler
-//!                       ▲                its promotion timer expired while        │ returned:
-//!                       │                the leader kept the role                 │ join() again
+//!                       ▲                relieved: the leader kept the role       │ returned:
+//!                       │                past promote_after (the watchdog)        │ join() again
 //!                       └─────────────────────────────────────────────────────────┘
 //! ```
 //!
 //! State, all under one priority-inheritance lock (threads of different priorities share it):
 //! `leader: Option<thread>`, the [`FollowerQueue`] of parked threads, `shutdown`, the leader's
-//! [`Batch`], `keeping` (the follower whose promotion timer is armed while the leader keeps its
-//! role), and the variant's own state `X` ([`State::ext`]).
+//! [`Batch`], `kept_since` (when the leader kept its role, deferred promotion), and the
+//! variant's own state `X` ([`State::ext`]).
 //!
 //! **What a promotion costs, and deferred promotion.** The pattern promotes a follower *before*
 //! the leader processes its event, so that the handle set is never left without a leader while a
@@ -26,18 +26,21 @@
 //! an inter-processor interrupt) per event, mostly for nothing: the woken thread usually finds
 //! no second event and goes back to sleep in the wait. On a CPU shared with other work, each
 //! such wake-up of a `SCHED_FIFO` thread also preempts that work at once. So an unbound pool
-//! defers the promotion (`promote_after_us`, [`keep`](Protocol::keep)): the leader keeps its
-//! role while it processes the events of its wait, and arms the *promotion timer* of the
-//! follower it would have promoted (`sync/parker.rs`). If the leader still holds events when the
-//! timer expires, that follower takes the role (and what is left of the batch) and waits on the
-//! handle set; if the leader finishes first, its next wait ends the deferral, and nobody was
-//! woken. The leader defers only after a wait that took everything that was ready (fewer events
-//! than it asked for, `dispatch.rs`); a full wait says the lane has more than one thread's work,
-//! and it promotes at once, with the rest of the batch. An event that becomes ready meanwhile
-//! waits at most `promote_after_us` plus a wake-up, or until the leader is back, whichever comes
-//! first. A leader that took several events in one wait leaves the others in the batch; with
-//! promotion not deferred (`promote_after_us = 0`), the follower it promotes is woken at once to
-//! take them.
+//! defers the promotion (`promote_after_us`, [`keep`](Protocol::keep)): after a wait that took
+//! everything that was ready, a leader whose events' handlers ran, in their recent runs, for
+//! less than `promote_after_us` in all keeps its role while it processes them, and wakes
+//! nobody; its next wait ends the deferral (`dispatch.rs` makes that choice; a full wait, a
+//! handle with no history or a borrowing link promotes at once, with the rest of the batch).
+//! Nothing is armed for it: no timer and no system call per event. What bounds the deferral
+//! is the overrun watchdog (`watchdog.rs`), which looks at every deferring lane every
+//! millisecond: a leader that has kept its role for longer than `promote_after_us` (a handler
+//! that ran far longer than it did before) is relieved ([`relieve`](Protocol::relieve)): the
+//! best follower takes the role and what is left of the batch, and the old leader finds out
+//! at its next [`lead`](Protocol::lead) (`Lead::Lost`). An event that becomes ready meanwhile
+//! waits at most for the leader's predicted work, or, when the prediction failed, until the
+//! watchdog's next look after `promote_after_us`. A leader that took several events in one
+//! wait leaves the others in the batch; with promotion not deferred (`promote_after_us = 0`),
+//! the follower it promotes is woken at once to take them.
 //!
 //! **Unbound** associations (`dispatch.rs`, `X = ()`): any thread handles any event, so a thread
 //! waits only for the leader role: [`join`](Protocol::join), [`promote_with`](Protocol::promote_with),
@@ -65,11 +68,13 @@
 //! Invariants (the loom models below and in `bound/table.rs` check them; `debug_assert!`s guard
 //! each transition):
 //! * **at most one leader**: `leader` is set only when it is `None` (by a joining thread), by
-//!   the current leader handing it to a follower it popped (`promote`, `leave`), or by the
-//!   successor of a leader that keeps its role, once its promotion timer expired (`join_with`);
-//! * **at most one thread waits on the handle set**: only the leader waits, and a successor may
-//!   take the role only while `keeping` names it, which `lead` clears under the lock before the
-//!   leader waits; a leader that lost its role finds out at its next `lead` (`Lead::Lost`);
+//!   the current leader handing it to a follower it popped (`promote`, `leave`), or, for a leader
+//!   that keeps its role, by the watchdog handing it to a follower ([`relieve`](Protocol::relieve));
+//!   every one of these runs under the lock and checks who leads first, so a thread that lost
+//!   its role can never hand it on again (it finds out at its next `lead`: `Lead::Lost`);
+//! * **at most one thread waits on the handle set**: only the leader waits, and the watchdog
+//!   takes the role only while `kept_since` is set, which `lead` clears under the lock before
+//!   the leader waits;
 //! * **no follower without a leader**: while `leader` is `None` the queue is empty (followers
 //!   queue only behind a leader, and a leader that goes leaves the role to a follower if there
 //!   is one), so a vacant leader slot is taken by the next thread that joins;
@@ -83,23 +88,20 @@
 //!   as a promotion or hand-off gives it a token; the thread then finds its state under the lock
 //!   (it may lead or have its reply), and the left-over token ends its *next* park at once. The
 //!   join loop re-checks under the lock after every park, so such a wake-up only costs a loop.
-//!   Unbound threads never park with a deadline; a promotion timer that fires after the
-//!   deferral ended (the leader finished first, and its lazy cancel came too late) wakes its
-//!   thread spuriously, which the same re-check absorbs (`promotion_due` is then false, or
-//!   `keeping` no longer names it);
-//! * **no event waits for a busy leader past its successor's timer**: the leader keeps its role
-//!   only after a wait that drained the handle set (so every event still in the kernel became
-//!   ready after that wait); while it keeps it, it holds events (one processing, maybe a batch)
-//!   and `keeping` names a queued follower whose timer is armed; the timer fires unless the
-//!   leader's next `lead` (batch empty) ended the deferral first, and the follower it wakes
-//!   takes the role if `keeping` still names it. With no follower queued there is nobody to
-//!   wake: the role falls vacant as in a promotion. The `deferred_*` models check it with a
-//!   handler that blocks until a second event has been processed (only the promoted follower
-//!   can take it), with and without the lazy cancel;
+//!   Unbound threads never park with a deadline;
+//! * **no event waits for a busy leader past the watchdog**: the leader keeps its role only
+//!   after a wait that drained the handle set (so every event still in the kernel became ready
+//!   after that wait), and only while `kept_since` is set; the watchdog relieves it once
+//!   `promote_after` has passed since then, if a follower is queued (with none queued there is
+//!   nobody to wake: every other thread is busy, and the first to rejoin finds the role vacant
+//!   or takes the next event after the leader). The `deferred_*` models check it with a
+//!   handler that blocks until a second event has been processed (only a relieved follower can
+//!   take it) and a model watchdog that looks at any point;
 //! * **each event of a batch is taken exactly once**: the batch belongs to the leader role and
 //!   is read and written only under the lock by the thread that holds the role (`lead`,
-//!   `promote_with`); a leader waits on the handle set only with an empty batch, and for at
-//!   most one event more than the followers queued (`batch_*` models);
+//!   `promote_with`, `relieve`); a leader waits on the handle set only with an empty batch, so
+//!   the batch can always hold what one wait returns (`MAX_BATCH`), and a put that could not
+//!   would be counted (`Protocol::overflow`), never silent (`batch_*` models);
 //! * **no starvation while a thread is idle**: a ready handle is taken within one dispatch of
 //!   some idle thread of its lane, in every promotion mode and with borrowing. An idle thread
 //!   is the leader, a follower or about to join; by the invariant above, while one is idle the
@@ -107,8 +109,8 @@
 //!   event of the whole handle set and promotes before it processes, so the ready handle is
 //!   the next event the leader (or the follower it promotes) takes, however long the lane's
 //!   other threads stay busy; a thread holds the role while it processes only with a
-//!   successor's timer armed (deferred promotion), so the ready handle waits at most until
-//!   that timer, or until the leader is back, whichever comes first. Promotion
+//!   role kept (deferred promotion), so the ready handle waits at most until the watchdog
+//!   relieves it, or until the leader is back, whichever comes first. Promotion
 //!   order only chooses *which* idle thread that is. In concurrent mode every idle thread
 //!   waits in `epoll_wait` itself (`dispatch.rs`). A thread lent to a higher lane first promotes
 //!   a follower of its own lane (`borrow.rs`), so lending never takes the leader role away
@@ -122,8 +124,8 @@
 //!   ones see the flag when they rejoin, and the leader is woken by the handle set's shutdown
 //!   event and calls `resign`.
 //!
-//! This module makes no system calls besides those of the lock and the parkers, so it runs
-//! unchanged under loom (`--cfg loom`, see `scripts/loom.sh`).
+//! This module makes no system calls besides those of the lock and the parkers (futexes), so it
+//! runs unchanged under loom (`--cfg loom`, see `scripts/loom.sh`).
 //!
 //! What the bound extensions cost the unbound path (`join`, `promote` per event): no atomic
 //! operation and no system call; the same lock and park/unpark calls as before. `join` is
@@ -213,11 +215,13 @@ pub(crate) struct State<X> {
     /// Events the leader took in one wait beyond the one it processes: they belong to the
     /// leader role and pass on with it (see [`Batch`]).
     batch: Batch,
-    /// Deferred promotion ([`Protocol::keep`]): the follower whose promotion timer is armed
-    /// while the leader, keeping its role, processes the events of its wait.
-    keeping: Option<u16>,
-    /// Roles taken over by a follower whose promotion timer expired.
-    deferred: u64,
+    /// Deferred promotion ([`Protocol::keep`]): when (`CLOCK_MONOTONIC` ns) the leader kept its
+    /// role to process the events of its wait; 0 while it does not.
+    kept_since: u64,
+    /// Roles handed on by the watchdog from a leader that kept its role too long.
+    relieved: u64,
+    /// Events a put could not leave in the batch (a broken invariant, counted, never silent).
+    overflow: u64,
     /// The variant's own state.
     pub(crate) ext: X,
 }
@@ -256,23 +260,28 @@ impl Batch {
         Some(e)
     }
 
-    fn put(&mut self, rest: &[Ready]) {
+    /// Leaves `rest` in the batch; returns how many did not fit (0 unless an invariant broke:
+    /// a leader waits only with an empty batch, for at most `MAX_BATCH` events).
+    #[must_use]
+    fn put(&mut self, rest: &[Ready]) -> usize {
         debug_assert!(
             self.len + rest.len() <= MAX_BATCH,
             "a batch beyond MAX_BATCH"
         );
-        for &e in rest.iter().take(MAX_BATCH - self.len) {
+        let room = MAX_BATCH - self.len;
+        for &e in rest.iter().take(room) {
             self.events[(self.head + self.len) % MAX_BATCH] = e;
             self.len += 1;
         }
+        rest.len().saturating_sub(room)
     }
 }
 
 /// What [`Protocol::keep`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kept {
-    /// The leader keeps its role; this follower's promotion timer is armed.
-    Keeping(u16),
+    /// The leader keeps its role.
+    Keeping,
     /// No follower was queued: the role passed on at once (vacant).
     Promoted(Promoted),
 }
@@ -282,15 +291,14 @@ pub(crate) enum Kept {
 #[must_use]
 pub(crate) enum Lead {
     /// An event of the batch, taken. `Some`: the role passed on (as
-    /// [`Protocol::promote_with`]); `None`: the leader keeps it (deferred promotion, its
-    /// successor's timer still armed).
+    /// [`Protocol::promote_with`]); `None`: the leader keeps it (deferred promotion).
     Take(Ready, Option<Promoted>),
     /// The batch is empty: wait on the handle set for at most `max` events, then call
     /// [`Protocol::promote_with`] or [`Protocol::keep`]. `max` is one more than the followers
     /// queued, so that a batch never holds more than the lane's idle threads take at once
     /// (events left in the kernel stay visible to lenders, `borrow.rs`).
     Wait { max: usize },
-    /// The role was taken over by the successor whose promotion timer expired: rejoin.
+    /// The role was handed on by the watchdog while this thread kept it: rejoin.
     Lost,
 }
 
@@ -404,38 +412,13 @@ impl<X: Variant> Protocol<X> {
                 followers: FollowerQueue::new(threads, promotion),
                 shutdown: false,
                 batch: Batch::default(),
-                keeping: None,
-                deferred: 0,
+                kept_since: 0,
+                relieved: 0,
+                overflow: 0,
                 ext,
             }),
             parkers: (0..threads).map(|_| Parker::new()).collect(),
         }
-    }
-
-    /// Like [`with`](Self::with), with timed parkers (`sync/parker.rs`), which a deferred
-    /// promotion ([`keep`](Self::keep)) needs. Loom builds use the model parker, which models
-    /// the promotion timer too.
-    pub(crate) fn timed(
-        threads: usize,
-        promotion: Promotion,
-        ext: X,
-    ) -> std::io::Result<Protocol<X>> {
-        #[cfg(not(loom))]
-        let parkers = (0..threads)
-            .map(|_| Parker::timed())
-            .collect::<std::io::Result<Box<[Parker]>>>()?;
-        #[cfg(loom)]
-        let parkers = (0..threads).map(|_| Parker::new()).collect();
-        Ok(Protocol {
-            parkers,
-            ..Protocol::with(threads, promotion, ext)
-        })
-    }
-
-    /// Loom: the parkers, for a model's clock to fire their promotion timers.
-    #[cfg(all(test, loom))]
-    pub(crate) fn parkers(&self) -> &[Parker] {
-        &self.parkers
     }
 
     /// Locks the state (for a variant's own transitions).
@@ -465,39 +448,16 @@ impl<X: Variant> Protocol<X> {
         loop {
             let until = match check(&mut st) {
                 Check::Done(r) => {
-                    // A keeping leader that leaves cancels its successor's timer; a successor
-                    // that leaves ends the deferral.
-                    let cancel = match st.keeping {
-                        Some(s) if s == me => {
-                            st.keeping = None;
-                            None
-                        }
-                        Some(s) if st.leader == Some(me) => {
-                            st.keeping = None;
-                            Some(s)
-                        }
-                        _ => None,
-                    };
+                    if st.leader == Some(me) {
+                        st.kept_since = 0;
+                    }
                     let next = st.leave(me);
                     drop(st);
-                    self.cancel(cancel);
                     self.wake(next);
                     return Outcome::Done(r);
                 }
                 Check::Wait { until } => until,
             };
-            // Deferred promotion: the leader kept its role to process the events of its wait,
-            // and this follower's promotion timer expired while it still holds them. The role is ours; the old
-            // leader goes on processing without it and rejoins as a follower.
-            if st.keeping == Some(me) && self.parkers[me as usize].promotion_due() {
-                st.keeping = None;
-                st.deferred += 1;
-                st.followers.remove(me);
-                st.leader = Some(me);
-                drop(st);
-                self.parkers[me as usize].cancel_promotion();
-                return Outcome::Lead;
-            }
             match st.leader {
                 None => {
                     debug_assert!(
@@ -507,9 +467,9 @@ impl<X: Variant> Protocol<X> {
                     st.leader = Some(me);
                     return Outcome::Lead;
                 }
-                // Promoted while parked, rejoining while still leader after an interrupted
-                // wait, or keeping the role through its events (deferred promotion; the
-                // successor's timer stays armed until `lead` finds the batch empty).
+                // Promoted (or relieved the leader) while parked, rejoining while still leader
+                // after an interrupted wait, or keeping the role through its events (deferred
+                // promotion, until `lead` finds the batch empty).
                 Some(l) if l == me => {
                     debug_assert!(!st.followers.contains(me), "the leader is queued");
                     return Outcome::Lead;
@@ -531,47 +491,58 @@ impl<X: Variant> Protocol<X> {
         }
     }
 
-    /// Disarms the promotion timer of thread `s`, if any (after unlocking; also the leader's
-    /// lazy cancel before its wait blocks).
-    pub(crate) fn cancel(&self, s: Option<u16>) {
-        if let Some(s) = s {
-            self.parkers[s as usize].cancel_promotion();
-        }
-    }
-
-    /// Deferred promotion: the leader's wait returned `1 + rest.len()` events; it keeps its
+    /// Deferred promotion: the leader's wait returned `1 + rest.len()` events, and their
+    /// handlers are predicted to be quick (the caller's choice, `dispatch.rs`); it keeps its
     /// role while it processes them (the first now, `rest` from the batch through `lead`),
-    /// instead of waking a follower that would most likely find nothing to lead for. The
-    /// follower it would have promoted gets its promotion timer armed for `at_ns` (absolute
-    /// `CLOCK_MONOTONIC`): if the leader still holds events then, that follower takes the role
-    /// and the rest of the batch (`join_with`); if the leader empties its batch first, its
-    /// next wait (`lead`) ends the deferral. With no follower queued it hands the role on at
-    /// once, as [`promote_with`](Self::promote_with) does (the role falls vacant). A previous
-    /// successor whose timer is still armed is not disarmed here: the caller cancels it if the
-    /// successor changed (`Kept::Keeping` names the new one).
-    pub(crate) fn keep(&self, me: u16, rest: &[Ready], at_ns: u64) -> Kept {
+    /// instead of waking a follower that would most likely find nothing to lead for. `now_ns`
+    /// (`CLOCK_MONOTONIC`) starts the deferral, which the leader's next wait ends (`lead`), or
+    /// the watchdog, `promote_after` later ([`relieve`](Self::relieve)). With no follower
+    /// queued it hands the role on at once, as [`promote_with`](Self::promote_with) does (the
+    /// role falls vacant, so that the first thread to rejoin leads).
+    pub(crate) fn keep(&self, me: u16, rest: &[Ready], now_ns: u64) -> Kept {
         let mut st = self.state.lock();
         debug_assert_eq!(st.leader, Some(me), "keep() by a non-leader");
-        debug_assert!(st.keeping.is_none() && st.batch.len == 0);
-        st.batch.put(rest);
-        match st.followers.peek() {
-            Some(s) => {
-                st.keeping = Some(s);
-                drop(st);
-                self.parkers[s as usize].promote_at(at_ns);
-                Kept::Keeping(s)
-            }
-            None => {
-                let p = st.promote();
-                drop(st);
-                Kept::Promoted(p)
-            }
+        debug_assert!(st.kept_since == 0 && st.batch.len == 0);
+        st.overflow += st.batch.put(rest) as u64;
+        if st.followers.is_empty() {
+            let p = st.promote();
+            drop(st);
+            return Kept::Promoted(p);
         }
+        st.kept_since = now_ns.max(1);
+        Kept::Keeping
     }
 
-    /// Roles taken over by a follower whose promotion timer expired (a racy read for metrics).
-    pub(crate) fn deferred(&self) -> u64 {
-        self.state.lock().deferred
+    /// The watchdog's look at a deferral (`watchdog.rs`): if the leader has kept its role since
+    /// before `now_ns - after_ns` and a follower is queued, the role, with what is left of the
+    /// batch, passes to the best follower, which is woken; the old leader finds out at its next
+    /// `lead` (`Lead::Lost`). Returns whether it relieved the leader.
+    pub(crate) fn relieve(&self, now_ns: u64, after_ns: u64) -> bool {
+        let mut st = self.state.lock();
+        if st.kept_since == 0
+            || now_ns.saturating_sub(st.kept_since) < after_ns
+            || st.followers.is_empty()
+        {
+            return false;
+        }
+        st.kept_since = 0;
+        st.relieved += 1;
+        let p = st.promote();
+        drop(st);
+        self.wake(p.follower());
+        true
+    }
+
+    /// Roles the watchdog handed on from a leader that kept its role too long (a racy read
+    /// for metrics).
+    pub(crate) fn relieved(&self) -> u64 {
+        self.state.lock().relieved
+    }
+
+    /// Events a leader could not leave in its batch: 0 unless an invariant broke (a racy read
+    /// for metrics).
+    pub(crate) fn overflow(&self) -> u64 {
+        self.state.lock().overflow
     }
 
     /// Called by the leader right after its wait returned an event, *before* it processes the
@@ -589,7 +560,7 @@ impl<X: Variant> Protocol<X> {
         let mut st = self.state.lock();
         debug_assert_eq!(st.leader, Some(me), "promote_with() by a non-leader");
         debug_assert_eq!(st.batch.len, 0, "a wait while the batch held events");
-        st.batch.put(rest);
+        st.overflow += st.batch.put(rest) as u64;
         let p = st.promote();
         drop(st);
         // After the lock: the follower re-locks on wake-up; its token is not lost.
@@ -602,13 +573,12 @@ impl<X: Variant> Protocol<X> {
     pub(crate) fn lead(&self, me: u16) -> Lead {
         let mut st = self.state.lock();
         if st.leader != Some(me) {
-            // Deferred promotion: the successor took the role while this thread processed.
+            // Deferred promotion: the watchdog handed the role on while this thread processed.
             return Lead::Lost;
         }
         match st.batch.take() {
-            // Keeping the role: the batch is this thread's until its successor's timer says
-            // otherwise.
-            Some(e) if st.keeping.is_some() => Lead::Take(e, None),
+            // Keeping the role: the batch is this thread's until the watchdog says otherwise.
+            Some(e) if st.kept_since != 0 => Lead::Take(e, None),
             Some(e) => {
                 let p = st.promote();
                 drop(st);
@@ -616,28 +586,14 @@ impl<X: Variant> Protocol<X> {
                 Lead::Take(e, Some(p))
             }
             None => {
-                // About to wait on the handle set: no successor may take the role meanwhile
-                // (at most one thread waits on the set). Its timer is cancelled lazily, by
-                // the next `keep` or before the wait blocks (`cancel`).
-                st.keeping = None;
+                // About to wait on the handle set: the deferral ends, so that the watchdog
+                // cannot hand the role on meanwhile (at most one thread waits on the set).
+                st.kept_since = 0;
                 Lead::Wait {
                     max: (1 + st.followers.len()).min(MAX_BATCH),
                 }
             }
         }
-    }
-
-    /// The leader that keeps its role (deferred promotion) hands it on at once after all: it
-    /// is about to leave its lane for a while (lent to a borrowing lane, `lend.rs`).
-    pub(crate) fn hand_on(&self, me: u16) -> Promoted {
-        let mut st = self.state.lock();
-        debug_assert_eq!(st.leader, Some(me), "hand_on() by a non-leader");
-        let cancel = st.keeping.take();
-        let p = st.promote();
-        drop(st);
-        self.cancel(cancel);
-        self.wake(p.follower());
-        p
     }
 
     /// The leader gives up the role without an event (it saw the shutdown event): a follower,
@@ -656,9 +612,7 @@ impl<X: Variant> Protocol<X> {
         let mut st = self.state.lock();
         st.shutdown = true;
         f(&mut st);
-        if let Some(s) = st.keeping.take() {
-            self.parkers[s as usize].cancel_promotion();
-        }
+        st.kept_since = 0;
         while let Some(t) = st.followers.pop() {
             self.parkers[t as usize].unpark();
         }
@@ -857,57 +811,97 @@ mod loom_tests {
 
     // ----- deferred promotion: a leader keeps its role through its events --------------------
 
-    /// Two pool threads with timed parkers, deferred promotion, and a clock thread per parker
-    /// that fires an armed promotion timer at a point loom chooses (unless it was cancelled
-    /// first). Event 1's handler makes event 2 ready and blocks until it was processed: the
-    /// leader keeps its role through event 1 (its wait returned nothing else), so event 2 is
-    /// taken only if the successor's timer promotes the other, idle thread. Checked: nothing
-    /// deadlocks (no event is left without a thread while one is idle, however the timer races
-    /// with the leader's rejoin and its lazy cancel), at most one thread waits on the set, each
-    /// event is processed once, and event 2 is processed by the thread not blocked in event 1.
-    fn deferred(promotion: Promotion, lazy_cancel: bool) {
-        let p = Arc::new(Protocol::timed(2, promotion, ()).unwrap());
+    /// A borrowing link's event in the models' sets (a lent thread's turn, `borrow.rs`).
+    const LINK: u8 = 0;
+
+    /// The model watchdog (`watchdog.rs`): relieves a leader that keeps its role, at points
+    /// loom chooses (its `promote_after` has always passed). `looks: None`: until the model
+    /// stops it (a model whose progress needs a relief; the spin yields, so loom runs the
+    /// others); `Some(n)`: `n` looks, racing the workers (a model that must not break however
+    /// a relief interleaves, at a fraction of the spin's cost).
+    fn watchdog(
+        p: &Arc<Protocol>,
+        stop: &Arc<AtomicUsize>,
+        looks: Option<usize>,
+    ) -> loom::thread::JoinHandle<()> {
+        let (p, stop) = (p.clone(), stop.clone());
+        loom::thread::spawn(move || match looks {
+            None => {
+                while stop.load(SeqCst) == 0 {
+                    let _ = p.relieve(u64::MAX, 0);
+                    loom::thread::yield_now();
+                }
+            }
+            Some(n) => {
+                for _ in 0..n {
+                    let _ = p.relieve(u64::MAX, 0);
+                }
+            }
+        })
+    }
+
+    /// One pool thread as `dispatch.rs` runs it with deferred promotion: a wait takes all that
+    /// is ready; it keeps the role (handlers predicted quick) if the wait drained the set and
+    /// holds no link, else promotes with the rest of the batch. `handle` processes one event.
+    /// Checked here: at most one thread waits on the set, and a thread that lends (a link) no
+    /// longer leads its lane.
+    fn deferring_worker(
+        p: &Protocol,
+        set: &Set,
+        me: u16,
+        waiting: &AtomicUsize,
+        handle: impl Fn(u8),
+    ) {
+        while p.join(me, 1) == Joined::Leader {
+            let e = match p.lead(me) {
+                Lead::Lost => continue,
+                Lead::Take((_, e), _) => e as u8,
+                Lead::Wait { .. } => {
+                    assert_eq!(
+                        waiting.fetch_add(1, SeqCst),
+                        0,
+                        "two threads wait on the set"
+                    );
+                    let got = set.wait_all();
+                    waiting.fetch_sub(1, SeqCst);
+                    let Some((got, drained)) = got else {
+                        p.resign(me);
+                        continue;
+                    };
+                    let rest: Vec<Ready> = got[1..].iter().map(|&e| (0, u64::from(e))).collect();
+                    if drained && !got.contains(&LINK) {
+                        let _ = p.keep(me, &rest, 1);
+                    } else {
+                        let _ = p.promote_with(me, &rest);
+                    }
+                    got[0]
+                }
+            };
+            if e == LINK {
+                assert_ne!(p.lock().leader(), Some(me), "lent while it leads its lane");
+            }
+            handle(e);
+        }
+    }
+
+    /// Two pool threads, deferred promotion, and the model watchdog. Event 1's handler makes
+    /// event 2 ready and blocks until it was processed: the leader keeps its role through
+    /// event 1 (its wait drained the set), so event 2 is taken only if the watchdog relieves it
+    /// and the other, idle thread leads. Checked: nothing deadlocks however the watchdog races
+    /// with the keep and the leader's next wait, at most one thread waits on the set, each
+    /// event is processed once, and event 2 by the thread not blocked in event 1.
+    fn deferred(promotion: Promotion) {
+        let p = Arc::new(Protocol::new(2, promotion));
         let set = Set::new(&[1]);
-        let waiting = Arc::new(AtomicUsize::new(0));
-        let taken = Arc::new(AtomicUsize::new(0));
+        let (waiting, taken, stop) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
         let worker = |me: u16| {
             let (p, set, waiting, taken) = (p.clone(), set.clone(), waiting.clone(), taken.clone());
             loom::thread::spawn(move || {
-                let mut armed: Option<u16> = None;
-                while p.join(me, 1) == Joined::Leader {
-                    let e = match p.lead(me) {
-                        Lead::Lost => {
-                            armed = None;
-                            continue;
-                        }
-                        Lead::Take((_, e), _) => e as u8,
-                        Lead::Wait { max } => {
-                            assert_eq!(waiting.fetch_add(1, SeqCst), 0, "two waiters");
-                            let mut got = if lazy_cancel && armed.is_some() {
-                                set.poll().map(Some)
-                            } else {
-                                None
-                            };
-                            if got.is_none() {
-                                p.cancel(armed.take());
-                                got = Some(set.wait());
-                            }
-                            waiting.fetch_sub(1, SeqCst);
-                            let _ = max;
-                            match got.unwrap() {
-                                None => {
-                                    p.resign(me);
-                                    continue;
-                                }
-                                Some(e) => {
-                                    if let Kept::Keeping(s) = p.keep(me, &[], 0) {
-                                        armed = Some(s);
-                                    }
-                                    e
-                                }
-                            }
-                        }
-                    };
+                deferring_worker(&p, &set, me, &waiting, |e| {
                     if e == 1 {
                         set.post(2);
                         set.await_done(2);
@@ -918,67 +912,34 @@ mod loom_tests {
                         assert_eq!(taken.swap(usize::from(me) + 1, SeqCst), 0, "event 2 twice");
                         set.done(2);
                     }
-                }
+                })
             })
         };
-        let clock = |t: usize| {
-            let p = p.clone();
-            loom::thread::spawn(move || while p.parkers()[t].fire_when_armed() {})
-        };
-        let (w, c) = ([worker(0), worker(1)], [clock(0), clock(1)]);
-        for h in w {
+        let dog = watchdog(&p, &stop, None);
+        for h in [worker(0), worker(1)] {
             h.join().unwrap();
         }
-        for t in 0..2 {
-            p.parkers()[t].stop_clock();
-        }
-        for h in c {
-            h.join().unwrap();
-        }
+        stop.store(1, SeqCst);
+        dog.join().unwrap();
         assert_eq!(set.lane.lock().unwrap().processed, [2, 1]);
         assert_ne!(taken.load(SeqCst), 0);
+        assert_eq!(p.overflow(), 0);
     }
 
     /// Deferred promotion when the leader finishes first: events 1 and then 2 (posted once 1
-    /// was processed) are quick; the successor's timer may fire at any point. Checked: at most
-    /// one thread ever waits on the set (the deferral ends before the leader waits, so a late
-    /// timer cannot make its follower a second leader), each event once, no deadlock.
+    /// was processed) are quick; the watchdog may relieve at any point. Checked: at most one
+    /// thread ever waits on the set (the deferral ends before the leader waits, so a late look
+    /// of the watchdog cannot make a follower a second leader), each event once, no deadlock.
     fn deferred_quick(promotion: Promotion) {
-        let p = Arc::new(Protocol::timed(2, promotion, ()).unwrap());
+        let p = Arc::new(Protocol::new(2, promotion));
         let set = Set::new(&[1]);
-        let waiting = Arc::new(AtomicUsize::new(0));
+        let (waiting, stop) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let worker = |me: u16| {
             let (p, set, waiting) = (p.clone(), set.clone(), waiting.clone());
-            loom::thread::spawn(move || {
-                while p.join(me, 1) == Joined::Leader {
-                    let e = match p.lead(me) {
-                        Lead::Lost => continue,
-                        Lead::Take((_, e), _) => e as u8,
-                        Lead::Wait { .. } => {
-                            assert_eq!(waiting.fetch_add(1, SeqCst), 0, "two waiters");
-                            let got = set.wait();
-                            waiting.fetch_sub(1, SeqCst);
-                            match got {
-                                None => {
-                                    p.resign(me);
-                                    continue;
-                                }
-                                Some(e) => {
-                                    let _ = p.keep(me, &[], 0);
-                                    e
-                                }
-                            }
-                        }
-                    };
-                    set.done(e);
-                }
-            })
+            loom::thread::spawn(move || deferring_worker(&p, &set, me, &waiting, |e| set.done(e)))
         };
-        let clock = |t: usize| {
-            let p = p.clone();
-            loom::thread::spawn(move || while p.parkers()[t].fire_when_armed() {})
-        };
-        let (w, c) = ([worker(0), worker(1)], [clock(0), clock(1)]);
+        let dog = watchdog(&p, &stop, Some(2));
+        let w = [worker(0), worker(1)];
         set.await_done(1);
         set.post(2);
         set.await_done(2);
@@ -987,34 +948,77 @@ mod loom_tests {
         for h in w {
             h.join().unwrap();
         }
-        for t in 0..2 {
-            p.parkers()[t].stop_clock();
-        }
-        for h in c {
+        stop.store(1, SeqCst);
+        dog.join().unwrap();
+        assert_eq!(set.lane.lock().unwrap().processed, [1, 2]);
+    }
+
+    /// Three pool threads, a link in a wait's batch, and the model watchdog (issue 27's first
+    /// defect: a leader that kept its role with a link in its batch, lost it to its successor,
+    /// and then handed it on a second time). Events 1 and a link are ready at once: the wait
+    /// holds a link, so its leader promotes with the link in the batch, and whoever takes the
+    /// link (through `lead`, which hands the role on in the same lock) lends without leading.
+    /// The lent turn makes the lane's own event 3 ready and blocks until it was processed:
+    /// only the third thread, idle, can take it, and it keeps its role for it while the
+    /// watchdog looks. Checked: at most one waiter, never lent while leading, each event once,
+    /// no deadlock.
+    fn deferred_with_a_link(promotion: Promotion) {
+        let p = Arc::new(Protocol::new(3, promotion));
+        let set = Set::new(&[1, LINK]);
+        let (waiting, stop) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let worker = |me: u16| {
+            let (p, set, waiting) = (p.clone(), set.clone(), waiting.clone());
+            loom::thread::spawn(move || {
+                deferring_worker(&p, &set, me, &waiting, |e| {
+                    if e == LINK {
+                        set.post(3);
+                        set.await_done(3);
+                        set.await_done(1);
+                        set.done(LINK);
+                        p.shutdown();
+                        set.shut();
+                    } else {
+                        set.done(e);
+                    }
+                })
+            })
+        };
+        let dog = watchdog(&p, &stop, Some(1));
+        let w = [worker(0), worker(1), worker(2)];
+        for h in w {
             h.join().unwrap();
         }
-        assert_eq!(set.lane.lock().unwrap().processed, [1, 2]);
+        dog.join().unwrap();
+        let mut done = set.lane.lock().unwrap().processed.clone();
+        done.sort_unstable();
+        assert_eq!(done, [LINK, 1, 3], "each event once");
+        assert_eq!(p.overflow(), 0);
     }
 
     #[test]
     fn deferred_promotion_ends_before_the_leader_waits() {
-        bounded(1, || deferred_quick(Promotion::Priority));
+        bounded(2, || deferred_quick(Promotion::Priority));
     }
 
     #[test]
-    fn deferred_promotion_takes_over_from_a_busy_leader() {
-        bounded(2, || deferred(Promotion::Priority, false));
+    fn deferred_promotion_relieved_by_the_watchdog() {
+        bounded(2, || deferred(Promotion::Priority));
     }
 
     #[test]
-    fn deferred_promotion_with_a_lazy_cancel() {
-        bounded(2, || deferred(Promotion::Fifo, true));
+    fn deferred_promotion_relieved_by_the_watchdog_fifo() {
+        bounded(2, || deferred(Promotion::Fifo));
+    }
+
+    #[test]
+    fn deferred_promotion_with_a_link_in_the_batch() {
+        bounded(2, || deferred_with_a_link(Promotion::Lifo));
     }
 
     // ----- no starvation while a thread is idle ----------------------------------------------
 
-    /// A fake ONESHOT handle set of one lane: the events ready now (each taken by exactly one
-    /// wait), the lane's shutdown event, and which events were processed.
+    /// A fake handle set of one lane: the events ready now (each taken by exactly one wait),
+    /// the lane's shutdown event, and which events were processed.
     #[derive(Default)]
     struct Lane {
         ready: VecDeque<u8>,
@@ -1044,6 +1048,21 @@ mod loom_tests {
             loop {
                 if let Some(e) = g.ready.pop_front() {
                     return Some(e);
+                }
+                if g.shutdown {
+                    return None;
+                }
+                g = self.cv.wait(g).unwrap();
+            }
+        }
+
+        /// `epoll_wait` for every ready event (at least one); with whether it took all that
+        /// was ready (always: a model set holds fewer than `MAX_BATCH`). `None` at shutdown.
+        fn wait_all(&self) -> Option<(Vec<u8>, bool)> {
+            let mut g = self.lane.lock().unwrap();
+            loop {
+                if !g.ready.is_empty() {
+                    return Some((g.ready.drain(..).collect(), true));
                 }
                 if g.shutdown {
                     return None;
@@ -1161,7 +1180,6 @@ mod loom_tests {
     /// until it is done. `l1` must be taken by L's other, idle thread: if the lent thread had
     /// kept L's leader role, nobody would, and loom would report the deadlock.
     fn no_starvation_borrowing(promotion: Promotion) {
-        const LINK: u8 = 0;
         let (pb, pl) = (
             Arc::new(Protocol::new(1, Promotion::Fifo)),
             Arc::new(Protocol::new(2, promotion)),
@@ -1728,6 +1746,83 @@ mod tests {
         assert_eq!(h.join().unwrap(), Joined::Leader);
         assert_eq!(p.promote(1), Promoted::Vacant);
         assert_eq!(p.snapshot(), (false, 0));
+    }
+
+    /// Issue 27's first defect, now impossible: a leader that kept its role and lost it to a
+    /// follower must never hand it on again. The watchdog relieves the keeping leader; the old
+    /// leader finds out at its next `lead` (`Lost`) and has no call left that promotes, so one
+    /// thread leads the lane, and the third stays a follower. (Before the fix, `hand_on` by the
+    /// old leader promoted the third thread too: two threads waited on one handle set.)
+    #[test]
+    fn a_relieved_leader_cannot_hand_the_role_on_again() {
+        let p = Arc::new(Protocol::new(3, Promotion::Priority));
+        assert_eq!(p.join(0, 10), Joined::Leader);
+        let led = Arc::new(AtomicUsize::new(0));
+        let hs: Vec<_> = [(1u16, 20u8), (2, 10)]
+            .into_iter()
+            .map(|(i, prio)| {
+                let (p, led) = (p.clone(), led.clone());
+                std::thread::spawn(move || {
+                    if p.join(i, prio) == Joined::Leader {
+                        led.fetch_add(1, SeqCst);
+                        // Hold the role until the test ends the lane.
+                        while !p.lock().is_shutdown() {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        while p.snapshot().1 < 2 {
+            std::thread::yield_now();
+        }
+        // Thread 0's wait returned two events; it keeps its role with one in the batch.
+        assert_eq!(p.keep(0, &[(1, 7)], 1), Kept::Keeping);
+        assert!(p.relieve(2, 1), "the watchdog relieves it");
+        while led.load(SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(p.lead(0), Lead::Lost, "the old leader finds out");
+        assert!(!p.relieve(u64::MAX, 0), "nothing kept: nothing to relieve");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(led.load(SeqCst), 1, "two threads lead the lane");
+        assert_eq!(p.snapshot(), (true, 1), "the third thread still follows");
+        p.shutdown();
+        for h in hs {
+            h.join().unwrap();
+        }
+    }
+
+    /// Issue 27's second defect, now impossible: a late step of an earlier deferral must never
+    /// undo a later one. Three threads, LIFO: thread 0 keeps and is relieved by its best
+    /// follower, which keeps in turn; the watchdog relieves that one too, so the last follower
+    /// leads. (Before the fix, thread 0's late cancel of a timer it had armed earlier disarmed
+    /// the timer its successor armed for the same follower, which was then never woken.)
+    #[test]
+    fn every_deferral_is_relieved_however_earlier_ones_ended() {
+        let p = Arc::new(Protocol::new(3, Promotion::Lifo));
+        assert_eq!(p.join(0, 10), Joined::Leader);
+        let spawn = |i: u16| {
+            let p2 = p.clone();
+            let h = std::thread::spawn(move || p2.join(i, 10));
+            while !p.lock().is_queued(i) {
+                std::thread::yield_now();
+            }
+            h
+        };
+        let h1 = spawn(1);
+        let h2 = spawn(2); // LIFO: thread 2 is promoted first
+        assert_eq!(p.keep(0, &[], 1), Kept::Keeping);
+        assert!(p.relieve(10, 5));
+        assert_eq!(h2.join().unwrap(), Joined::Leader);
+        assert_eq!(p.lead(0), Lead::Lost);
+        // Thread 2 leads, waits, keeps its role for its own events.
+        assert!(matches!(p.lead(2), Lead::Wait { .. }));
+        assert_eq!(p.keep(2, &[], 20), Kept::Keeping);
+        assert!(!p.relieve(24, 5), "not before promote_after");
+        assert!(p.relieve(25, 5), "the second deferral is relieved too");
+        assert_eq!(h1.join().unwrap(), Joined::Leader);
+        assert_eq!(p.relieved(), 2);
     }
 
     /// `resign` passes the role to a follower rather than leave it queued behind nobody.

@@ -15,6 +15,7 @@
 //!   engine does not know any one of them.
 
 pub(crate) mod borrow;
+pub(crate) mod claim;
 pub(crate) mod datagram;
 pub(crate) mod dispatch;
 pub(crate) mod follower_queue;

@@ -1,8 +1,19 @@
 //! The overrun watchdog: a non-RT monitor thread that notices handlers running past their
-//! group's `budget_us`.
+//! group's `budget_us`, and leaders that kept their role past `promote_after_us`.
 //!
 //! It polls each pool thread's `busy_since` stamp every quarter budget (between 100 µs and
-//! 10 ms). An overrun is reported once per dispatch (tracing warning + `budget_overruns` metric). With
+//! 10 ms), and every lane that defers its promotions every [`RELIEF_PERIOD`] at least.
+//!
+//! **Relief** (deferred promotion, `leader.rs`): a leader keeps its role, and wakes nobody,
+//! through events whose handlers ran quickly before (`dispatch.rs`); nothing is armed for that
+//! on the dispatch path. If such a handler runs far longer this time, the watchdog hands the
+//! role to the lane's best follower once `promote_after_us` has passed since the leader kept
+//! it ([`Protocol::relieve`](crate::engine::leader::Protocol::relieve)), so that an event that
+//! became ready meanwhile waits at most `promote_after_us` plus one period. This thread wakes
+//! for other reasons anyway (budgets); a deferring lane without a budget costs one wake-up of
+//! it per period, on a CPU that is not running a lane (it is time-shared).
+//!
+//! **Overruns**: an overrun is reported once per dispatch (tracing warning + `budget_overruns` metric). With
 //! `on_overrun = "demote"` the thread is moved to SCHED_OTHER until its handler returns, so a
 //! runaway handler cannot hold a CPU at real-time priority; the thread restores its own policy
 //! when the handler returns.
@@ -18,8 +29,11 @@
 //! keeps its share of the CPU against the runaway it has just demoted.
 //!
 //! The watchdog runs at normal priority as the issue asks; while RT threads saturate every CPU
-//! it still gets the kernel's RT-throttle share (`sched_rt_runtime_us`, 5% by default).
+//! it still gets the kernel's RT-throttle share (`sched_rt_runtime_us`, 5% by default). So does
+//! a relief: while every CPU runs real-time threads, a kept role waits for that share (a
+//! follower could not run before then either, unless its lane outranks what runs).
 
+use crate::engine::follower_queue::Promotion;
 use crate::engine::group::{Group, OnOverrun};
 use crate::engine::word::Token;
 use crate::observe::metrics::Counters;
@@ -28,18 +42,46 @@ use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How often, at least, the watchdog looks at a lane that defers its promotions.
+pub(crate) const RELIEF_PERIOD: Duration = Duration::from_millis(1);
+
+/// Whether `g`'s leaders keep their role through quick events (deferred promotion): an unbound
+/// Leader/Followers group with `promote_after_us > 0`.
+fn defers(g: &Group) -> bool {
+    g.spec.promote_after_ns > 0 && g.served.is_none() && g.spec.promotion != Promotion::Concurrent
+}
+
+/// A group the watchdog looks at: its handler budget (ns), if any, and whether it defers.
+type Watched = (Arc<Group>, Option<u64>);
+
 pub(crate) fn spawn(
     groups: Vec<Arc<Group>>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
-    let watched: Vec<(Arc<Group>, u64)> = groups
+    let watched: Vec<Watched> = groups
         .into_iter()
-        .filter_map(|g| g.spec.budget_us.map(|b| (g.clone(), b * 1000)))
+        .filter(|g| g.spec.budget_us.is_some() || defers(g))
+        .map(|g| {
+            let budget = g.spec.budget_us.map(|b| b * 1000);
+            (g, budget)
+        })
         .collect();
-    let Some(min_budget) = watched.iter().map(|(_, b)| *b).min() else {
+    let Some(period) = watched
+        .iter()
+        .map(|(g, budget)| {
+            let b = budget.map_or(Duration::MAX, |b| {
+                Duration::from_nanos((b / 4).clamp(100_000, 10_000_000))
+            });
+            if defers(g) {
+                b.min(RELIEF_PERIOD)
+            } else {
+                b
+            }
+        })
+        .min()
+    else {
         return Ok(None);
     };
-    let period = Duration::from_nanos((min_budget / 4).clamp(100_000, 10_000_000));
     std::thread::Builder::new()
         .name("lfrt-watchdog".into())
         .spawn(move || {
@@ -55,12 +97,17 @@ pub(crate) fn spawn(
         .map(Some)
 }
 
-/// One look at every watched thread (`(group, budget in ns)`) at instant `now`: a handler
+/// One look at every watched group (`(group, budget in ns)`) at instant `now`: a leader that
+/// kept its role for `promote_after` or longer is relieved (a deferring group); a handler
 /// that started more than its budget ago is an overrun, counted and reported once
 /// (`last[group][thread]` keeps the start of the dispatch last reported), and demoted if its
 /// group says so.
-fn scan(watched: &[(Arc<Group>, u64)], last: &mut [Vec<u64>], now: u64) {
+fn scan(watched: &[Watched], last: &mut [Vec<u64>], now: u64) {
     for ((g, budget), last) in watched.iter().zip(last) {
+        if defers(g) {
+            g.protocol.relieve(now, g.spec.promote_after_ns);
+        }
+        let Some(budget) = budget else { continue };
         for (i, slot) in g.threads.iter().enumerate() {
             let start = slot.busy_since.load(SeqCst);
             if start == 0 || now.saturating_sub(start) <= *budget {
@@ -105,15 +152,15 @@ mod tests {
     const BUDGET_NS: u64 = 1_000_000;
 
     /// A group of two threads that never ran, watched with a 1 ms budget.
-    fn watched(on_overrun: OnOverrun, configured: Sched) -> Vec<(Arc<Group>, u64)> {
+    fn watched(on_overrun: OnOverrun, configured: Sched) -> Vec<Watched> {
         let mut s = spec("lane", 2);
         s.threads = vec![(configured, 10); 2];
         s.budget_us = Some(BUDGET_NS / 1000);
         s.on_overrun = on_overrun;
-        vec![(Arc::new(Group::new(0, s, None).unwrap()), BUDGET_NS)]
+        vec![(Arc::new(Group::new(0, s, None).unwrap()), Some(BUDGET_NS))]
     }
 
-    fn count(w: &[(Arc<Group>, u64)]) -> (u64, u64) {
+    fn count(w: &[Watched]) -> (u64, u64) {
         let c = &w[0].0.counters;
         (c.budget_overruns.load(Relaxed), c.demotions.load(Relaxed))
     }
@@ -168,9 +215,49 @@ mod tests {
     }
 
     #[test]
-    fn no_budget_no_watchdog() {
-        let g = Arc::new(Group::new(0, spec("lane", 1), None).unwrap());
+    fn no_budget_and_no_deferral_no_watchdog() {
+        let mut s = spec("lane", 1);
+        s.promote_after_ns = 0;
+        let g = Arc::new(Group::new(0, s, None).unwrap());
         let stop = Arc::new(AtomicBool::new(false));
         assert!(spawn(vec![g], stop).unwrap().is_none());
+    }
+
+    /// A leader that kept its role (deferred promotion) is relieved once `promote_after` has
+    /// passed since, and only if a follower waits: the follower leads, the old leader finds
+    /// the role lost at its next look.
+    #[test]
+    fn a_leader_kept_past_promote_after_is_relieved() {
+        use crate::engine::leader::{Joined, Kept, Lead};
+        let mut s = spec("lane", 2);
+        s.promote_after_ns = 50_000;
+        let g = Arc::new(Group::new(0, s, None).unwrap());
+        let w: Vec<Watched> = vec![(g.clone(), None)];
+        let p = &g.protocol;
+        assert_eq!(p.join(0, 10), Joined::Leader);
+        assert_eq!(
+            p.keep(0, &[], 1_000),
+            Kept::Promoted(crate::engine::leader::Promoted::Vacant)
+        );
+        assert_eq!(p.join(0, 10), Joined::Leader, "vacant: it leads again");
+        let g2 = g.clone();
+        let follower = std::thread::spawn(move || g2.protocol.join(1, 10));
+        while p.snapshot().1 == 0 {
+            std::thread::yield_now();
+        }
+        assert!(matches!(p.lead(0), Lead::Wait { .. }));
+        assert_eq!(p.keep(0, &[], 1_000), Kept::Keeping);
+        scan(&w, &mut [vec![0; 2]], 1_000 + 49_999);
+        assert_eq!(p.relieved(), 0, "not before promote_after");
+        scan(&w, &mut [vec![0; 2]], 1_000 + 50_000);
+        assert_eq!(p.relieved(), 1);
+        assert_eq!(
+            follower.join().unwrap(),
+            Joined::Leader,
+            "the follower leads"
+        );
+        assert_eq!(p.lead(0), Lead::Lost, "the old leader finds out");
+        scan(&w, &mut [vec![0; 2]], u64::MAX);
+        assert_eq!(p.relieved(), 1, "only a kept role is relieved");
     }
 }

@@ -70,13 +70,26 @@ pub struct GroupMetrics {
     pub promotions: u64,
     /// Times a leader found no follower to promote (the slot stayed vacant).
     pub promotions_no_follower: u64,
-    /// Events a leader processed keeping its role, with the promotion of the follower it
-    /// would have woken deferred by the group's `promote_after_us` (`promotion = "priority"`,
-    /// `"lifo"`, `"fifo"`).
+    /// Events a leader processed keeping its role (deferred promotion: its wait drained the
+    /// handle set and the handlers' recent runs took less than `promote_after_us` in all), so
+    /// that no follower was woken (`promotion = "priority"`, `"lifo"`, `"fifo"`).
     pub promotions_deferred: u64,
-    /// Of those, how many outlasted `promote_after_us`, so that the deferred follower took the
-    /// role while the handler still ran.
+    /// Times the watchdog handed a kept role to a follower because the leader had kept it
+    /// for `promote_after_us` or longer (its handler ran far longer than it had before).
     pub deferred_takeovers: u64,
+    /// Events a leader could not leave in its batch. Always 0: a leader waits only with an
+    /// empty batch, for at most as many events as it holds; counted so that a broken
+    /// invariant is seen, never silent.
+    pub batch_overflow: u64,
+    /// Readiness reports of a handle while another thread held its dispatch: folded into one
+    /// more run of its handler (handles are edge-triggered; each report leads to a run that
+    /// starts after it).
+    pub coalesced_reports: u64,
+    /// Handles kept after their handler with a readiness re-check (`epoll_ctl`): the handler
+    /// did not say it drained its source ([`Context::set_drained`](crate::Context::set_drained)),
+    /// changed its interest, or was reported again after its last run. 0 per event is what a
+    /// handler that drains costs.
+    pub rearm_checks: u64,
     /// A leader is waiting on the handle set right now.
     pub leader_present: bool,
     /// Followers parked right now.

@@ -839,7 +839,10 @@ impl EventHandler for TcpEchoStream {
             let n = match stream.read(buf) {
                 Ok(0) => return Disposition::Close,
                 Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Disposition::Rearm,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    ctx.set_drained();
+                    return Disposition::Rearm;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => return Disposition::Close,
             };
@@ -909,6 +912,8 @@ impl EventHandler for PeriodicTimer {
             ctx.set_origin_ns(due_ns);
             ctx.add_missed_periods(expirations - 1);
         }
+        // One read empties a timerfd: the next expiry is reported by itself.
+        ctx.set_drained();
         Disposition::Rearm
     }
 }

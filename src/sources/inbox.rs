@@ -393,6 +393,9 @@ where
             ctx.count(Incident::InboxRefused, refused - self.reported);
             self.reported = refused;
         }
+        // The eventfd was read (emptied); values left rang it again above, which reports the
+        // handle once more.
+        ctx.set_drained();
         Disposition::Rearm
     }
 }

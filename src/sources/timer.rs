@@ -279,6 +279,8 @@ where
             ctx.add_missed_periods(ev.missed);
             (self.callback)(&ev, ctx);
         }
+        // One read empties a timerfd: the next expiry is reported by itself.
+        ctx.set_drained();
         Disposition::Rearm
     }
 }

@@ -54,19 +54,11 @@ mod imp {
     /// ([`time_out`](Parker::time_out), called by a model thread at a point loom chooses). A
     /// timer that fires before the owner parks ends its next timed park at once, as a deadline
     /// that has already passed does; untimed parks ignore the timer.
-    ///
-    /// The promotion timer of a timed parker (`sync/parker.rs`) is modelled too:
-    /// [`promote_at`](Parker::promote_at) arms it, and a model's clock thread fires it
-    /// ([`fire_when_armed`](Parker::fire_when_armed)) at a point loom chooses after it was
-    /// armed, unless it was cancelled first.
     #[derive(Debug)]
     pub(crate) struct Parker {
         /// `(token present, timer fired)`.
         state: LMutex<(bool, bool)>,
         cv: Condvar,
-        /// The promotion timer: `(armed, due, clock stopped)`.
-        promotion: LMutex<(bool, bool, bool)>,
-        armed: Condvar,
     }
 
     impl Parker {
@@ -74,8 +66,6 @@ mod imp {
             Parker {
                 state: LMutex::new((false, false)),
                 cv: Condvar::new(),
-                promotion: LMutex::new((false, false, false)),
-                armed: Condvar::new(),
             }
         }
         pub(crate) fn park(&self) {
@@ -98,43 +88,6 @@ mod imp {
             self.state.lock().unwrap().0 = true;
             self.cv.notify_one();
         }
-        /// Arms the promotion timer (the time is the model clock's choice).
-        pub(crate) fn promote_at(&self, _at_ns: u64) {
-            let mut p = self.promotion.lock().unwrap();
-            (p.0, p.1) = (true, false);
-            self.armed.notify_all();
-        }
-        /// Disarms it.
-        pub(crate) fn cancel_promotion(&self) {
-            let mut p = self.promotion.lock().unwrap();
-            (p.0, p.1) = (false, false);
-        }
-        /// Whether it fired.
-        pub(crate) fn promotion_due(&self) -> bool {
-            self.promotion.lock().unwrap().1
-        }
-        /// The model's clock: waits until the timer is armed (or the clock is stopped), then
-        /// fires it once: due, and the owner unparked. Returns whether it fired.
-        #[cfg(test)]
-        pub(crate) fn fire_when_armed(&self) -> bool {
-            let mut p = self.promotion.lock().unwrap();
-            while !p.0 && !p.2 {
-                p = self.armed.wait(p).unwrap();
-            }
-            if !p.0 {
-                return false;
-            }
-            (p.0, p.1) = (false, true);
-            drop(p);
-            self.unpark();
-            true
-        }
-        /// Ends the model's clock (`fire_when_armed` returns).
-        #[cfg(test)]
-        pub(crate) fn stop_clock(&self) {
-            self.promotion.lock().unwrap().2 = true;
-            self.armed.notify_all();
-        }
         /// The owner's deadline passes (models only).
         #[cfg(test)]
         pub(crate) fn time_out(&self) {
@@ -146,11 +99,11 @@ mod imp {
 
 pub(crate) use imp::{Mutex, MutexGuard, Parker};
 
-/// The atomics of protocols checked by loom models (`borrow.rs`): std's, or loom's under
-/// `--cfg loom`.
+/// The atomics of protocols checked by loom models (`borrow.rs`, `claim.rs`): std's, or
+/// loom's under `--cfg loom`.
 pub(crate) mod atomic {
     #[cfg(loom)]
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
     #[cfg(not(loom))]
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 }

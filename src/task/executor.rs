@@ -1102,6 +1102,8 @@ impl EventHandler for Turn {
 
     fn handle(&mut self, _event: &Event, ctx: &mut LaneContext) -> Disposition {
         let _ = self.shared.doorbell.read();
+        // The doorbell was read (emptied): a ring from here on reports the handle again.
+        ctx.set_drained();
         self.shared.rung.store(false, SeqCst);
         self.shared.counters.turns.fetch_add(1, Relaxed);
         if self.streak_since == 0 {
@@ -1161,9 +1163,10 @@ impl EventHandler for Clock {
         self.shared.timer.as_fd()
     }
 
-    fn handle(&mut self, _event: &Event, _ctx: &mut LaneContext) -> Disposition {
+    fn handle(&mut self, _event: &Event, ctx: &mut LaneContext) -> Disposition {
         let s = &*self.shared;
         let _ = s.timer.read();
+        ctx.set_drained();
         s.expire(sys::now_ns());
         Disposition::Rearm
     }

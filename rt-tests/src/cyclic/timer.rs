@@ -152,7 +152,10 @@ impl EventHandler for CyclicTimer {
         // Handler entry, before the read: the analogue of cyclictest's `now`.
         let entry_ns = lfrt::os::now_ns();
         // Not expired (a spurious wake-up) or a read error: no cycle.
-        let Ok(Some((expirations, due_ns))) = self.timer.read() else {
+        let read = self.timer.read();
+        // One read empties a timerfd: the handle needs no re-check (no epoll_ctl per cycle).
+        ctx.set_drained();
+        let Ok(Some((expirations, due_ns))) = read else {
             return Disposition::Rearm;
         };
         let woke_ns = event.woke_ns();

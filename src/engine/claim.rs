@@ -1,0 +1,348 @@
+//! A handle's claim word: the generation of its slot, whether a thread has taken its dispatch,
+//! and whether the kernel reported it again meanwhile. The one owner of "one thread dispatches a
+//! handle at a time" now that handles are edge-triggered.
+//!
+//! # Why a word, not `EPOLLONESHOT`
+//! A ONESHOT handle is disarmed by the wait that reports it and re-armed by an `epoll_ctl(MOD)`
+//! after its handler: a system call per event. Handles are instead registered once,
+//! edge-triggered (`EPOLLET`), and stay armed: the kernel reports a handle again whenever new
+//! readiness arrives (a datagram, a timer expiry, an eventfd write), also while a thread still
+//! runs its handler, and to any thread waiting on the set. Which thread dispatches is decided
+//! here, in user space, by a compare-and-swap on this word (the model of HAProxy's fd state and
+//! tokio's readiness: ownership in memory, the kernel only says that something changed).
+//!
+//! ```text
+//!   63             32 31                         2    1          0
+//!  ┌─────────────────┬──────────────────────────────┬──────────┬───────┐
+//!  │   generation    │              0               │ NOTIFIED │ OWNED │
+//!  └─────────────────┴──────────────────────────────┴──────────┴───────┘
+//!
+//!            claim (a wait reported it)                 claim (reported again)
+//!    IDLE ───────────────────────────────► OWNED ───────────────────────────► OWNED|NOTIFIED
+//!     ▲  ▲                                  │ ▲                                     │
+//!     │  └──── finish: nothing new ─────────┘ └── finish: run again (NOTIFIED) ─────┘
+//!     │                                                                             │
+//!     └───────── finish: no run left (Released { notified: true }: re-check) ───────┘
+//!
+//!   vacate (the handle is removed, under its slot lock): any state ──► generation + 1, IDLE
+//! ```
+//!
+//! Invariants (the loom models below check them against a model of an edge-triggered kernel):
+//! * **one thread dispatches a handle at a time**: only a claim that finds the word `IDLE` sets
+//!   `OWNED`, and only the owner clears it (`finish`), or the slot's vacate, which runs under the
+//!   slot lock the owner holds while it runs the handler;
+//! * **no lost report**: a report that finds the handle owned sets `NOTIFIED` in the same
+//!   compare-and-swap that sees `OWNED`; the owner's `finish` clears `OWNED` only in a
+//!   compare-and-swap that sees `NOTIFIED` clear, so it either sees the report (and runs the
+//!   handler again, or tells its caller to ask the kernel to check the handle's readiness once
+//!   more, `Released { notified: true }`), or the report came after the finish and found the
+//!   word `IDLE`, and claims it. Every report is followed by a run of the handler that starts
+//!   after it;
+//! * **stale reports never claim**: a report carries the generation of the token it was
+//!   registered with; a claim of another generation fails, so an event of a removed handle
+//!   never reaches the handler that reused its slot, and a claim taken before a vacate is void
+//!   after it (its owner finds the generation changed when it locks the slot);
+//! * **exactly once, per report**: a report is claimed (one dispatch) or folded into the
+//!   owner's next run (`NOTIFIED`, one flag however many reports arrive): each report causes
+//!   at most one run more, and at least one run starts after it.
+//!
+//! Memory order: the owner's `finish` releases and the next `claim` acquires, so what a run of
+//! the handler wrote is visible to the next run, on whichever thread.
+
+use crate::sync::atomic::{AtomicU64, Ordering::*};
+
+/// A thread has taken the handle's dispatch.
+const OWNED: u64 = 1;
+/// The kernel reported the handle again while it was owned.
+const NOTIFIED: u64 = 2;
+
+/// What a report of a handle became.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claimed {
+    /// The caller owns the handle's dispatch: it must dispatch it (or give it up).
+    Owned,
+    /// Another thread owns it: the report is folded into that thread's next run.
+    Busy,
+    /// The report is of an earlier generation of the slot (the handle was removed).
+    Stale,
+}
+
+/// How the owner's [`finish`](Claim::finish) left the handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finished {
+    /// Reported again while it ran: still owned, run the handler once more.
+    Again,
+    /// No longer owned. `notified`: a report came while it ran and no run is left to fold it
+    /// into, so the caller asks the kernel to check the handle's readiness again.
+    Released { notified: bool },
+}
+
+/// One slot's claim word.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    word: AtomicU64,
+}
+
+impl Claim {
+    /// Generation 0, nobody owns it.
+    pub(crate) fn new() -> Claim {
+        Claim {
+            word: AtomicU64::new(0),
+        }
+    }
+
+    /// The slot's generation now.
+    pub(crate) fn generation(&self) -> u32 {
+        (self.word.load(Acquire) >> 32) as u32
+    }
+
+    /// A wait reported the handle of `generation`: take its dispatch if nobody has it, else mark
+    /// it reported for its owner.
+    pub(crate) fn claim(&self, generation: u32) -> Claimed {
+        let mut w = self.word.load(Relaxed);
+        loop {
+            if (w >> 32) as u32 != generation {
+                return Claimed::Stale;
+            }
+            let (next, got) = match w & (OWNED | NOTIFIED) {
+                0 => (w | OWNED, Claimed::Owned),
+                OWNED => (w | NOTIFIED, Claimed::Busy),
+                // Owned and reported already: one more run covers this report too.
+                _ => return Claimed::Busy,
+            };
+            match self.word.compare_exchange_weak(w, next, AcqRel, Relaxed) {
+                Ok(_) => return got,
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// The owner ran the handler of `generation`. If the handle was reported meanwhile and
+    /// `may_run_again`, it stays owned and the owner runs it again ([`Finished::Again`]);
+    /// otherwise it is let go. A vacate since the claim (another generation) leaves nothing to
+    /// let go.
+    pub(crate) fn finish(&self, generation: u32, may_run_again: bool) -> Finished {
+        let mut w = self.word.load(Relaxed);
+        loop {
+            if (w >> 32) as u32 != generation {
+                return Finished::Released { notified: false };
+            }
+            debug_assert!(
+                w & OWNED != 0,
+                "finish() by a thread that does not own the handle"
+            );
+            let notified = w & NOTIFIED != 0;
+            let (next, out) = if notified && may_run_again {
+                (w & !NOTIFIED, Finished::Again)
+            } else {
+                (w & !(OWNED | NOTIFIED), Finished::Released { notified })
+            };
+            match self.word.compare_exchange_weak(w, next, AcqRel, Relaxed) {
+                Ok(_) => return out,
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// The handle is removed (under its slot lock): a new generation that nobody owns. Returns
+    /// the new generation.
+    pub(crate) fn vacate(&self) -> u32 {
+        let old = self.word.load(Relaxed);
+        let next = ((old >> 32) + 1) << 32;
+        // Only the slot lock's holder vacates, but claims race with it: a swap, so that a claim
+        // of the old generation either happened before (and is void now) or fails.
+        self.word.swap(next & !(OWNED | NOTIFIED), AcqRel);
+        (next >> 32) as u32
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_claims_an_idle_handle_and_marks_an_owned_one() {
+        let c = Claim::new();
+        assert_eq!(c.claim(0), Claimed::Owned);
+        assert_eq!(c.claim(0), Claimed::Busy);
+        assert_eq!(
+            c.claim(0),
+            Claimed::Busy,
+            "a second report folds into the same run"
+        );
+        assert_eq!(c.finish(0, true), Finished::Again);
+        assert_eq!(c.claim(0), Claimed::Busy);
+        assert_eq!(
+            c.finish(0, false),
+            Finished::Released { notified: true },
+            "no run left: the caller re-checks"
+        );
+        assert_eq!(c.claim(0), Claimed::Owned);
+        assert_eq!(c.finish(0, true), Finished::Released { notified: false });
+    }
+
+    #[test]
+    fn a_vacate_voids_claims_of_the_old_generation() {
+        let c = Claim::new();
+        assert_eq!(c.claim(0), Claimed::Owned);
+        assert_eq!(c.vacate(), 1);
+        assert_eq!(c.generation(), 1);
+        assert_eq!(c.claim(0), Claimed::Stale, "a stale report never claims");
+        assert_eq!(
+            c.finish(0, true),
+            Finished::Released { notified: false },
+            "the old owner has nothing to let go"
+        );
+        assert_eq!(c.claim(1), Claimed::Owned, "the new generation starts idle");
+    }
+}
+
+/// Models of the claim word against a model of an edge-triggered kernel: a handle's pending
+/// input (a count), and the reports the kernel queued for it, which waiting threads take.
+/// `scripts/loom.sh` runs them.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    use loom::sync::{Arc, Mutex};
+
+    /// The kernel's side of one edge-triggered handle.
+    #[derive(Default)]
+    struct Kernel {
+        /// Input not yet read by a handler.
+        pending: usize,
+        /// Reports queued for the waiters (each arrival queues one: edge-triggered).
+        reports: usize,
+    }
+
+    struct World {
+        claim: Claim,
+        kernel: Mutex<Kernel>,
+        /// A handler run is in progress (checks "one at a time").
+        running: AtomicBool,
+        read: AtomicUsize,
+    }
+
+    /// Input arrives: the kernel queues a report.
+    fn arrive(w: &World) {
+        let mut k = w.kernel.lock().unwrap();
+        k.pending += 1;
+        k.reports += 1;
+    }
+
+    /// One handler run: reads everything pending (it drains its source).
+    fn run(w: &World) {
+        assert!(
+            !w.running.swap(true, SeqCst),
+            "two runs of one handle at once"
+        );
+        let n = std::mem::take(&mut w.kernel.lock().unwrap().pending);
+        w.read.fetch_add(n, SeqCst);
+        w.running.store(false, SeqCst);
+    }
+
+    /// A waiter: takes one queued report, claims, and dispatches as `HandleSet::dispatch` does
+    /// (at most `reruns` runs more for reports that came while it ran; past them, the caller's
+    /// re-check queues a report if input is pending, as `epoll_ctl(MOD)` does).
+    fn take_one(w: &World, reruns: usize) -> bool {
+        {
+            let mut k = w.kernel.lock().unwrap();
+            if k.reports == 0 {
+                return false;
+            }
+            k.reports -= 1;
+        }
+        if w.claim.claim(0) != Claimed::Owned {
+            return true;
+        }
+        let mut left = reruns;
+        loop {
+            run(w);
+            match w.claim.finish(0, left > 0) {
+                Finished::Again => left -= 1,
+                Finished::Released { notified } => {
+                    if notified {
+                        let mut k = w.kernel.lock().unwrap();
+                        if k.pending > 0 {
+                            k.reports += 1;
+                        }
+                    }
+                    return true;
+                }
+            }
+        }
+    }
+
+    fn world() -> Arc<World> {
+        Arc::new(World {
+            claim: Claim::new(),
+            kernel: Mutex::new(Kernel::default()),
+            running: AtomicBool::new(false),
+            read: AtomicUsize::new(0),
+        })
+    }
+
+    /// Two arrivals against two waiting threads: runs never overlap, and once the threads have
+    /// taken every report (including those a re-check queued), all input was read: no report
+    /// was lost in a claim race.
+    fn no_lost_report(reruns: usize) {
+        loom::model(move || {
+            let w = world();
+            let producer = {
+                let w = w.clone();
+                loom::thread::spawn(move || {
+                    arrive(&w);
+                    arrive(&w);
+                })
+            };
+            let waiters: Vec<_> = (0..2)
+                .map(|_| {
+                    let w = w.clone();
+                    loom::thread::spawn(move || while take_one(&w, reruns) {})
+                })
+                .collect();
+            producer.join().unwrap();
+            for t in waiters {
+                t.join().unwrap();
+            }
+            // Reports still queued (a waiter gave up before they came): taken now.
+            while take_one(&w, reruns) {}
+            assert_eq!(
+                w.read.load(SeqCst),
+                2,
+                "input left unread: a report was lost"
+            );
+            assert_eq!(w.kernel.lock().unwrap().pending, 0);
+        });
+    }
+
+    #[test]
+    fn no_lost_report_with_a_run_again() {
+        no_lost_report(1);
+    }
+
+    #[test]
+    fn no_lost_report_with_a_recheck() {
+        no_lost_report(0);
+    }
+
+    /// A report of the old generation races the handle's removal: it never claims the new
+    /// generation, and a claim taken before the removal is void after it.
+    #[test]
+    fn a_vacate_races_a_report() {
+        loom::model(|| {
+            let c = Arc::new(Claim::new());
+            let c2 = c.clone();
+            let reporter = loom::thread::spawn(move || c2.claim(0));
+            let gen = c.vacate();
+            let got = reporter.join().unwrap();
+            assert_eq!(gen, 1);
+            assert_ne!(got, Claimed::Busy);
+            assert_eq!(
+                c.claim(1),
+                Claimed::Owned,
+                "the old report left the new one owned"
+            );
+        });
+    }
+}
