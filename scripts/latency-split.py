@@ -26,7 +26,8 @@ Usage:
   scripts/latency-split.py echo   [-D SECONDS] [--ports N] [--lfrt-extra "--set K=V ..."]
 
 Needs root (perf with kernel tracepoints), perf (Debian: linux-perf), cyclictest (rt-tests)
-and a release build (`cargo build --release`). Tracing every system call slows each call by
+and a release build (`cargo build --release`; `LFRT=path/to/lfrt` measures another build, whose
+lfrt-loadgen sits beside it). Tracing every system call slows each call by
 a few hundred ns; both programs pay it alike, so read the split side by side, and take the
 absolute latency from scripts/compare-cyclictest.sh. Bounded: each run has its own duration,
 and the whole script holds the machine-wide RT lock (/tmp/lfrt-rt-tests.lock).
@@ -52,6 +53,7 @@ EVENTS = [
     "irq_vectors:local_timer_entry",
     "timer:hrtimer_start",
     "timer:hrtimer_expire_entry",
+    "timer:hrtimer_expire_exit",
     "sched:sched_waking",
     "sched:sched_switch",
     "raw_syscalls:sys_enter",
@@ -122,7 +124,7 @@ def pct(xs, q):
 STEPS = ["irq", "expire", "waking", "running", "return", "handler"]
 
 
-def split_timers(data, threads, wait_nrs, handler_is_return):
+def split_timers(data, threads, wait_nrs, handler_is_return, callback):
     """One chain per handler entry of a measured thread (comm matches `threads`).
 
     Returns (chains, calls, unchained): chains = list of dicts step -> ns after `due`;
@@ -131,28 +133,30 @@ def split_timers(data, threads, wait_nrs, handler_is_return):
     taken by a thread that was already running)."""
     expires = {}          # hrtimer -> expires (ns)
     irq = {}              # cpu -> last local_timer_entry ts
-    pending = {}          # cpu -> list of (due, irq_ts, expire_ts)
+    current = {}          # cpu -> (due, irq_ts, expire_ts) of the callback running there
     chain = {}            # tid -> partial chain
     chains, unchained = [], 0
     calls, events = {}, 0
     for comm, tid, cpu, t, ev, rest in parse(data):
         if ev == "irq_vectors:local_timer_entry":
             irq[cpu] = t
-            pending[cpu] = []
         elif ev == "timer:hrtimer_start":
             f = fields(rest)
             expires[f["hrtimer"]] = int(f["expires"])
         elif ev == "timer:hrtimer_expire_entry":
             f = fields(rest)
-            if f.get("function") in ("timerfd_tmrproc", "hrtimer_wakeup"):
-                due = expires.get(f["hrtimer"])
-                if due is not None and irq.get(cpu) is not None and 0 <= t - irq[cpu] < 1_000_000:
-                    pending.setdefault(cpu, []).append((due, irq[cpu], t))
+            due = expires.get(f["hrtimer"])
+            if (f.get("function") == callback and due is not None and irq.get(cpu) is not None
+                    and 0 <= t - irq[cpu] < 1_000_000):
+                current[cpu] = (due, irq[cpu], t)
+        elif ev == "timer:hrtimer_expire_exit":
+            current.pop(cpu, None)
         elif ev == "sched:sched_waking":
+            # A wake-up inside a measured timer's callback, on the callback's CPU.
             f = fields(rest)
             target = int(f["pid"])
-            if re.fullmatch(threads, f.get("comm", "")) and pending.get(cpu):
-                due, irq_ts, exp_ts = pending[cpu].pop(0)
+            if re.fullmatch(threads, f.get("comm", "")) and cpu in current:
+                due, irq_ts, exp_ts = current[cpu]
                 chain[target] = {"due": due, "irq": irq_ts, "expire": exp_ts, "waking": t}
         elif ev == "sched:sched_switch":
             f = fields(rest)
@@ -200,7 +204,7 @@ def split_timers(data, threads, wait_nrs, handler_is_return):
 def report_timers(label, chains, calls, unchained, events):
     print(f"\n## {label}: {len(chains)} wake-ups traced"
           + (f", {unchained} events taken without one" if unchained else ""))
-    print(f"{'step':<26}{'avg µs':>9}{'p50':>9}{'p99':>9}")
+    print(f"{'step':<26}{'avg µs':>9}{'p50':>9}{'p99':>9}{'max':>9}")
     prev = "due"
     for step in STEPS:
         xs = [(c[step] - c[prev]) / 1000 for c in chains if step in c and prev in c]
@@ -208,11 +212,11 @@ def report_timers(label, chains, calls, unchained, events):
             what = {"irq": "due -> timer irq", "expire": "irq -> hrtimer callback",
                     "waking": "callback -> wake-up", "running": "wake-up -> running",
                     "return": "running -> wait returns", "handler": "wait returns -> handler"}[step]
-            print(f"{what:<26}{statistics.mean(xs):>9.2f}{pct(xs, .5):>9.2f}{pct(xs, .99):>9.2f}")
+            print(f"{what:<26}{statistics.mean(xs):>9.2f}{pct(xs, .5):>9.2f}{pct(xs, .99):>9.2f}{max(xs):>9.1f}")
         prev = step
     tot = [(c["handler"] - c["due"]) / 1000 for c in chains]
     if tot:
-        print(f"{'total: due -> handler':<26}{statistics.mean(tot):>9.2f}{pct(tot, .5):>9.2f}{pct(tot, .99):>9.2f}")
+        print(f"{'total: due -> handler':<26}{statistics.mean(tot):>9.2f}{pct(tot, .5):>9.2f}{pct(tot, .99):>9.2f}{max(tot):>9.1f}")
     if events:
         per = ", ".join(f"{k} {v / events:.2f}" for k, v in sorted(calls.items(), key=lambda kv: -kv[1]))
         print(f"system calls between the wait's return and the handler, per event: {per or 'none'}")
@@ -225,6 +229,9 @@ def lock():
 
 
 def lfrt_bin(name="lfrt"):
+    if os.environ.get("LFRT"):
+        # Another build (e.g. an older engine beside this one): its tools sit next to it.
+        return os.path.join(os.path.dirname(os.environ["LFRT"]), name)
     path = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", name)
     if not os.path.exists(path):
         subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", name], cwd=ROOT, check=True)
@@ -239,18 +246,18 @@ def timers(args):
     with tempfile.TemporaryDirectory() as tmp:
         runs = [
             ("cyclictest " + " ".join(opts), ["cyclictest"] + opts, r"cyclictest",
-             {NR["clock_nanosleep"]}, True),
+             {NR["clock_nanosleep"]}, True, "hrtimer_wakeup"),
             (f"lfrt cyclic {' '.join(opts)} {args.lfrt_extra}".strip(),
              [lfrt, "cyclic"] + opts + shlex.split(args.lfrt_extra), r"lf-.*",
-             {NR["epoll_wait"], NR["epoll_pwait"]}, False),
+             {NR["epoll_wait"], NR["epoll_pwait"]}, False, "timerfd_tmrproc"),
         ]
         print(f"# machine: {os.cpu_count()} CPUs, kernel {os.uname().release}; "
               f"perf record -a -k CLOCK_MONOTONIC -e {','.join(EVENTS)}")
-        for label, cmd, threads, waits, is_return in runs:
+        for label, cmd, threads, waits, is_return, callback in runs:
             data = os.path.join(tmp, "perf.data")
             out = record(cmd, data)
             summary = [l for l in out.splitlines() if l.startswith("#") and ("all" in l or "cyclic " in l)]
-            chains, calls, unchained, events = split_timers(data, threads, waits, is_return)
+            chains, calls, unchained, events = split_timers(data, threads, waits, is_return, callback)
             report_timers(label, chains, calls, unchained, events)
             for l in summary[-1:]:
                 print(f"(its own summary: {l.strip()})")

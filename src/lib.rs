@@ -14,7 +14,10 @@
 //! All buffers, follower heaps, handle tables and telemetry rings are allocated in
 //! [`Runtime::new`] and [`Runtime::start`]. After `start` the dispatch path does not allocate,
 //! and blocks only in `epoll_wait` (leader), a per-thread futex (follower) or a
-//! priority-inheritance lock. Pool threads pre-fault their stacks and buffers before the first
+//! priority-inheritance lock. Between `epoll_wait` returning and a handler starting it makes no
+//! system call, and per event none beyond the wait and the handler's own I/O: handles are
+//! edge-triggered, and one whose handler read its source until it would block
+//! ([`Context::set_drained`]) is kept without an `epoll_ctl`. Pool threads pre-fault their stacks and buffers before the first
 //! event, and `lock_memory` pins everything with `mlockall`. The runtime counts allocations and
 //! minor faults on pool threads after warm-up and reports them ([`GroupMetrics`]).
 //!
@@ -34,6 +37,7 @@
 //!         while let Ok((n, from)) = self.0.recv_from(buf) {
 //!             let _ = self.0.send_to(&buf[..n], from);
 //!         }
+//!         ctx.set_drained(); // read until it would block: kept with no epoll_ctl
 //!         Disposition::Rearm
 //!     }
 //! }

@@ -261,11 +261,11 @@ fn client(o: &Opts) -> Run {
                 .and_then(|v| v.trim().parse::<f64>().ok())
                 .unwrap_or(f64::NAN)
         };
-        if line.contains("Total ") && line.contains("observations") {
-            r.observations = line
+        if let (Some(at), true) = (line.find("Total "), line.contains("observations")) {
+            // sockperf colours this line: read the number after "Total ".
+            r.observations = line[at + 6..]
                 .split_whitespace()
-                .skip_while(|w| *w != "Total")
-                .nth(1)
+                .next()
                 .and_then(|n| n.parse().ok())
                 .unwrap_or(0);
         } else if line.contains("percentile 50.000") {

@@ -636,6 +636,7 @@ fn diagnose(m: &Machine, cfg: Option<(&Path, &RuntimeConfig)>) -> Report {
                 ),
             });
             f.push(busy_time(m, c));
+            f.push(promotion(c));
         }
     }
     f.push(verdict(&f, cfg.map(|(p, _)| p)));
@@ -1330,6 +1331,55 @@ fn lock_need(m: &Machine, c: &RuntimeConfig, e: &LockEstimate) -> Finding {
             fix,
         ),
     }
+}
+
+/// How a group hands its events from the thread that waits to the thread that handles them,
+/// and why: one line, for `lfrt check`'s plan and `lfrt doctor CONFIG`. `None` for a bound
+/// group (its pool has its own hand-off).
+pub fn handoff(g: &GroupConfig) -> Option<String> {
+    if g.bound.is_some() {
+        return None;
+    }
+    let order =
+        match g.promotion {
+            lfrt::Promotion::Priority => "followers by thread priority, ties LIFO",
+            lfrt::Promotion::Lifo => "followers LIFO",
+            lfrt::Promotion::Fifo => "followers FIFO",
+            lfrt::Promotion::Concurrent => return Some(
+                "concurrent: every idle thread waits in epoll_wait and the kernel wakes one per \
+                 event (no leader, no follower order); a wake-up per event, the slowest mode \
+                 against clients sharing the CPUs (BENCHMARKS.md §2)"
+                    .into(),
+            ),
+        };
+    Some(match g.promote_after_us {
+        0 => format!(
+            "a follower promoted before every event (promote_after_us = 0; {order}): a \
+             wake-up per event; the default keeps the role through quick events and wakes none"
+        ),
+        t => format!(
+            "deferred ({order}): a leader keeps its role, waking nobody, through events whose \
+             handlers recently ran under {t} µs in all, promotes at once for longer or new work, \
+             and is relieved by the watchdog after {t} µs; the default, which needs no choice \
+             per workload"
+        ),
+    })
+}
+
+/// Each group's hand-off (the default needs no choice; another mode is named with its cost).
+fn promotion(c: &RuntimeConfig) -> Finding {
+    let lines: Vec<String> = c
+        .groups
+        .iter()
+        .filter_map(|g| handoff(g).map(|h| format!("{}: {h}", g.name)))
+        .collect();
+    if lines.is_empty() {
+        return ok(
+            "promotion",
+            "bound groups only: their pools hand off replies",
+        );
+    }
+    ok("promotion", lines.join("; "))
 }
 
 fn busy_time(m: &Machine, c: &RuntimeConfig) -> Finding {

@@ -349,6 +349,9 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
             g.max_handles,
             g.budget_us.map(|b| b.to_string()).unwrap_or_else(|| "-".into()),
         );
+        if let Some(h) = rt_tests::doctor::handoff(g) {
+            let _ = writeln!(s, "  hand-off: {h}");
+        }
         if let Some(b) = &g.bound {
             let _ = writeln!(
                 s,

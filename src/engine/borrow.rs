@@ -37,13 +37,13 @@
 //! rejoin). `max_borrowed` bounds how many threads the lane borrows at once, over all lenders.
 //!
 //! # Invariants
-//! * **a handle is dispatched on at most one thread at a time**, lent or not: every handle of
-//!   the borrower is `EPOLLONESHOT`, so the `epoll_wait` that reports its event, whether the
-//!   borrower's own leader or a lent thread calls it on the borrower's epoll fd, disarms it;
-//!   it is re-armed only at the end of its dispatch, under its slot lock, after its handler
-//!   returned; a second thread that gets its next event before that blocks on the (PI) slot
-//!   lock and never runs the handler beside it; the slot generation drops an event of a
-//!   removed handle (`handle_set.rs`). Nothing here depends on *which* thread called
+//! * **a handle is dispatched on at most one thread at a time**, lent or not: the
+//!   `epoll_wait` that reports a handle, whether the borrower's own leader or a lent thread
+//!   calls it on the borrower's epoll fd, claims it (`claim.rs`), and the claim is let go only
+//!   at the end of its dispatch, under its slot lock, after its handler returned; a report that
+//!   finds it claimed is folded into the owner's next run and never runs the handler beside
+//!   it; the slot generation drops an event of a removed handle (`handle_set.rs`). The links
+//!   themselves stay `EPOLLONESHOT` (below). Nothing here depends on *which* thread called
 //!   `epoll_wait`: lending adds callers of the same wait on the same epoll instance, which is
 //!   exactly the argument of the concurrent promotion mode (`dispatch.rs`);
 //! * **every event is dispatched exactly once**: `epoll_wait` removes what it returns under the

@@ -24,6 +24,7 @@
 //!     │                                                                             │
 //!     └───────── finish: no run left (Released { notified: true }: re-check) ───────┘
 //!
+//!   begin (a run starts): OWNED|NOTIFIED ──► OWNED (the run covers what was reported so far)
 //!   vacate (the handle is removed, under its slot lock): any state ──► generation + 1, IDLE
 //! ```
 //!
@@ -117,6 +118,13 @@ impl Claim {
         }
     }
 
+    /// The owner starts a run of the handler (under the slot lock, so the generation cannot
+    /// change): a report folded into it so far is covered by this run, which reads the source
+    /// after every such report arrived, so it asks for no run after it.
+    pub(crate) fn begin(&self) {
+        self.word.fetch_and(!NOTIFIED, AcqRel);
+    }
+
     /// The owner ran the handler of `generation`. If the handle was reported meanwhile and
     /// `may_run_again`, it stays owned and the owner runs it again ([`Finished::Again`]);
     /// otherwise it is let go. A vacate since the claim (another generation) leaves nothing to
@@ -178,6 +186,11 @@ mod tests {
             "no run left: the caller re-checks"
         );
         assert_eq!(c.claim(0), Claimed::Owned);
+        assert_eq!(c.finish(0, true), Finished::Released { notified: false });
+        // A report while the handle waited to run is covered by the run that starts after it.
+        assert_eq!(c.claim(0), Claimed::Owned);
+        assert_eq!(c.claim(0), Claimed::Busy);
+        c.begin();
         assert_eq!(c.finish(0, true), Finished::Released { notified: false });
     }
 
@@ -242,8 +255,9 @@ mod loom_tests {
     }
 
     /// A waiter: takes one queued report, claims, and dispatches as `HandleSet::dispatch` does
-    /// (at most `reruns` runs more for reports that came while it ran; past them, the caller's
-    /// re-check queues a report if input is pending, as `epoll_ctl(MOD)` does).
+    /// (`begin` before each run; at most `reruns` runs more for reports that came while it ran;
+    /// past them, the caller's re-check queues a report if input is pending, as
+    /// `epoll_ctl(MOD)` does).
     fn take_one(w: &World, reruns: usize) -> bool {
         {
             let mut k = w.kernel.lock().unwrap();
@@ -257,6 +271,7 @@ mod loom_tests {
         }
         let mut left = reruns;
         loop {
+            w.claim.begin();
             run(w);
             match w.claim.finish(0, left > 0) {
                 Finished::Again => left -= 1,

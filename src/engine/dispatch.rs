@@ -18,15 +18,21 @@
 //!
 //! A leader takes as many events per wait as there are idle threads to take them (all that is
 //! ready, up to `MAX_BATCH`, when it may defer); what it does not process at once is the batch
-//! (`leader.rs`). With deferred promotion (the default) it keeps its role through its events
-//! and wakes nobody, when three things hold: its wait drained the set (took fewer events than it
-//! asked for: a full wait says the lane has more than one thread's work), no event is a
-//! borrowing link (a lent thread leaves its lane), and its events' handlers ran, in their recent
-//! runs, for less than `promote_after_us` in all (`HandleSet::cost_ns`; a handle that has not
-//! run yet counts as long). Otherwise it promotes a follower before processing, as the pattern
-//! does. A handler that runs far longer than it did before is covered by the watchdog, which
-//! relieves a leader that kept its role past `promote_after_us` (`leader.rs`, `watchdog.rs`).
-//! `promote_after_us = 0` always promotes at once.
+//! (`leader.rs`). With deferred promotion (the default) its choice depends on two questions:
+//! are its events *quick* (no borrowing link, which makes a thread leave its lane, and their
+//! handlers ran, in their recent runs, for less than `promote_after_us` in all,
+//! `HandleSet::quick`; a handle that has not run yet counts as long), and did its wait drain the
+//! set (take fewer events than it asked for)?
+//!
+//! | events | wait drained the set | wait was full (more than one thread's work) |
+//! |---|---|---|
+//! | quick | keep the role and the batch: wake nobody (`keep`) | promote a follower to wait for what comes next, process these itself (`own`) |
+//! | not quick | promote, the rest of the batch with the role (`promote_with`) | the same |
+//!
+//! A handler that runs far longer than it did before is covered by the watchdog, which relieves
+//! a leader that kept its role past `promote_after_us` (`leader.rs`, `watchdog.rs`); events a
+//! thread processes itself after a full wait wait at most for the quick ones before them.
+//! `promote_after_us = 0` always promotes at once, with the batch.
 //!
 //! # Concurrent mode (`promotion = "concurrent"`)
 //!
@@ -117,7 +123,17 @@ impl PoolThread<'_> {
         let c = &group.counters;
         let after = group.spec.promote_after_ns;
         let mut batch = [(0u32, 0u64); MAX_BATCH];
+        // Events of this thread's last wait that it processes itself after handing the role
+        // on (a full wait of quick events), as indices into `batch`, which is not waited into
+        // again until they are done.
+        let mut own = 0..0;
         loop {
+            if let Some(i) = own.next() {
+                // Not the leader: no protocol step between these (module docs).
+                let ready = batch[i];
+                self.dispatch_ready(group, ready, None, sys::now_ns());
+                continue;
+            }
             // A handle is run by one thread at a time. Under time-sharing the scheduler can
             // preempt a sibling in the middle of its handler (typically: this thread woke as
             // leader on the sibling's CPU), and that handle's next report then waits out a time
@@ -166,11 +182,19 @@ impl PoolThread<'_> {
                     let now = sys::now_ns();
                     // Deferred promotion (module docs): keep the role through these events,
                     // waking nobody, if the wait drained the set, holds no link, and their
-                    // handlers are quick.
-                    if after > 0 && !full && group.handles.quick(got, after) {
-                        match group.protocol.keep(self.idx, &got[1..], now) {
-                            Kept::Keeping => (got[0], None, now),
-                            Kept::Promoted(p) => (got[0], Some(p), now),
+                    // handlers are quick. A full wait of quick events is more than one
+                    // thread's work: the follower leads (waits for what comes next) while this
+                    // thread processes these itself, with no protocol step between them.
+                    if after > 0 && group.handles.quick(got, after) {
+                        if full {
+                            own = 1..n;
+                            let p = group.protocol.promote_with(self.idx, &[]);
+                            (got[0], Some(p), now)
+                        } else {
+                            match group.protocol.keep(self.idx, &got[1..], now) {
+                                Kept::Keeping => (got[0], None, now),
+                                Kept::Promoted(p) => (got[0], Some(p), now),
+                            }
                         }
                     } else {
                         // Promote before processing, so the handle set is never left without
@@ -181,29 +205,44 @@ impl PoolThread<'_> {
                     }
                 }
             };
-            let wait = Handles::decode(ready);
-            // A kept batch never holds a link (`HandleSet::quick`): a lent thread never leads
-            // its lane.
-            debug_assert!(promoted.is_some() || !matches!(wait, Wait::Link { .. }));
-            match promoted {
-                None => Counters::add(&c.kept, 1),
-                Some(Promoted::Follower(_)) => Counters::add(&c.promotions, 1),
-                Some(Promoted::Vacant) => {
-                    Counters::add(&c.vacant, 1);
-                    // Every thread of this lane is busy now: call the lenders (`borrow.rs`).
-                    if let Some(b) = &group.borrow {
-                        b.arm(group.handles.epoll_fd().as_raw_fd(), group.index);
-                    }
+            self.dispatch_ready(group, ready, Some(promoted), woke_ns);
+        }
+    }
+
+    /// Counts how the role went with `ready`, then dispatches it or lends for it. `role`:
+    /// `Some(None)` kept, `Some(Some(p))` handed on (or vacant); `None` for an event this
+    /// thread processes after it handed the role on with an earlier one (counted there).
+    fn dispatch_ready(
+        &mut self,
+        group: &Group,
+        ready: (u32, u64),
+        role: Option<Option<Promoted>>,
+        woke_ns: u64,
+    ) {
+        let c = &group.counters;
+        let wait = Handles::decode(ready);
+        // A kept batch never holds a link (`HandleSet::quick`): a lent thread never leads
+        // its lane.
+        debug_assert!(!matches!((role, &wait), (Some(None), Wait::Link { .. })));
+        match role {
+            None => {}
+            Some(None) => Counters::add(&c.kept, 1),
+            Some(Some(Promoted::Follower(_))) => Counters::add(&c.promotions, 1),
+            Some(Some(Promoted::Vacant)) => {
+                Counters::add(&c.vacant, 1);
+                // Every thread of this lane is busy now: call the lenders (`borrow.rs`).
+                if let Some(b) = &group.borrow {
+                    b.arm(group.handles.epoll_fd().as_raw_fd(), group.index);
                 }
             }
-            match wait {
-                Wait::Event { token, readiness } => {
-                    self.process(group, token, readiness, woke_ns);
-                }
-                Wait::Link { borrower } => self.lend(group, borrower, woke_ns),
-                Wait::BoundConnection => unreachable!("only a bound pool's set"),
-                Wait::Shutdown | Wait::Interrupted => unreachable!("filtered above"),
+        }
+        match wait {
+            Wait::Event { token, readiness } => {
+                self.process(group, token, readiness, woke_ns);
             }
+            Wait::Link { borrower } => self.lend(group, borrower, woke_ns),
+            Wait::BoundConnection => unreachable!("only a bound pool's set"),
+            Wait::Shutdown | Wait::Interrupted => unreachable!("filtered above"),
         }
     }
 

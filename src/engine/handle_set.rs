@@ -413,6 +413,7 @@ impl<H> HandleSet<H> {
             let _ = slot.claim.finish(generation, false);
             return Ran::Stale;
         }
+        slot.claim.begin();
         let (value, next) = run(&mut entry.handler);
         // The handler deregistered its own handle: remove it now, whatever it returned.
         let deregistered = slot.deregister_pending.swap(false, Relaxed);

@@ -145,6 +145,13 @@ pub enum Disposition {
 /// report; a report that arrives while it runs gives it one more run afterwards), so it needs
 /// no locking for its own state.
 ///
+/// # Runs with nothing to read
+/// Handles are edge-triggered: the kernel reports a handle when new readiness arrives, and a
+/// report can reach a thread after an earlier run of the same handler has already read what it
+/// was for. The handler then runs and finds nothing (`WouldBlock`, an empty timerfd or
+/// eventfd): treat that as nothing to do. Each readiness the kernel reports causes at most one
+/// such run; a handler never runs for another handle's event.
+///
 /// # Real-time safety
 /// `handle` runs on a pool thread at its group's SCHED_FIFO priority. It should be short and
 /// bounded, must not block (sockets are nonblocking: read until `WouldBlock`), and should use
