@@ -15,7 +15,8 @@ Two questions, answered from the kernel's own tracepoints (perf, CLOCK_MONOTONIC
             handler the handler's first system call           (lfrt: the timerfd `read`;
                                                                cyclictest: = return)
           It prints each step's average, p50 and p99, and every system call the lane's
-          thread made between `return` and `handler` (lfrt's dispatch path), per event.
+          thread made between `return` and `handler` (lfrt's dispatch path), per event, and
+          every system call of lfrt's lane threads per timer event.
   echo    Runs `lfrt run` with one UDP echo lane (2 threads, SCHED_FIFO 80, the defaults
           otherwise) under `lfrt-loadgen`'s unbatched clients, records the lane threads'
           system calls for a few seconds and prints them per dispatched event, and the calls
@@ -137,6 +138,7 @@ def split_timers(data, threads, wait_nrs, handler_is_return, callback):
     chain = {}            # tid -> partial chain
     chains, unchained = [], 0
     calls, events = {}, 0
+    every, reads = {}, 0  # every system call of the measured threads, and their timer reads
     for comm, tid, cpu, t, ev, rest in parse(data):
         if ev == "irq_vectors:local_timer_entry":
             irq[cpu] = t
@@ -180,6 +182,10 @@ def split_timers(data, threads, wait_nrs, handler_is_return, callback):
         elif ev == "raw_syscalls:sys_enter" and re.fullmatch(threads, comm):
             parts = rest.split(None, 2)
             nr = int(parts[1])
+            every[name(nr)] = every.get(name(nr), 0) + 1
+            args = parts[2].strip("()").split(", ") if len(parts) > 2 else []
+            if nr == NR.get("read") and len(args) > 2 and args[2] == "8":
+                reads += 1
             c = chain.get(tid)
             if c is None or "return" not in c:
                 continue
@@ -198,10 +204,10 @@ def split_timers(data, threads, wait_nrs, handler_is_return, callback):
                 del chain[tid]  # waited again without a handler: not a measured timer
             else:
                 c["calls"].append(name(nr))
-    return chains, calls, unchained, events
+    return chains, calls, unchained, events, (every, reads)
 
 
-def report_timers(label, chains, calls, unchained, events):
+def report_timers(label, chains, calls, unchained, events, totals):
     print(f"\n## {label}: {len(chains)} wake-ups traced"
           + (f", {unchained} events taken without one" if unchained else ""))
     print(f"{'step':<26}{'avg µs':>9}{'p50':>9}{'p99':>9}{'max':>9}")
@@ -220,6 +226,12 @@ def report_timers(label, chains, calls, unchained, events):
     if events:
         per = ", ".join(f"{k} {v / events:.2f}" for k, v in sorted(calls.items(), key=lambda kv: -kv[1]))
         print(f"system calls between the wait's return and the handler, per event: {per or 'none'}")
+    every, reads = totals
+    if reads:
+        per = ", ".join(f"{k} {v / reads:.3f}" for k, v in sorted(every.items(), key=lambda kv: -kv[1]))
+        kc = sum(every.get(k, 0) for k in ("epoll_ctl", "timerfd_settime"))
+        print(f"every system call of the measured threads, per timer event: {per}")
+        print(f"epoll_ctl + timerfd_settime per event: {kc / reads:.3f}")
 
 
 def lock():
@@ -257,8 +269,7 @@ def timers(args):
             data = os.path.join(tmp, "perf.data")
             out = record(cmd, data)
             summary = [l for l in out.splitlines() if l.startswith("#") and ("all" in l or "cyclic " in l)]
-            chains, calls, unchained, events = split_timers(data, threads, waits, is_return, callback)
-            report_timers(label, chains, calls, unchained, events)
+            report_timers(label, *split_timers(data, threads, waits, is_return, callback))
             for l in summary[-1:]:
                 print(f"(its own summary: {l.strip()})")
 

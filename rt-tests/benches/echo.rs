@@ -307,6 +307,7 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
                     let us = |ns: u64| ns as f64 / 1000.0;
                     serde_json::json!({"pool_allocations": m[0].pool_allocations, "pool_minor_faults": m[0].pool_minor_faults, "promotions": m[0].promotions,
                         "promotions_no_follower": m[0].promotions_no_follower, "promotions_deferred": m[0].promotions_deferred, "deferred_takeovers": m[0].deferred_takeovers, "dispatched": m[0].dispatched,
+                        "batch_overflow": m[0].batch_overflow, "coalesced_reports": m[0].coalesced_reports, "rearm_checks": m[0].rearm_checks,
                         "dispatch_us": {"p50": us(disp.p50_ns), "p99": us(disp.p99_ns), "max": us(disp.max_ns)},
                         "service_us": {"p50": us(serv.p50_ns), "p99": us(serv.p99_ns), "max": us(serv.max_ns)},
                         // Kernel receive (SO_TIMESTAMPNS) -> handler entry; none for lfrt-dg,

@@ -8,8 +8,9 @@
 //!   join ─► lead: an event of the batch? ──yes── (kept: still the leader; or handed on) ──┐
 //!              │ no                                                                        │
 //!              ▼                                                                           ▼
-//!           epoll_wait ─► drained the set, quick work? ─yes─► keep(rest)    ─► process ─► join
-//!                                  └──────────────────no──► promote_with(rest) ──┘
+//!           epoll_wait ─► drained the set, all quick? ─yes─► keep(rest)     ─► process ─► join
+//!                                  └─────────────────no──► promote_with(rest after
+//!                                                          the quick prefix) ──┘
 //! ```
 //!
 //! Between `epoll_wait` returning and the handler starting there is no system call: claiming
@@ -19,19 +20,23 @@
 //! A leader takes as many events per wait as there are idle threads to take them (all that is
 //! ready, up to `MAX_BATCH`, when it may defer); what it does not process at once is the batch
 //! (`leader.rs`). With deferred promotion (the default) its choice depends on two questions:
-//! are its events *quick* (no borrowing link, which makes a thread leave its lane, and their
-//! handlers ran, in their recent runs, for less than `promote_after_us` in all,
-//! `HandleSet::quick`; a handle that has not run yet counts as long), and did its wait drain the
-//! set (take fewer events than it asked for)?
+//! which of its events are *quick* (from the first: no borrowing link, which makes a thread
+//! leave its lane, and handlers that ran, in their recent runs, for less than
+//! `promote_after_us` in all, `HandleSet::quick_prefix`; a handle that has not run yet counts
+//! as long), and did its wait drain the set (take fewer events than it asked for)?
 //!
 //! | events | wait drained the set | wait was full (more than one thread's work) |
 //! |---|---|---|
-//! | quick | keep the role and the batch: wake nobody (`keep`) | promote a follower to wait for what comes next, process these itself (`own`) |
-//! | not quick | promote, the rest of the batch with the role (`promote_with`) | the same |
+//! | all quick | keep the role and the batch: wake nobody (`keep`) | promote a follower to wait for what comes next, process these itself (`own`) |
+//! | a quick prefix, then the rest | process the prefix itself (`own`), promote with the rest (`promote_with`) | the same |
+//! | the first is not quick | promote, the rest of the batch with the role | the same |
 //!
-//! A handler that runs far longer than it did before is covered by the watchdog, which relieves
-//! a leader that kept its role past `promote_after_us` (`leader.rs`, `watchdog.rs`); events a
-//! thread processes itself after a full wait wait at most for the quick ones before them.
+//! So a thread that hands the role on keeps as much work as fits the budget, and the thread it
+//! wakes has work of its own or the set to wait on: a batch of quick events is not passed
+//! between two threads one event at a time, waking one per event. A handler that runs far
+//! longer than it did before is covered by the watchdog, which relieves a leader that kept its
+//! role past `promote_after_us` (`leader.rs`, `watchdog.rs`); events a thread processes itself
+//! after handing the role on wait at most for the quick ones before them.
 //! `promote_after_us = 0` always promotes at once, with the batch.
 //!
 //! # Concurrent mode (`promotion = "concurrent"`)
@@ -181,26 +186,26 @@ impl PoolThread<'_> {
                     }
                     let now = sys::now_ns();
                     // Deferred promotion (module docs): keep the role through these events,
-                    // waking nobody, if the wait drained the set, holds no link, and their
-                    // handlers are quick. A full wait of quick events is more than one
-                    // thread's work: the follower leads (waits for what comes next) while this
-                    // thread processes these itself, with no protocol step between them.
-                    if after > 0 && group.handles.quick(got, after) {
-                        if full {
-                            own = 1..n;
-                            let p = group.protocol.promote_with(self.idx, &[]);
-                            (got[0], Some(p), now)
-                        } else {
-                            match group.protocol.keep(self.idx, &got[1..], now) {
-                                Kept::Keeping => (got[0], None, now),
-                                Kept::Promoted(p) => (got[0], Some(p), now),
-                            }
+                    // waking nobody, if the wait drained the set and all of them are quick
+                    // (no link, handlers predicted to take less than `after` in all).
+                    // Otherwise promote before processing, so that the handle set is never
+                    // left without a leader while there is a follower: this thread keeps the
+                    // quick prefix of the batch, which it processes in turn with no protocol
+                    // step between them, and the rest goes with the role.
+                    let quick = if after > 0 {
+                        group.handles.quick_prefix(got, after)
+                    } else {
+                        0
+                    };
+                    if quick == n && !full {
+                        match group.protocol.keep(self.idx, &got[1..], now) {
+                            Kept::Keeping => (got[0], None, now),
+                            Kept::Promoted(p) => (got[0], Some(p), now),
                         }
                     } else {
-                        // Promote before processing, so the handle set is never left without
-                        // a leader while there is a follower; the rest of the batch goes with
-                        // the role.
-                        let p = group.protocol.promote_with(self.idx, &got[1..]);
+                        let mine = quick.max(1);
+                        own = 1..mine;
+                        let p = group.protocol.promote_with(self.idx, &got[mine..]);
                         (got[0], Some(p), now)
                     }
                 }

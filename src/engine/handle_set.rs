@@ -491,25 +491,25 @@ impl<H> HandleSet<H> {
         }
     }
 
-    /// Whether the events of one wait (`(readiness, data word)`, as [`wait_many`] left them)
-    /// are quick enough for a leader to keep its role through them (deferred promotion,
-    /// `dispatch.rs`): all are handles (no borrowing link: a lent thread leaves its lane), and
-    /// their handlers' recent runs add up to less than `budget_ns`. A handle that has not run
-    /// yet counts as long, so a new handle's first event promotes at once.
+    /// How many of the events of one wait (`(readiness, data word)`, as [`wait_many`] left
+    /// them), from the first, are quick enough for one thread to process in turn (deferred
+    /// promotion, `dispatch.rs`): handles (no borrowing link: a lent thread leaves its lane)
+    /// whose handlers' recent runs add up to less than `budget_ns`. A handle that has not run
+    /// yet counts as long, so a new handle's first event ends the prefix.
     ///
     /// [`wait_many`]: Self::wait_many
-    pub(crate) fn quick(&self, got: &[(u32, u64)], budget_ns: u64) -> bool {
+    pub(crate) fn quick_prefix(&self, got: &[(u32, u64)], budget_ns: u64) -> usize {
         let mut total = 0u64;
-        for &r in got {
+        for (i, &r) in got.iter().enumerate() {
             let Wait::Event { token, .. } = Self::decode(r) else {
-                return false;
+                return i;
             };
             total = total.saturating_add(self.cost_ns(token));
             if total >= budget_ns {
-                return false;
+                return i;
             }
         }
-        true
+        got.len()
     }
 
     /// Suspends a handle: no event of it is dispatched until [`resume`](Self::resume). Waits
@@ -586,9 +586,10 @@ impl<H> HandleSet<H> {
 mod tests {
     use super::*;
 
-    /// The prediction a leader keeps its role by: handles whose recent runs add up to less
-    /// than the budget are quick; a handle that never ran, a long recent run (remembered, as a
-    /// decaying maximum, for a few short ones), or a borrowing link is not.
+    /// The prediction a leader keeps its role and events by: the handles of a wait, from the
+    /// first, whose recent runs add up to less than the budget are quick; a handle that never
+    /// ran, a long recent run (remembered, as a decaying maximum, for a few short ones), or a
+    /// borrowing link ends the quick prefix.
     #[test]
     fn quick_work_is_predicted_from_recent_runs_and_a_link_never_is() {
         let set: HandleSet<&'static str> = HandleSet::new(4).unwrap();
@@ -597,35 +598,44 @@ mod tests {
         let tb = set.register("b", b.as_fd().as_raw_fd(), epoll::IN).unwrap();
         let ev = |t: Token| (epoll::IN, Word::Handle(t).encode());
         assert!(
-            !set.quick(&[ev(ta)], 50_000),
+            set.quick_prefix(&[ev(ta)], 50_000) == 0,
             "a handle that never ran counts as long"
         );
         set.note_cost(ta, 10_000);
         set.note_cost(tb, 30_000);
-        assert!(set.quick(&[ev(ta)], 50_000));
-        assert!(set.quick(&[ev(ta), ev(tb)], 50_000), "10 + 30 µs < 50 µs");
-        assert!(
-            !set.quick(&[ev(ta), ev(tb), ev(tb)], 50_000),
-            "70 µs in all"
+        assert!(set.quick_prefix(&[ev(ta)], 50_000) == 1);
+        assert_eq!(
+            set.quick_prefix(&[ev(ta), ev(tb)], 50_000),
+            2,
+            "10 + 30 µs < 50 µs"
+        );
+        assert_eq!(
+            set.quick_prefix(&[ev(ta), ev(tb), ev(tb), ev(ta)], 50_000),
+            2,
+            "the third makes 70 µs: the prefix ends before it"
         );
         let link = (epoll::IN, Word::Link { borrower: 3 }.encode());
-        assert!(
-            !set.quick(&[ev(ta), link], 50_000),
-            "a wait with a link is never kept"
+        assert_eq!(
+            set.quick_prefix(&[ev(ta), link, ev(ta)], 50_000),
+            1,
+            "a link ends the prefix"
         );
         set.note_cost(ta, 400_000);
-        assert!(!set.quick(&[ev(ta)], 50_000));
+        assert!(set.quick_prefix(&[ev(ta)], 50_000) == 0);
         for _ in 0..3 {
             set.note_cost(ta, 1_000);
         }
         assert!(
-            !set.quick(&[ev(ta)], 50_000),
+            set.quick_prefix(&[ev(ta)], 50_000) == 0,
             "a long run is remembered for a few"
         );
         for _ in 0..3 {
             set.note_cost(ta, 1_000);
         }
-        assert!(set.quick(&[ev(ta)], 50_000), "and then forgotten");
+        assert!(
+            set.quick_prefix(&[ev(ta)], 50_000) == 1,
+            "and then forgotten"
+        );
     }
 
     /// Edge-triggered handles and the claim: a report of a handle whose dispatch another
