@@ -31,7 +31,7 @@ import sys
 import tempfile
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
-RANK = {"sys": 0, "error": 0, "sync": 1, "observe": 2, "engine": 3, "sources": 4, "task": 4.5,
+RANK = {"sys": 0, "error": 0, "sync": 1, "observe": 2, "engine": 3, "sources": 4, "task": 4,
         "bound": 5, "config": 6, "runtime": 7}
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"

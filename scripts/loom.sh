@@ -28,9 +28,13 @@ RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=4 CARGO_TARGET_DIR=target/loom \
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p lfrt --release --lib bound::table::loom_tests -- --test-threads=1 "$@"
 
-# The lane inbox's doorbell (src/sources/inbox.rs): two posters against one draining handler.
+# The queue no thread waits in (src/sync/queue.rs) and the doorbell that wakes its consumer
+# (src/sync/doorbell.rs; lane inboxes, task ready sets, the relay) and the bitmap free lists
+# (src/sync/free.rs): a popper never waits for a
+# pusher that claimed a cell but has not written it, each value goes to one popper, and every
+# push is delivered or rung (two pushers against a draining consumer).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-    cargo test -p lfrt --release --lib inbox::loom_tests -- --test-threads=1 "$@"
+    cargo test -p lfrt --release --lib -- sync::queue::loom_tests sync::doorbell::loom_tests sync::free::loom_tests --test-threads=1 "$@"
 
 # Lane borrowing's arming flag and borrowed count (src/engine/borrow.rs) against a model kernel: two
 # lenders, a vacancy and arrivals; no event stranded while the lane is busy.
@@ -44,6 +48,11 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 # model sets preemption bound 3 itself (under a second in all).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
     cargo test -p lfrt --release --lib task::state::loom_tests -- --test-threads=1 "$@"
+
+# A lane's wake path against its turn (state word, ready queue, doorbell; src/task/loom.rs):
+# no lost wake, a cancel racing a wake drops the future exactly once (exhaustive, about a second).
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+    cargo test -p lfrt --release --lib task::loom:: -- --test-threads=1 "$@"
 
 # Reply slots (src/task/channel.rs): the replying or vanishing sender against the receiver;
 # released exactly once, a sent value dropped exactly once (exhaustive, two threads).

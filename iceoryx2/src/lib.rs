@@ -85,6 +85,13 @@ pub const RESUME_EVENT: usize = 1;
 pub const DEAD_EVENT: usize = 2;
 const MAX_EVENT: usize = 3;
 
+/// Samples each subscriber's buffer holds in a publish-subscribe service this crate creates
+/// (`Publisher::create`, a subscriber with `create = true`); a subscriber of a service made
+/// elsewhere gets that service's size. iceoryx2's own default is 2, with which a lane that fell
+/// 3 samples behind lost the oldest; 16 is `samples_per_turn`'s default, so one turn can take a
+/// full buffer.
+pub const SUBSCRIBER_BUFFER: usize = 16;
+
 /// Why opening, registering or publishing failed.
 #[derive(Debug)]
 #[non_exhaustive]

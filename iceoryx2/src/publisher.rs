@@ -56,6 +56,7 @@ where
         let pubsub = node
             .service_builder(&service_name(service)?)
             .publish_subscribe::<T>()
+            .subscriber_max_buffer_size(crate::SUBSCRIBER_BUFFER)
             .open_or_create()
             .map_err(|e| match e {
                 PublishSubscribeOpenOrCreateError::PublishSubscribeOpenError(o) => {

@@ -165,12 +165,15 @@ where
         let name = service_name(service)?;
         let builder = node.service_builder(&name).publish_subscribe::<T>();
         let pubsub = if create {
-            builder.open_or_create().map_err(|e| match e {
-                PublishSubscribeOpenOrCreateError::PublishSubscribeOpenError(o) => {
-                    open_error::<T>(service, o)
-                }
-                e => iceoryx("creating the service", service, e),
-            })?
+            builder
+                .subscriber_max_buffer_size(crate::SUBSCRIBER_BUFFER)
+                .open_or_create()
+                .map_err(|e| match e {
+                    PublishSubscribeOpenOrCreateError::PublishSubscribeOpenError(o) => {
+                        open_error::<T>(service, o)
+                    }
+                    e => iceoryx("creating the service", service, e),
+                })?
         } else {
             builder.open().map_err(|e| open_error::<T>(service, e))?
         };

@@ -32,7 +32,7 @@ fn lane(threads: usize) -> Runtime {
 }
 
 /// Creates the publish-subscribe service with room for `buffer` samples per subscriber (the
-/// crate's `Publisher::create` would use iceoryx2's default of 2).
+/// crate's `Publisher::create` opens it, requiring room for `SUBSCRIBER_BUFFER` at least).
 /// Keep the returned factory: the service lives while a factory or port of it does.
 fn service_with_buffer(node: &lfrt_iceoryx2::Node, name: &str, buffer: usize) -> impl Sized {
     node.service_builder(&name.try_into().unwrap())

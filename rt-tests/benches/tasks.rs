@@ -5,7 +5,9 @@
 //! cargo bench -p lfrt-rt-tests --bench tasks -- echo     [--secs 5] [--prio 50] [--ports 4]
 //!                                                        [--window 8] [--threads 1] [--pin]
 //!                                                        [--gen-threads 1]
+//!                                                        [--server async|handler|tokio]
 //! cargo bench -p lfrt-rt-tests --bench tasks -- priority [--secs 2] [--prio 20] [--max-n 16]
+//! cargo bench -p lfrt-rt-tests --bench tasks -- relay    [--secs 5] [--prio 80] [--clients 4]
 //! ```
 //! * `timer`: two 1 ms loops on two threads, aligned (both loops due at the same instants)
 //!   and staggered (the second loop 500 µs after the first), lateness (`lfrt cyclic` style:
@@ -28,6 +30,15 @@
 //!   (priority 0; each 10 × (20 µs of work, yield), then 1 ms asleep: at most ~80 % of one CPU),
 //!   N = 0, 1, 2, 4, 8, 16, on one lane thread and on a tokio current-thread runtime: the high
 //!   task's lateness.
+//!
+//! * `relay`: a lane → tokio reply, and what tokio traffic does to the lane. One lane thread
+//!   (SCHED_FIFO `--prio`) runs a server task (requests from a `lfrt::task::channel`, each
+//!   answered through a `ReplySender`) and a 1 ms `interval` loop; a tokio runtime (2 workers,
+//!   SCHED_OTHER, as tokio services run) sends requests and awaits the replies. Cells: the
+//!   reply round trip with one client (tokio → lane → tokio, µs), the lane loop's lateness
+//!   alone, and with `--clients` tokio clients sending back to back meanwhile. The lane's
+//!   `relayed_wakes` say which path a reply's wake took (a lane thread hands tokio's wakers to
+//!   the runtime's relay thread).
 //!
 //! Every lfrt variant prints its pool threads' allocations after warm-up (`alloc`).
 //! Bounded: each cell runs `--secs` and stops.
@@ -619,12 +630,22 @@ fn bench_echo() {
         "{:<14} {:>10} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6}  alloc",
         "server", "req/s", "p50_us", "p99_us", "p999_us", "max_us", "lost", "gen%"
     );
+    // `--server async|handler|tokio`: that server alone (e.g. to count its system calls from
+    // outside with `perf stat -p`).
+    let only = std::env::args()
+        .skip_while(|a| a != "--server")
+        .nth(1)
+        .unwrap_or_default();
     let mut rates = Vec::new();
     for kind in [
         EchoServer::AsyncLane,
         EchoServer::HandlerLane,
         EchoServer::Tokio,
     ] {
+        if !only.is_empty() && !kind.name().starts_with(only.as_str()) {
+            rates.push(f64::NAN);
+            continue;
+        }
         let (r, alloc) = echo_run(kind, &o);
         let rate = r["throughput_msgs_per_s"].as_f64().unwrap_or(0.0);
         let gen = r["generator_cpu_pct"].as_f64().unwrap_or(0.0);
@@ -756,6 +777,103 @@ fn bench_priority() {
     }
 }
 
+// ---- relay ----
+
+type Request = (u64, lfrt::task::ReplySender<u64>);
+
+/// The lane of `bench_relay`: a server task answering requests and a 1 ms loop; returns the
+/// loop's lateness samples (once `secs` have passed), the relayed wakes and the allocations.
+fn relay_cell(secs: u64, prio: u8, clients: usize) -> (Vec<u64>, Vec<u64>, u64, String) {
+    let mut rt = lanes(&[("srv", prio)], 1, 4);
+    rt.start().unwrap();
+    let lane = rt.lane("srv").unwrap();
+    let (tx, mut rx) = lfrt::task::channel::<Request>(64);
+    lane.spawn(async move {
+        while let Some((t0, reply)) = rx.recv().await {
+            reply.send(t0);
+        }
+    })
+    .unwrap();
+    let n = secs * 1_000_000_000 / PERIOD_NS;
+    let mut out = samples(secs);
+    let ticker = lane
+        .spawn(async move {
+            let first = lfrt::os::now_ns() + 20_000_000;
+            let mut iv = lfrt::time::interval_at(first, Duration::from_nanos(PERIOD_NS));
+            for _ in 0..n {
+                let t = iv.tick().await;
+                out.push(lfrt::os::now_ns() - t.due_ns);
+            }
+            out
+        })
+        .unwrap();
+    let tokio = tokio_rt_other();
+    let stop = Arc::new(AtomicBool::new(false));
+    let replies = Arc::new(lfrt::task::ReplySlots::<u64>::new(clients.max(1) * 2));
+    let rtts: Vec<_> = (0..clients)
+        .map(|_| {
+            let (tx, stop, replies) = (tx.clone(), stop.clone(), replies.clone());
+            tokio.spawn(async move {
+                let mut rtt = Vec::with_capacity(1 << 20);
+                while !stop.load(Relaxed) {
+                    let (reply, answer) = replies.take().expect("a reply slot per client");
+                    let t0 = lfrt::os::now_ns();
+                    tx.send((t0, reply)).await;
+                    let _ = answer.await;
+                    if rtt.len() < rtt.capacity() {
+                        rtt.push(lfrt::os::now_ns() - t0);
+                    }
+                }
+                rtt
+            })
+        })
+        .collect();
+    let loop_lateness = ticker.wait().unwrap();
+    stop.store(true, Relaxed);
+    let rtt = tokio.block_on(async {
+        let mut all = Vec::new();
+        for h in rtts {
+            all.extend(h.await.unwrap());
+        }
+        all
+    });
+    drop(tx);
+    let m = rt.shutdown().unwrap();
+    (loop_lateness, rtt, m[0].relayed_wakes, allocs(&m))
+}
+
+fn tokio_rt_other() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn bench_relay() {
+    let secs = arg("--secs", 5);
+    let prio = arg("--prio", 80) as u8;
+    let clients = arg("--clients", 4) as usize;
+    println!(
+        "# relay: one lane thread (SCHED_FIFO {prio}) serving tokio requests (2 SCHED_OTHER \
+         workers) beside a 1 ms loop; {secs} s per cell"
+    );
+    let (alone, _, _, a) = relay_cell(secs, prio, 0);
+    report("lane 1 ms loop, no tokio", &[alone], a);
+    let (late, rtt, relayed, a) = relay_cell(secs, prio, 1);
+    report("lane 1 ms loop, 1 client", &[late], a.clone());
+    report("reply rtt, 1 client", &[rtt], a);
+    println!("{:<28} relayed_wakes={relayed}", "");
+    let (late, rtt, relayed, a) = relay_cell(secs, prio, clients);
+    report(
+        &format!("lane 1 ms loop, {clients} clients"),
+        &[late],
+        a.clone(),
+    );
+    report(&format!("reply rtt, {clients} clients"), &[rtt], a);
+    println!("{:<28} relayed_wakes={relayed}", "");
+}
+
 fn main() {
     let what = std::env::args()
         .skip(1)
@@ -764,8 +882,9 @@ fn main() {
         Some("timer") => bench_timer(),
         Some("echo") => bench_echo(),
         Some("priority") => bench_priority(),
+        Some("relay") => bench_relay(),
         _ => {
-            eprintln!("usage: cargo bench -p lfrt-rt-tests --bench tasks -- timer|echo|priority [options]");
+            eprintln!("usage: cargo bench -p lfrt-rt-tests --bench tasks -- timer|echo|priority|relay [options]");
             eprintln!("(see the header of rt-tests/benches/tasks.rs)");
         }
     }

@@ -152,7 +152,7 @@ struct SnapshotCollector(Shared);
 /// A counter of [`GroupMetrics`]: name (without `lfrt_group_` and `_total`), help, field.
 type CounterOf = (&'static str, &'static str, fn(&GroupMetrics) -> u64);
 
-const COUNTERS: [CounterOf; 26] = [
+const COUNTERS: [CounterOf; 28] = [
     ("dispatched", "Events dispatched to handlers", |m| {
         m.dispatched
     }),
@@ -230,6 +230,16 @@ const COUNTERS: [CounterOf; 26] = [
         |m| m.borrow_refused,
     ),
     (
+        "relayed_wakes",
+        "Wakes of another runtime's wakers this lane's threads handed to the relay thread",
+        |m| m.relayed_wakes,
+    ),
+    (
+        "relay_full",
+        "Foreign wakes a lane thread made itself because the relay's queue was full",
+        |m| m.relay_full,
+    ),
+    (
         "frames_oversize",
         "Stream connections closed for a frame above max_frame",
         |m| m.frames_oversize,
@@ -289,7 +299,7 @@ type TaskCounterOf = (
     fn(&lfrt::task::TaskStats) -> u64,
 );
 
-const TASK_COUNTERS: [TaskCounterOf; 8] = [
+const TASK_COUNTERS: [TaskCounterOf; 9] = [
     ("spawned", "Async tasks accepted by spawn", |t| t.spawned),
     (
         "completed",
@@ -317,6 +327,11 @@ const TASK_COUNTERS: [TaskCounterOf; 8] = [
         |t| t.refused_too_large,
     ),
     ("polls", "Async task polls", |t| t.polls),
+    (
+        "timers_full",
+        "Waits on the lane timer refused because every timer entry was armed",
+        |t| t.timers_full,
+    ),
     (
         "turns",
         "Executor turns run (events of the lane's task doorbell)",

@@ -954,3 +954,100 @@ fn lane_tasks_send_through_a_full_channel_without_loss_or_spin() {
     assert_eq!(consumer.wait(), Ok([1000, 1000, 1000]));
     rt.shutdown().unwrap();
 }
+
+/// A waker around another, as a combinator (`FuturesUnordered`, a `select` over a task set)
+/// gives the futures it polls.
+struct Wrapped(Waker);
+
+impl std::task::Wake for Wrapped {
+    fn wake(self: Arc<Self>) {
+        self.0.wake_by_ref();
+    }
+}
+
+/// Polls `F` with a waker of its own, as a combinator does.
+struct Wrapping<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for Wrapping<F> {
+    type Output = F::Output;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<F::Output> {
+        let w = Waker::from(Arc::new(Wrapped(cx.waker().clone())));
+        self.0.as_mut().poll(&mut TaskContext::from_waker(&w))
+    }
+}
+
+/// Issue 28, finding 3, through a real lane: `lfrt::time` under a combinator's waker finds its
+/// lane from the task being polled and completes (before the fix it panicked: "must be polled
+/// by a lane task"), no earlier than its deadline.
+#[test]
+fn lane_time_works_under_a_combinators_waker() {
+    let _l = util::rt_lock();
+    let mut rt = lanes(&[("t", 10, 1)], 4, None);
+    rt.start().unwrap();
+    let late = rt
+        .lane("t")
+        .unwrap()
+        .spawn(Wrapping(Box::pin(async {
+            let deadline = lfrt::os::now_ns() + 2_000_000;
+            lfrt::time::sleep_until(deadline).await;
+            lfrt::os::now_ns() as i64 - deadline as i64
+        })))
+        .unwrap()
+        .wait()
+        .expect("the sleep under a wrapped waker completed");
+    assert!(late >= 0, "woke {late} ns before its deadline");
+    rt.shutdown().unwrap();
+}
+
+/// Issue 28, the socket path: a datagram that wakes a task on its own lane costs no
+/// `epoll_ctl` (the socket stays registered, edge-triggered: no re-check after its handler)
+/// and no executor turn (the same-lane fast path polls the task at the end of the socket's
+/// dispatch, not through the doorbell). 300 echoes, one at a time.
+#[test]
+fn a_socket_wakes_its_task_with_no_epoll_ctl_and_no_turn() {
+    let _l = util::rt_lock();
+    let mut rt = lanes(&[("net", 10, 1)], 4, None);
+    rt.start().unwrap();
+    let lane = rt.lane("net").unwrap();
+    let sp = lane.spawner().unwrap();
+    let udp = lfrt::net::UdpSocket::bind(&sp, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = udp.local_addr().unwrap();
+    let _task = lane
+        .spawn(async move {
+            let mut buf = [0u8; 64];
+            loop {
+                let (n, from) = udp.recv_from(&mut buf).await.unwrap();
+                udp.send_to(&buf[..n], from).await.unwrap();
+            }
+        })
+        .unwrap();
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let mut echo = |i: u32| {
+        client.send_to(&i.to_le_bytes(), addr).unwrap();
+        let (n, _) = client.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &i.to_le_bytes());
+    };
+    echo(0); // the task is waiting on its socket from here on
+    let before = rt.metrics();
+    let turns = before[0].tasks.as_ref().map_or(0, |t| t.turns);
+    let checks = before[0].rearm_checks;
+    for i in 1..=300 {
+        echo(i);
+    }
+    let after = rt.metrics();
+    assert_eq!(
+        after[0].rearm_checks - checks,
+        0,
+        "epoll_ctl re-checks of the socket's handle"
+    );
+    let turned = after[0].tasks.as_ref().map_or(0, |t| t.turns) - turns;
+    assert!(
+        turned <= 3,
+        "{turned} executor turns for 300 datagrams: the fast path was not taken"
+    );
+    rt.shutdown().unwrap();
+}

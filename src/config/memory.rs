@@ -6,7 +6,7 @@ use super::*;
 use crate::engine::handler::{Context, Handles};
 use crate::observe::telemetry;
 use crate::sources::handlers::TcpEcho;
-use crate::task::executor::Executor;
+use crate::task::lane::Executor;
 use std::fmt;
 
 /// What one group preallocates, in bytes: each pool thread's stack, buffers and telemetry ring,

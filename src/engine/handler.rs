@@ -286,6 +286,28 @@ pub struct Context {
     /// The pool thread's dispatch stamp (`ThreadSlot::busy_since`), which the overrun watchdog
     /// reads; `None` outside a pool thread (tests, bound groups).
     pub(crate) dispatch_stamp: Option<Arc<AtomicU64>>,
+    /// Work the handler left for the end of its dispatch ([`Context::run_after`]).
+    after: Option<After>,
+}
+
+/// What [`Context::run_after`] left: the work and its argument.
+struct After(Arc<dyn AfterDispatch>, u64);
+
+impl fmt::Debug for After {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("After")
+            .field(&self.1)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Work a handler leaves for the end of its dispatch, after its handle was let go (the slot
+/// lock released) and still inside the dispatch the overrun watchdog times: the task layer's
+/// same-lane fast path (a task woken by its socket's handler is polled there, with no trip
+/// through the lane's doorbell and epoll).
+pub(crate) trait AfterDispatch: Send + Sync {
+    /// Runs the work; `arg` is what the handler passed to [`Context::run_after`].
+    fn run(&self, arg: u64);
 }
 
 impl Context {
@@ -318,7 +340,23 @@ impl Context {
             missed_periods: 0,
             drained: false,
             dispatch_stamp: None,
+            after: None,
         }
+    }
+
+    /// Leaves `work` for the end of this dispatch ([`AfterDispatch`]): the dispatch runs it
+    /// once the handle is let go. One per dispatch: `Err` hands `work` back if one is left
+    /// already (the caller then does the work its usual way).
+    pub(crate) fn run_after(
+        &mut self,
+        work: Arc<dyn AfterDispatch>,
+        arg: u64,
+    ) -> Result<(), Arc<dyn AfterDispatch>> {
+        if self.after.is_some() {
+            return Err(work);
+        }
+        self.after = Some(After(work, arg));
+        Ok(())
     }
 
     /// The overrun watchdog sees the running dispatch as begun at `since_ns` (earlier than
@@ -523,6 +561,7 @@ pub(crate) fn dispatch(
 ) -> Dispatched {
     let ran = handles.dispatch(event.token, may_run_again, |handler| {
         let _ = ctx.take_drained();
+        ctx.after = None;
         let (disposition, mut panicked) =
             match catch_unwind(AssertUnwindSafe(|| handler.handle(event, ctx))) {
                 Ok(d) => (d, false),
@@ -548,6 +587,13 @@ pub(crate) fn dispatch(
         };
         ((disposition, panicked), next)
     });
+    // The handle is let go (its slot lock released): what the handler left for now runs with
+    // no slot lock held, so it may register, deregister or dispatch as any code between
+    // dispatches may. It catches its own panics (a task's poll does); one that escaped would
+    // be a bug of the work's, and is caught here so the pool thread lives on.
+    if let Some(After(work, arg)) = ctx.after.take() {
+        let _ = catch_unwind(AssertUnwindSafe(|| work.run(arg)));
+    }
     match ran {
         Ran::Stale => Dispatched::Stale,
         Ran::Ran {

@@ -25,6 +25,10 @@ pub(crate) struct Counters {
     pub(crate) borrowed: AtomicU64,
     pub(crate) lent: AtomicU64,
     pub(crate) borrow_refused: AtomicU64,
+    /// Foreign wakes (a tokio task's, a thread's) this lane's threads handed to the runtime's
+    /// relay, and those they woke themselves because its queue was full (`task/relay.rs`).
+    pub(crate) relayed: AtomicU64,
+    pub(crate) relay_full: AtomicU64,
 }
 
 impl Counters {
@@ -129,6 +133,13 @@ pub struct GroupMetrics {
     pub lent_dispatches: u64,
     /// Times a lender found this lane busy but `max_borrowed` threads already lent to it.
     pub borrow_refused: u64,
+    /// Wakes of another runtime's wakers (a tokio task awaiting a reply, a `JoinHandle` or a
+    /// place in a channel) that this lane's threads handed to the runtime's relay thread, so
+    /// that no lane thread takes another runtime's lock.
+    pub relayed_wakes: u64,
+    /// Of those, wakes the lane's thread made itself because the relay's queue was full (it
+    /// then took the foreign runtime's lock: the one exception, counted).
+    pub relay_full: u64,
     /// Allocations on this group's pool threads after warm-up: the sum, over the threads that
     /// have made [`WARMUP_DISPATCHES`](crate::WARMUP_DISPATCHES) dispatches, of their
     /// allocations since that dispatch. `None` (JSON `null`) means *not measured*: no thread
@@ -209,6 +220,9 @@ pub struct TaskStats {
     pub polls: u64,
     /// Executor turns run (events of the lane's task doorbell).
     pub turns: u64,
+    /// Waits on the lane's timer refused because every timer entry of the lane was armed
+    /// (`max_tasks × TIMERS_PER_TASK`); the future tried again at the lane's next turn.
+    pub timers_full: u64,
 }
 
 /// A failure that a handler counts in its group's metrics with [`Context::count`](crate::Context::count): work

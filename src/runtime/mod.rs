@@ -34,7 +34,9 @@ use crate::observe::telemetry::{self, Sample, Telemetry};
 use crate::sources::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
 use crate::sources::source::Timer;
 use crate::sys::{self, futex, mem};
-use crate::task::executor::{Budget, Executor};
+use crate::task::executor::Budget;
+use crate::task::lane::Executor;
+use crate::task::relay::Relay;
 use crate::task::{SpawnError, Spawner};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
@@ -137,6 +139,10 @@ pub struct Runtime {
     handed_out: AtomicBool,
     /// Each group's task spawner (`max_tasks > 0`), by group index.
     spawners: Vec<Option<Spawner>>,
+    /// The relay of foreign wakes every pool thread uses (`task/relay.rs`), and its thread
+    /// once started.
+    relay: Arc<Relay>,
+    relay_thread: Option<JoinHandle<()>>,
 }
 
 impl fmt::Debug for Runtime {
@@ -197,6 +203,11 @@ impl Runtime {
             stopped: Arc::new(AtomicU32::new(0)),
             handed_out: AtomicBool::new(false),
             spawners: Vec::new(),
+            relay: Arc::new(Relay::new().map_err(|e| Error::Io {
+                context: "creating the relay of foreign wakes (an eventfd)",
+                source: e,
+            })?),
+            relay_thread: None,
         };
         for gc in groups {
             rt.push_group(gc)?;

@@ -133,6 +133,8 @@ fn snapshot(groups: &[Arc<Group>], tasks: &[Option<Spawner>], counting: bool) ->
                 borrowed_dispatches: c.borrowed.load(Relaxed),
                 lent_dispatches: c.lent.load(Relaxed),
                 borrow_refused: c.borrow_refused.load(Relaxed),
+                relayed_wakes: c.relayed.load(Relaxed),
+                relay_full: c.relay_full.load(Relaxed),
                 pool_allocations: if counting {
                     sum_measured(g.threads.iter().map(ThreadSlot::allocations))
                 } else {

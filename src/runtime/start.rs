@@ -113,6 +113,10 @@ impl Runtime {
                     source: e,
                 })?;
         self.helpers.push(collector);
+        self.relay_thread = Some(self.relay.spawn().map_err(|e| Error::Io {
+            context: "spawning the relay of foreign wakes",
+            source: e,
+        })?);
         // One channel per thread, in the order of `self.threads`: a thread that dies before
         // reporting is seen as a closed channel and named.
         let mut setups = Vec::new();
@@ -121,10 +125,16 @@ impl Runtime {
                 let (tx, rx) = std::sync::mpsc::channel();
                 let g2 = g.clone();
                 let rt = self.cfg.rt;
+                let relay = self.relay.clone();
                 let h = std::thread::Builder::new()
                     .name(format!("lf-{}-{}", g.spec.name, i))
                     .stack_size(g.spec.stack_bytes)
-                    .spawn(move || pool_thread(g2, i as u16, ring, rt, tx))
+                    .spawn(move || {
+                        // Foreign wakes from this thread go through the runtime's relay; the
+                        // runtime joins the thread before it drops either.
+                        crate::task::relay::enter(&relay, &g2.counters);
+                        pool_thread(g2, i as u16, ring, rt, tx)
+                    })
                     .map_err(|e| Error::Io {
                         context: "spawning a pool thread",
                         source: e,

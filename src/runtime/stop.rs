@@ -123,6 +123,16 @@ impl Runtime {
         for h in self.helpers.drain(..) {
             let _ = h.join();
         }
+        // The relay stops once no pool thread can hand it a wake any more; with threads stuck
+        // it runs on (detached), so that what they relay later is still woken.
+        if let Some(h) = self.relay_thread.take() {
+            if stuck {
+                drop(h);
+            } else {
+                self.relay.stop();
+                let _ = h.join();
+            }
+        }
         if stuck {
             let handlers = self
                 .groups

@@ -14,8 +14,8 @@ use crate::engine::handler::{Context, Disposition, Event, EventHandler, Interest
 use crate::error::Error;
 use crate::observe::metrics::Incident;
 use crate::sources::source::Timer;
+use crate::sync::queue::Queue;
 use crate::sys::{self, epoll::Epoll};
-use crossbeam_queue::ArrayQueue;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -585,7 +585,9 @@ pub(crate) trait Reusable: EventHandler {
 /// the only `Arc` of its table that is not the listener's, so the table outlives its
 /// connections and nothing keeps it alive in a cycle (`home` is cleared on return).
 pub(crate) struct ConnectionTable<C> {
-    free: ArrayQueue<Box<Lent<C>>>,
+    /// Entries not lent. A pop never waits for a release that is half done (`sync::queue`):
+    /// it then finds the table full for that one connection, which is refused and counted.
+    free: Queue<Box<Lent<C>>>,
     max: usize,
 }
 
@@ -602,7 +604,7 @@ impl<C: Reusable> ConnectionTable<C> {
         max: usize,
         mut make: impl FnMut() -> io::Result<C>,
     ) -> io::Result<Arc<ConnectionTable<C>>> {
-        let free = ArrayQueue::new(max.max(1));
+        let free = Queue::new(max.max(1));
         for _ in 0..max {
             // Cannot fail: the queue holds exactly `max`.
             let _ = free.push(Box::new(Lent {

@@ -10,43 +10,34 @@
 //! ```
 //!
 //! # Real-time contract
-//! The queue (a lock-free `crossbeam_queue::ArrayQueue`) and, for [`Order::Priority`], the
-//! batch heap are allocated by [`Inbox::new`]. After that neither side allocates or blocks:
-//! [`Poster::post`] is one lock-free push and at most one nonblocking `write(2)` to an eventfd;
-//! the handler pops at most `batch` values per event. A full inbox hands the value back to the
+//! The queue (`sync::queue`, a bounded lock-free queue in which no thread waits for another)
+//! and, for [`Order::Priority`], the batch heap are allocated by [`Inbox::new`]. After that
+//! neither side allocates or blocks: [`Poster::post`] is one lock-free push and at most one
+//! nonblocking `write(2)` to an eventfd; the handler pops at most `batch` values per event, and
+//! a pop that finds a value claimed by a poster that has not written it yet returns at once
+//! (that poster's ring, after its write, brings the handler back): a lane thread never waits
+//! for a poster, whatever that poster's priority. A full inbox hands the value back to the
 //! sender ([`Full`]) and counts it ([`Poster::refused`], and the group's `inbox_refused`).
 //!
 //! # The doorbell protocol (no lost wake-up, at most one eventfd write per drain)
-//! `rung` is true while a wake-up is pending (written to the eventfd, not yet drained).
-//! * Poster: push the value, then `swap(rung, true)`; only the poster that saw `false` writes
-//!   the eventfd.
-//! * Handler: read the eventfd (clears it), `store(rung, false)`, then pop up to `batch`. If
-//!   values remain, ring again itself (`swap(rung, true)`, write if it was false), so the
-//!   re-armed handle fires again instead of the rest waiting for the next post.
-//!
-//! * A `deliver` that panics skips that last step: a guard rings instead while the thread
-//!   unwinds (the pool catches the panic and re-arms the handle), so the values after the
-//!   panicking one are delivered by the next event.
-//!
-//! Both sides order their two steps with `SeqCst` (push-then-swap against store-then-pop), so
-//! for every value at least one of them sees the other: either the handler's pops find it, or
-//! the poster's swap finds `false` and rings. A value is therefore never left in the queue with
-//! no wake-up pending. The loom model `loom_tests::every_post_is_delivered` checks this with
-//! two posters against the real `Doorbell`.
+//! The one doorbell of `sync::doorbell`: a poster pushes, then rings; the handler answers (reads
+//! the eventfd, clears the flag), then pops up to `batch`. If values remain, it rings again
+//! itself, so the handle fires again instead of the rest waiting for the next post. A
+//! `deliver` that panics skips that last step: a guard rings instead while the thread unwinds
+//! (the pool catches the panic and keeps the handle), so the values after the panicking one
+//! are delivered by the next event. The doorbell's loom model checks the protocol with the
+//! real queue, two posters and a handler.
 
 use crate::engine::handler::{Context, Disposition, Event, EventHandler};
 use crate::observe::metrics::Incident;
-use crate::sys::fd::EventFd;
-use crossbeam_queue::ArrayQueue;
-#[cfg(loom)]
-use loom::sync::atomic::AtomicBool;
+use crate::sync::doorbell::Doorbell;
+pub use crate::sync::queue::Full;
+use crate::sync::queue::Queue;
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-#[cfg(not(loom))]
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::Arc;
 
@@ -73,53 +64,6 @@ pub enum Order {
     /// within each drained batch (at most `batch` values): a value posted after a batch was
     /// taken waits for the next one, whatever its priority.
     Priority,
-}
-
-/// The value a full inbox handed back to its sender.
-///
-/// # Examples
-/// ```
-/// use lfrt::inbox::{Full, Inbox, Order};
-/// let (inbox, poster) = Inbox::new(1, 1, Order::Fifo, |_: u32, _ctx| {})?;
-/// poster.post(1).unwrap();
-/// assert_eq!(poster.post(2), Err(Full(2))); // nothing is lost: the sender keeps it
-/// assert_eq!(poster.refused(), 1);
-/// # drop(inbox);
-/// # Ok::<(), std::io::Error>(())
-/// ```
-#[derive(PartialEq, Eq)]
-pub struct Full<T>(pub T);
-
-impl<T> fmt::Debug for Full<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad("Full(_)")
-    }
-}
-
-impl<T> fmt::Display for Full<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the lane inbox is full; the value was handed back")
-    }
-}
-
-impl<T> std::error::Error for Full<T> {}
-
-/// The wake-up side of an inbox: the `rung` flag of the doorbell protocol (module docs).
-#[derive(Debug, Default)]
-pub(crate) struct Doorbell {
-    rung: AtomicBool,
-}
-
-impl Doorbell {
-    /// After a push: true if the caller must write the eventfd.
-    pub(crate) fn after_push(&self) -> bool {
-        !self.rung.swap(true, SeqCst)
-    }
-
-    /// Before popping (after the eventfd was read): the next push rings again.
-    pub(crate) fn before_drain(&self) {
-        self.rung.store(false, SeqCst);
-    }
 }
 
 /// Rings the doorbell if dropped while the thread unwinds: a panicking `deliver` skips the
@@ -163,19 +107,15 @@ impl<T> Ord for Slot<T> {
 }
 
 struct Shared<T> {
-    queue: ArrayQueue<Slot<T>>,
+    queue: Queue<Slot<T>>,
     bell: Doorbell,
-    eventfd: EventFd,
     seq: AtomicU64,
     refused: AtomicU64,
 }
 
 impl<T> Shared<T> {
     fn ring(&self) {
-        if self.bell.after_push() {
-            // Nonblocking; the counter cannot overflow (at most one write per drain).
-            let _ = self.eventfd.write(1);
-        }
+        self.bell.ring();
     }
 }
 
@@ -258,6 +198,21 @@ impl<T: Send> Poster<T> {
         }
     }
 
+    /// [`post`](Self::post), held between the claim of its place and its write by `between`
+    /// (tests: a poster preempted there).
+    #[cfg(test)]
+    fn post_holding(&self, value: T, between: impl FnOnce()) {
+        let s = &self.shared;
+        let seq = s.seq.fetch_add(1, Relaxed);
+        let slot = Slot {
+            priority: 0,
+            seq,
+            value,
+        };
+        assert!(s.queue.push_holding(slot, between).is_ok());
+        s.ring();
+    }
+
     /// Values refused so far because the inbox was full.
     ///
     /// Example: [`Full`].
@@ -324,9 +279,8 @@ where
             ));
         }
         let shared = Arc::new(Shared {
-            queue: ArrayQueue::new(capacity),
-            bell: Doorbell::default(),
-            eventfd: EventFd::new()?,
+            queue: Queue::new(capacity),
+            bell: Doorbell::eventfd()?,
             seq: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         });
@@ -352,13 +306,12 @@ where
     F: FnMut(T, &mut Context) + Send + 'static,
 {
     fn source(&self) -> BorrowedFd<'_> {
-        self.shared.eventfd.as_fd()
+        self.shared.bell.as_fd()
     }
 
     fn handle(&mut self, _event: &Event, ctx: &mut Context) -> Disposition {
         let s = &*self.shared;
-        let _ = s.eventfd.read();
-        s.bell.before_drain();
+        s.bell.answer();
         // From here until the re-ring below, values may remain with no wake-up pending. If
         // `deliver` panics, the guard rings on the way out, so the rest of the queue (and,
         // for `Order::Priority`, of the batch heap, which stays in `self`) is delivered by the
@@ -422,13 +375,19 @@ mod tests {
             readiness: 0,
             woke_ns: 0,
         };
-        let readable = inbox.shared.eventfd.read().unwrap().is_some();
+        let readable = eventfd(inbox).read().unwrap().is_some();
         if readable {
             // handle() reads the eventfd itself; put the count back.
-            inbox.shared.eventfd.write(1).unwrap();
+            eventfd(inbox).write(1).unwrap();
             let _ = inbox.handle(&ev, &mut ctx);
         }
         readable
+    }
+
+    /// The inbox's eventfd, as the test reads and writes it around a handler run.
+    fn eventfd<T, F>(inbox: &Inbox<T, F>) -> crate::sys::fd::EventFd {
+        let fd = inbox.shared.bell.as_fd().try_clone_to_owned().unwrap();
+        crate::sys::fd::EventFd::from_owned(fd)
     }
 
     #[test]
@@ -539,65 +498,95 @@ mod tests {
             poster.post(1).unwrap();
         }
         assert_eq!(
-            inbox.shared.eventfd.read().unwrap(),
+            eventfd(&inbox).read().unwrap(),
             Some(1),
             "10 posts, 1 write"
         );
-        inbox.shared.eventfd.write(1).unwrap();
+        eventfd(&inbox).write(1).unwrap();
         assert!(drain(&mut inbox));
         poster.post(1).unwrap();
         assert_eq!(
-            inbox.shared.eventfd.read().unwrap(),
+            eventfd(&inbox).read().unwrap(),
             Some(1),
             "rings again after a drain"
         );
     }
-}
 
-#[cfg(all(test, loom))]
-mod loom_tests {
-    use super::Doorbell;
-    use loom::sync::atomic::{AtomicU64, Ordering::*};
-    use loom::sync::{Arc, Mutex};
-    use std::collections::VecDeque;
-
-    /// Two posters and one draining handler, with a model queue and a model eventfd counter
-    /// around the real [`Doorbell`]: after everyone is done, either the queue is empty or a
-    /// wake-up is pending (so the handle will fire and deliver the rest).
+    /// Issue 28, finding 1: a poster held between the claim of its place and its write (as a
+    /// poster preempted there would be, whatever its priority) does not hold up the lane. The
+    /// handler's pop says "empty for now" and returns; the lane's only thread serves its other
+    /// handle meanwhile; the held poster's ring, after its write, delivers both values. (With
+    /// crossbeam's `ArrayQueue` the pop spun until the poster wrote: the lane served nothing.)
     #[test]
-    fn every_post_is_delivered() {
-        loom::model(|| {
-            let bell = Arc::new(Doorbell::default());
-            let queue = Arc::new(Mutex::new(VecDeque::new()));
-            let eventfd = Arc::new(AtomicU64::new(0));
-            let posters: Vec<_> = (0..2u32)
-                .map(|i| {
-                    let (bell, queue, eventfd) = (bell.clone(), queue.clone(), eventfd.clone());
-                    loom::thread::spawn(move || {
-                        queue.lock().unwrap().push_back(i);
-                        if bell.after_push() {
-                            eventfd.fetch_add(1, SeqCst);
-                        }
-                    })
+    fn a_held_poster_does_not_hold_up_the_lane() {
+        use crate::{GroupConfig, Notifier, Policy, RtMode, Runtime, RuntimeConfig};
+        use std::sync::atomic::AtomicU64;
+        use std::sync::Barrier;
+        struct Other(Notifier, Arc<AtomicU64>);
+        impl EventHandler for Other {
+            fn source(&self) -> BorrowedFd<'_> {
+                self.0.as_fd()
+            }
+            fn handle(&mut self, _: &Event, _: &mut Context) -> Disposition {
+                self.1.fetch_add(self.0.take().unwrap_or(0), SeqCst);
+                Disposition::Rearm
+            }
+        }
+        let wait = |what: &str, f: &dyn Fn() -> bool| {
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while !f() {
+                assert!(std::time::Instant::now() < end, "{what}");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        };
+        let mut g = GroupConfig::new("held", Policy::Other, 0);
+        g.threads = 1;
+        let mut rt = Runtime::new(RuntimeConfig {
+            rt: RtMode::BestEffort,
+            lock_memory: false,
+            groups: vec![g],
+            bands: Vec::new(),
+        })
+        .unwrap();
+        let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let g2 = got.clone();
+        let (inbox, poster) = Inbox::new(8, 8, Order::Fifo, move |v: u32, _| {
+            g2.lock().unwrap().push(v)
+        })
+        .unwrap();
+        let reg = rt.lane("held").unwrap().registry();
+        reg.register(Box::new(inbox)).unwrap();
+        let (n, hits) = (Notifier::new().unwrap(), Arc::new(AtomicU64::new(0)));
+        let bell = n.as_fd().try_clone_to_owned().unwrap();
+        reg.register(Box::new(Other(n, hits.clone()))).unwrap();
+        rt.start().unwrap();
+
+        let (claimed, release) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+        let held = {
+            let (poster, claimed, release) = (poster.clone(), claimed.clone(), release.clone());
+            std::thread::spawn(move || {
+                poster.post_holding(1, || {
+                    claimed.wait();
+                    release.wait();
                 })
-                .collect();
-            // One handler run, as the pool would do it when the eventfd is readable.
-            let mut delivered = 0;
-            if eventfd.swap(0, SeqCst) > 0 {
-                bell.before_drain();
-                while queue.lock().unwrap().pop_front().is_some() {
-                    delivered += 1;
-                }
-            }
-            for p in posters {
-                p.join().unwrap();
-            }
-            let left = queue.lock().unwrap().len();
-            assert_eq!(delivered + left, 2);
-            assert!(
-                left == 0 || eventfd.load(SeqCst) > 0,
-                "{left} value(s) left with no wake-up pending"
-            );
+            })
+        };
+        claimed.wait();
+        poster.post(2).unwrap(); // rings: the handler finds the held place first
+        crate::sys::fd::EventFd::from_owned(bell).write(1).unwrap();
+        wait("the lane's other handle was not served", &|| {
+            hits.load(SeqCst) == 1
         });
+        assert!(
+            got.lock().unwrap().is_empty(),
+            "2 waits behind the held place"
+        );
+        release.wait();
+        held.join().unwrap();
+        wait("the held poster's ring did not deliver", &|| {
+            got.lock().unwrap().len() == 2
+        });
+        assert_eq!(*got.lock().unwrap(), [1, 2]);
+        rt.shutdown().unwrap();
     }
 }

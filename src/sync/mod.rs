@@ -1,15 +1,19 @@
 //! The synchronisation primitives the promotion protocol is written against.
 //!
 //! * **Owns:** the priority-inheritance mutex ([`pi_mutex`]), the per-thread futex parker
-//!   ([`parker`]) and the loom shim below.
+//!   ([`parker`]), the bounded queue no thread waits in ([`queue`]), the doorbell that wakes a
+//!   queue's consumer ([`doorbell`]) and the loom shim below.
 //! * **May use:** `sys` only. **Must never use:** anything above it.
 //!
 //! Normally: the PI mutex and a futex parker. Under `--cfg loom`: loom's model-checked
 //! mutex and a condvar parker, so `leader.rs` (and the bound variant built on it,
 //! `bound/table.rs`) is checked by loom exactly as it runs.
 
+pub(crate) mod doorbell;
+pub(crate) mod free;
 pub(crate) mod parker;
 pub(crate) mod pi_mutex;
+pub(crate) mod queue;
 
 #[cfg(not(loom))]
 mod imp {
@@ -99,11 +103,40 @@ mod imp {
 
 pub(crate) use imp::{Mutex, MutexGuard, Parker};
 
-/// The atomics of protocols checked by loom models (`borrow.rs`, `claim.rs`): std's, or
-/// loom's under `--cfg loom`.
+/// The atomics of protocols checked by loom models: std's, or loom's under `--cfg loom`.
+/// Every atomic of a protocol goes through here, so that its model checks the code that runs.
 pub(crate) mod atomic {
     #[cfg(loom)]
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+    pub(crate) use loom::sync::atomic::{
+        fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
     #[cfg(not(loom))]
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+    pub(crate) use std::sync::atomic::{
+        fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
+}
+
+/// The interior-mutable cell of protocols checked by loom models (`queue.rs`): std's
+/// `UnsafeCell` behind loom's access API, or loom's own under `--cfg loom`, which checks every
+/// access for a race.
+pub(crate) mod cell {
+    #[cfg(loom)]
+    pub(crate) use loom::cell::UnsafeCell;
+
+    /// `std::cell::UnsafeCell` with loom's access API.
+    #[cfg(not(loom))]
+    #[derive(Debug)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    #[cfg(not(loom))]
+    impl<T> UnsafeCell<T> {
+        pub(crate) fn new(value: T) -> UnsafeCell<T> {
+            UnsafeCell(std::cell::UnsafeCell::new(value))
+        }
+        /// Runs `f` on a pointer to the value; the caller's protocol makes the access
+        /// exclusive.
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
 }

@@ -39,6 +39,12 @@ impl EventFd {
     pub(crate) fn read(&self) -> io::Result<Option<u64>> {
         read_u64(self.0.as_fd())
     }
+
+    /// An eventfd from a duplicate of one (tests reach a source's eventfd this way).
+    #[cfg(test)]
+    pub(crate) fn from_owned(fd: OwnedFd) -> EventFd {
+        EventFd(fd)
+    }
 }
 
 impl AsFd for EventFd {

@@ -14,40 +14,49 @@
 //! *Receiver*: it stores its waker (under a priority-inheriting lock), then looks at the queue
 //! again; a sender pushes, then takes the waker under the same lock. Either the receiver's
 //! second look finds the value, or the sender finds the waker.
-//! *Senders*: a sender that found the queue full queues its waker, issues a `SeqCst` fence and
-//! tries again; the receiver pops a value, issues a `SeqCst` fence and wakes one queued
-//! sender. Either the retry finds the free place, or the receiver finds the waker. A sender
-//! whose waker does not fit the waiter queue (more waiting senders than `capacity`) tries
-//! again 100 µs later on its lane's timer (a lane task) or yields (any other executor).
+//! *Senders*: a sender that found the queue full registers its waker in the waiter list under
+//! its own id, issues a `SeqCst` fence and tries again; the receiver pops a value, issues a
+//! `SeqCst` fence and wakes the oldest registered sender. Either the retry finds the free
+//! place, or the receiver finds the waker. A sender that got its place, or is dropped while it
+//! waits, takes its own entry out of the list (its id), so a pop never spends its wake on a
+//! sender that no longer waits. A sender whose waker does not fit the list (more waiting
+//! senders than `capacity`) tries again 100 µs later on its lane's timer (a lane task, found
+//! from the task being polled) or yields (any other executor).
 //!
 //! # Real-time contract
-//! The queue, the waiter queue and the reply slots are allocated by [`channel`] and
-//! [`ReplySlots::new`]. Sending, receiving and replying make no allocation; a lane waker's
-//! clone is an `Arc` count, and a tokio waker's clone is one too.
+//! The queue (`sync::queue`: a pop never waits for a sender that has not finished writing),
+//! the waiter list and the reply slots are allocated by [`channel`] and [`ReplySlots::new`].
+//! Sending, receiving and replying make no allocation; a lane waker's clone is an `Arc`
+//! count, and a tokio waker's clone is one too. A lane thread never wakes a tokio waker
+//! itself: a reply, or a wake of a waiting tokio sender, goes through the runtime's relay
+//! (`relay.rs`).
 
+use crate::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering::*};
+use crate::sync::free::FreeSlots;
+use crate::sync::queue::Queue;
 use crate::sync::Mutex;
-use crossbeam_queue::ArrayQueue;
 use std::cell::UnsafeCell;
 use std::fmt;
 use std::future::Future;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-pub use crate::sources::inbox::Full;
+pub use crate::sync::queue::Full;
 use crate::sys;
-use crate::task::executor::lane_task;
+use crate::task::executor::wake;
+use crate::task::time::LaneTimer;
 
 /// How long a lane task whose waker found no place among the waiting senders waits before it
 /// tries again.
 const RETRY_NS: u64 = 100_000;
 
 struct Chan<T> {
-    queue: ArrayQueue<T>,
+    queue: Queue<T>,
     receiver: Mutex<Option<Waker>>,
-    senders: ArrayQueue<Waker>,
+    /// Senders waiting for a place, oldest first, each under its own id.
+    senders: Mutex<Waiters>,
     /// Live `Sender`s; the receiver sees the end when it drops to 0 and the queue is empty.
     live_senders: AtomicUsize,
     refused: AtomicU64,
@@ -57,8 +66,69 @@ impl<T> Chan<T> {
     fn wake_receiver(&self) {
         let w = self.receiver.lock().take();
         if let Some(w) = w {
-            w.wake();
+            // The receiver is a lane task: its wake is lock-free, from any thread.
+            wake(w);
         }
+    }
+
+    /// Pops a value and, if it took one, wakes the oldest waiting sender.
+    fn take(&self) -> Option<T> {
+        let v = self.queue.pop();
+        if v.is_some() {
+            fence(SeqCst);
+            let w = self.senders.lock().pop();
+            if let Some(w) = w {
+                // A tokio sender is woken through the relay when this is a pool thread.
+                wake(w);
+            }
+        }
+        v
+    }
+}
+
+/// The senders waiting for a place: `(id, waker)` in the order they registered, preallocated to
+/// the channel's capacity. Under the channel's priority-inheriting lock.
+struct Waiters {
+    list: Vec<(u64, Waker)>,
+    next_id: u64,
+}
+
+impl Waiters {
+    fn new(capacity: usize) -> Waiters {
+        Waiters {
+            list: Vec::with_capacity(capacity),
+            next_id: 1,
+        }
+    }
+
+    /// Registers (or updates) the waker of the sender with id `id` (0: not registered yet);
+    /// returns its id, or `None` if the list is full.
+    fn register(&mut self, id: u64, w: &Waker) -> Option<u64> {
+        if let Some(e) = self.list.iter_mut().find(|(i, _)| *i == id && id != 0) {
+            if !e.1.will_wake(w) {
+                e.1 = w.clone();
+            }
+            return Some(id);
+        }
+        if self.list.len() == self.list.capacity() {
+            return None; // never grows past its capacity
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.list.push((id, w.clone()));
+        Some(id)
+    }
+
+    /// Takes sender `id` out of the list (it got its place, or is dropped); its waker is
+    /// returned to be dropped outside the lock.
+    fn remove(&mut self, id: u64) -> Option<Waker> {
+        let at = self.list.iter().position(|(i, _)| *i == id)?;
+        Some(self.list.remove(at).1)
+    }
+
+    /// The oldest waiting sender's waker.
+    fn pop(&mut self) -> Option<Waker> {
+        (!self.list.is_empty()).then(|| self.list.remove(0).1)
     }
 }
 
@@ -83,9 +153,9 @@ impl<T> Chan<T> {
 pub fn channel<T: Send>(capacity: usize) -> (Sender<T>, Receiver<T>) {
     assert!(capacity > 0, "a channel needs a capacity of at least 1");
     let chan = Arc::new(Chan {
-        queue: ArrayQueue::new(capacity),
+        queue: Queue::new(capacity),
         receiver: Mutex::new(None),
-        senders: ArrayQueue::new(capacity),
+        senders: Mutex::new(Waiters::new(capacity)),
         live_senders: AtomicUsize::new(1),
         refused: AtomicU64::new(0),
     });
@@ -144,6 +214,8 @@ impl<T: Send> Sender<T> {
         Sending {
             chan: &self.chan,
             value: Some(value),
+            waiter: 0,
+            retry: LaneTimer::default(),
         }
     }
 
@@ -158,6 +230,39 @@ impl<T: Send> Sender<T> {
 pub struct Sending<'a, T> {
     chan: &'a Chan<T>,
     value: Option<T>,
+    /// Its id in the channel's waiter list while it waits there (0: not registered).
+    waiter: u64,
+    /// Its lane timer entry while it waits for a retry (a full waiter list).
+    retry: LaneTimer,
+}
+
+impl<T> Sending<'_, T> {
+    /// The value found its place: leave the waiter list, and wake the receiver.
+    fn sent(&mut self) -> Poll<()> {
+        self.leave();
+        self.retry.cancel();
+        self.chan.wake_receiver();
+        Poll::Ready(())
+    }
+
+    fn leave(&mut self) {
+        if self.waiter != 0 {
+            let w = self
+                .chan
+                .senders
+                .lock()
+                .remove(std::mem::take(&mut self.waiter));
+            drop(w); // outside the lock
+        }
+    }
+}
+
+/// A send dropped while it waits takes its waker out of the waiter list, so a pop wakes a
+/// sender that still waits.
+impl<T> Drop for Sending<'_, T> {
+    fn drop(&mut self) {
+        self.leave();
+    }
 }
 
 impl<T> fmt::Debug for Sending<'_, T> {
@@ -171,33 +276,32 @@ impl<T> Unpin for Sending<'_, T> {}
 impl<T: Send> Future for Sending<'_, T> {
     type Output = ();
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let v = self.value.take().expect("Send polled after completion");
-        let v = match self.chan.queue.push(v) {
-            Ok(()) => {
-                self.chan.wake_receiver();
-                return Poll::Ready(());
-            }
+        let me = &mut *self;
+        let v = me.value.take().expect("Send polled after completion");
+        let v = match me.chan.queue.push(v) {
+            Ok(()) => return me.sent(),
             Err(v) => v,
         };
-        if self.chan.senders.push(cx.waker().clone()).is_err() {
-            // More waiting senders than places: try again later. A lane task retries after
-            // RETRY_NS on its lane's timer (an immediate self-wake would spin at the lane's
-            // FIFO priority and could starve the receiver); anything else yields.
-            match lane_task(cx.waker()) {
-                Some((ex, index, gen)) => ex.add_deadline(index, gen, sys::now_ns() + RETRY_NS),
-                None => cx.waker().wake_by_ref(),
+        let registered = me.chan.senders.lock().register(me.waiter, cx.waker());
+        match registered {
+            Some(id) => me.waiter = id,
+            None => {
+                // More waiting senders than places: try again later. A lane task retries
+                // after RETRY_NS on its lane's timer, found from the task being polled (an
+                // immediate self-wake would spin at the lane's FIFO priority and could starve
+                // the receiver); anything else yields.
+                if me.retry.poll_until(sys::now_ns() + RETRY_NS, cx).is_none() {
+                    cx.waker().wake_by_ref();
+                }
+                me.value = Some(v);
+                return Poll::Pending;
             }
-            self.value = Some(v);
-            return Poll::Pending;
         }
         fence(SeqCst);
-        match self.chan.queue.push(v) {
-            Ok(()) => {
-                self.chan.wake_receiver();
-                Poll::Ready(())
-            }
+        match me.chan.queue.push(v) {
+            Ok(()) => me.sent(),
             Err(v) => {
-                self.value = Some(v);
+                me.value = Some(v);
                 Poll::Pending
             }
         }
@@ -221,16 +325,10 @@ impl<T: Send> Receiver<T> {
         Recv { chan: &self.chan }
     }
 
-    /// The next value if one is there.
+    /// The next value if one is there (or "empty for now": a sender that has not finished
+    /// writing is never waited for; it wakes the receiver when it has).
     pub fn try_recv(&mut self) -> Option<T> {
-        let v = self.chan.queue.pop();
-        if v.is_some() {
-            fence(SeqCst);
-            if let Some(w) = self.chan.senders.pop() {
-                w.wake();
-            }
-        }
-        v
+        self.chan.take()
     }
 }
 
@@ -250,16 +348,7 @@ impl<T: Send> Future for Recv<'_, T> {
     type Output = Option<T>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
         let c = &**self.chan;
-        let take = || {
-            let v = c.queue.pop();
-            if v.is_some() {
-                fence(SeqCst);
-                if let Some(w) = c.senders.pop() {
-                    w.wake();
-                }
-            }
-            v
-        };
+        let take = || c.take();
         if let Some(v) = take() {
             return Poll::Ready(Some(v));
         }
@@ -334,7 +423,8 @@ struct ReplyCell<T> {
 
 struct Replies<T> {
     cells: Box<[ReplyCell<T>]>,
-    free: ArrayQueue<u32>,
+    /// Free reply slots (a bitmap: one given back is free at once, see `sync::free`).
+    free: FreeSlots,
 }
 
 // SAFETY: a cell's value is written by its one `ReplySender` before the release that sets
@@ -376,9 +466,9 @@ impl<T> fmt::Debug for ReplySlots<T> {
 impl<T: Send> ReplySlots<T> {
     /// `n` reply slots, allocated now.
     pub fn new(n: usize) -> ReplySlots<T> {
-        let free = ArrayQueue::new(n.max(1));
-        for i in 0..n as u32 {
-            let _ = free.push(i);
+        let free = FreeSlots::new(n.max(1));
+        if n == 0 {
+            let _ = free.take(); // no slot at all
         }
         ReplySlots {
             replies: Arc::new(Replies {
@@ -396,7 +486,7 @@ impl<T: Send> ReplySlots<T> {
 
     /// A free reply slot as a sender/receiver pair; `None` if all are in use.
     pub fn take(&self) -> Option<(ReplySender<T>, ReplyReceiver<T>)> {
-        let i = self.replies.free.pop()?;
+        let i = self.replies.free.take()?;
         self.replies.cells[i as usize].state.store(WAITING);
         Some((
             ReplySender {
@@ -421,7 +511,7 @@ impl<T> Replies<T> {
         }
         drop(c.waker.lock().take());
         c.state.store(FREE);
-        let _ = self.free.push(index);
+        self.free.give(index);
     }
 }
 
@@ -447,7 +537,8 @@ impl<T> ReplySender<T> {
             true => {
                 let w = c.waker.lock().take();
                 if let Some(w) = w {
-                    w.wake();
+                    // Typically a tokio task: relayed when this is a pool thread.
+                    wake(w);
                 }
                 std::mem::forget(self);
             }
@@ -470,7 +561,7 @@ impl<T> Drop for ReplySender<T> {
         } else {
             let w = c.waker.lock().take();
             if let Some(w) = w {
-                w.wake();
+                wake(w);
             }
         }
     }

@@ -2,23 +2,21 @@
 //! accept, whose readiness comes from the lane's own handle set (no thread of their own).
 //!
 //! Each socket is one handle in its lane's handle set, registered when the socket is made
-//! (`bind`, `accept`), for readability. The protocol keeps a readable socket from firing
-//! while nobody waits:
+//! (`bind`, `accept`), for readability, edge-triggered like every handle (`engine/handle_set.rs`)
+//! and never suspended: the kernel reports it when new input arrives, and nothing re-arms it.
+//! Readiness is handed to the reader, as mio and tokio do it:
 //! * a task tries the nonblocking call; on `WouldBlock` it stores its waker (one reader slot
-//!   per socket) and **resumes** the handle (re-adds it to epoll, level triggered,
-//!   `EPOLLONESHOT`): if the socket is readable already, it fires at once;
-//! * the handle's handler wakes the waiting task and **suspends** its own handle (it is not
-//!   re-armed when the handler returns), so it fires again only after a task met
-//!   `WouldBlock` again.
+//!   per socket) and **tries once more**; only a second `WouldBlock` makes it wait;
+//! * the handle's handler takes the stored waker and wakes it, and reads nothing itself: the
+//!   reader reads until `WouldBlock` before it waits again, so the handler says the source is
+//!   drained (`Context::set_drained`), and no `epoll_ctl` follows it.
 //!
-//! Sending rarely blocks; a send that meets `WouldBlock` (a full socket buffer) retries
-//! after 100 µs on the lane's timer rather than waiting for writability (a socket is nearly
-//! always writable, so a level-triggered wait for it would fire at once, a spin).
-//!
-//! No wake-up is lost: the handler takes the wakers under their lock after the event, and a
-//! `resume` from another thread waits for a running handler to return (the handle set's
-//! entry lock) before it re-adds the handle; a task that stored its waker and then resumed
-//! therefore either finds the handle suspended (and re-arms it) or armed.
+//! No wake-up is lost: input that arrives before the reader's second try is found by that
+//! try; input that arrives after it makes the kernel report the handle again (an edge), and the
+//! handler that report leads to runs after the waker was stored (a report that arrives while
+//! the handler runs gives it one more run, `engine/claim.rs`). A report that finds no waker
+//! (nobody waits, or the reader found the input first) wakes nothing; the input stays in the
+//! socket for the next call.
 //!
 //! **One reader at a time.** A socket has one reader slot: while one task's `recv_from`,
 //! `read` or `accept` is in progress (from its first poll until it completes or is dropped),
@@ -30,23 +28,26 @@
 //!
 //! # Real-time contract
 //! Making a socket registers one handler (one `Box`, the registry's allocation); receiving,
-//! sending and accepting readiness make no allocation: a `WouldBlock` costs one
-//! `epoll_ctl(ADD)` (resume) and the event one `epoll_ctl(DEL)` (suspend); a blocked send
-//! one `timerfd_settime`.
+//! sending and accepting readiness make no allocation and no `epoll_ctl`: a `WouldBlock` costs
+//! the second try, the event the wake of the task (its lane's doorbell, at most one `write`);
+//! a blocked send one `timerfd_settime`.
 
 use crate::engine::handler::Registry;
-use crate::engine::handler::{Context as LaneContext, Disposition, Event, EventHandler, Interest};
+use crate::engine::handler::{
+    AfterDispatch, Context as LaneContext, Disposition, Event, EventHandler, Interest,
+};
 use crate::engine::word::Token;
+use crate::sync::atomic::{AtomicBool, Ordering::*};
 use crate::sync::Mutex;
 use crate::sys;
-use crate::task::executor::lane_task;
+use crate::task::executor::{self, fast_path_arg};
+use crate::task::time::LaneTimer;
 use crate::task::Spawner;
 use std::fmt;
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
@@ -80,20 +81,23 @@ impl Readiness {
         Ok(Reader(self))
     }
 
-    /// A nonblocking call returned `WouldBlock`: wait for the handle's next event. The waker
-    /// replaces the reader's earlier one (the same reader's: [`claim`](Self::claim)), which
-    /// is not woken: its future is the one being polled now.
+    /// A nonblocking call returned `WouldBlock`: store the reader's waker for the handle's
+    /// next event (the caller then tries once more: module docs). The waker replaces the
+    /// reader's earlier one (the same reader's: [`claim`](Self::claim)), which is not woken:
+    /// its future is the one being polled now.
     fn wait(&self, cx: &mut Context<'_>) {
-        {
-            let mut g = self.readers.lock();
-            match &*g {
-                Some(o) if o.will_wake(cx.waker()) => {}
-                _ => *g = Some(cx.waker().clone()),
-            }
+        let mut g = self.readers.lock();
+        match &*g {
+            Some(o) if o.will_wake(cx.waker()) => {}
+            _ => *g = Some(cx.waker().clone()),
         }
-        if let Some(t) = self.token.get() {
-            let _ = self.registry.resume(*t);
-        }
+    }
+
+    /// The second try found input after all: the stored waker is taken back (dropped outside
+    /// the lock: a waker's drop may run foreign code), so a later report wakes nobody.
+    fn found(&self) {
+        let w = self.readers.lock().take();
+        drop(w);
     }
 }
 
@@ -108,6 +112,8 @@ impl Drop for Reader<'_> {
 struct Shared<S> {
     sock: S,
     ready: Readiness,
+    /// The executor of the lane the socket is registered with (the fast path's).
+    lane: Arc<executor::Shared>,
 }
 
 /// The socket's handler in the lane's handle set.
@@ -123,25 +129,38 @@ impl<S: AsFd + Send + Sync + 'static> EventHandler for Source<S> {
         // Writers that meet `WouldBlock` retry on the lane timer instead (module docs).
         Interest::READABLE
     }
-    fn handle(&mut self, event: &Event, ctx: &mut LaneContext) -> Disposition {
-        // Suspend first (applied when we return), then wake: a task woken now that meets
-        // WouldBlock again resumes after we returned.
-        let _ = ctx.registry().suspend(event.token());
+    fn handle(&mut self, _event: &Event, ctx: &mut LaneContext) -> Disposition {
+        // The reader reads until `WouldBlock` before it waits again (module docs): the
+        // readiness is handed to it, and the handle needs no re-check.
+        ctx.set_drained();
         let w = self.0.ready.readers.lock().take();
         if let Some(w) = w {
-            w.wake();
+            // A task of this socket's lane: polled at the end of this dispatch, the same-lane
+            // fast path (`executor.rs`), with no trip through the doorbell. Otherwise woken:
+            // a lane task's waker directly, a combinator's wrapper through the relay.
+            let here = executor::lane_task(&w)
+                .filter(|(ex, _, _)| std::ptr::eq(*ex, Arc::as_ptr(&self.0.lane)))
+                .map(|(_, index, gen)| fast_path_arg(index, gen));
+            if let Some(arg) = here {
+                let work: Arc<dyn AfterDispatch> = self.0.lane.clone();
+                if ctx.run_after(work, arg).is_ok() {
+                    return Disposition::Rearm; // `w` (a count of the lane) is dropped here
+                }
+            }
+            executor::wake(w);
         }
         Disposition::Rearm
     }
 }
 
-/// Registers `sock` with the lane of `lane`; the handle starts suspended until a task waits.
+/// Registers `sock` with the lane of `lane` (armed for good: module docs).
 fn register<S: AsFd + Send + Sync + 'static>(
     lane: &Spawner,
     sock: S,
 ) -> io::Result<Arc<Shared<S>>> {
     let shared = Arc::new(Shared {
         sock,
+        lane: lane.shared.clone(),
         ready: Readiness {
             readers: Mutex::new(None),
             reading: AtomicBool::new(false),
@@ -157,25 +176,35 @@ fn register<S: AsFd + Send + Sync + 'static>(
     Ok(shared)
 }
 
-/// Runs the nonblocking `op` until it stops saying `WouldBlock`, waiting on the lane between.
+/// Runs the nonblocking `op` until it stops saying `WouldBlock`, waiting on the lane between:
+/// a reader for the socket's readiness, a writer (`retry`: its timer entry) for its lane's
+/// timer, `WRITE_RETRY_NS` later. The lane is the task's being polled, found from the thread
+/// (`executor::current_task`), and the entry wakes the waker the future was polled with, however
+/// a combinator wrapped it; outside a lane task the writer yields.
 fn poll_io<S, T>(
     sh: &Shared<S>,
-    write: bool,
+    retry: Option<&mut LaneTimer>,
     cx: &mut Context<'_>,
     mut op: impl FnMut(&S) -> io::Result<T>,
 ) -> Poll<io::Result<T>> {
     match op(&sh.sock) {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            if write {
-                // Retry after WRITE_RETRY on the lane's timer (outside a lane task: yield).
-                match lane_task(cx.waker()) {
-                    Some((ex, index, gen)) => {
-                        ex.add_deadline(index, gen, sys::now_ns() + WRITE_RETRY_NS);
+            match retry {
+                Some(t) => {
+                    if t.poll_until(sys::now_ns() + WRITE_RETRY_NS, cx).is_none() {
+                        cx.waker().wake_by_ref();
                     }
-                    None => cx.waker().wake_by_ref(),
                 }
-            } else {
-                sh.ready.wait(cx);
+                None => {
+                    sh.ready.wait(cx);
+                    match op(&sh.sock) {
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        r => {
+                            sh.ready.found();
+                            return Poll::Ready(r);
+                        }
+                    }
+                }
             }
             Poll::Pending
         }
@@ -243,7 +272,7 @@ impl UdpSocket {
     /// is in progress (one reader at a time: module docs).
     pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         let _reader = self.0.ready.claim()?;
-        poll_fn(|cx| poll_io(&self.0, false, cx, |s| s.recv_from(buf))).await
+        poll_fn(|cx| poll_io(&self.0, None, cx, |s| s.recv_from(buf))).await
     }
 
     /// Sends one datagram, waiting on the lane while the socket's buffer is full.
@@ -251,7 +280,8 @@ impl UdpSocket {
     /// # Errors
     /// The socket's error.
     pub async fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
-        poll_fn(|cx| poll_io(&self.0, true, cx, |s| s.send_to(buf, to))).await
+        let mut retry = LaneTimer::default();
+        poll_fn(|cx| poll_io(&self.0, Some(&mut retry), cx, |s| s.send_to(buf, to))).await
     }
 }
 
@@ -307,7 +337,7 @@ impl TcpListener {
     /// progress (one reader at a time: module docs).
     pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let reader = self.shared.ready.claim()?;
-        let (s, from) = poll_fn(|cx| poll_io(&self.shared, false, cx, |l| l.accept())).await?;
+        let (s, from) = poll_fn(|cx| poll_io(&self.shared, None, cx, |l| l.accept())).await?;
         drop(reader);
         s.set_nonblocking(true)?;
         Ok((TcpStream(register(&self.lane, s)?), from))
@@ -339,7 +369,7 @@ impl TcpStream {
     pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         use std::io::Read;
         let _reader = self.0.ready.claim()?;
-        poll_fn(|cx| poll_io(&self.0, false, cx, |mut s| s.read(buf))).await
+        poll_fn(|cx| poll_io(&self.0, None, cx, |mut s| s.read(buf))).await
     }
 
     /// Writes from `buf`, waiting on the lane while the socket's buffer is full; returns the
@@ -349,7 +379,8 @@ impl TcpStream {
     /// The socket's error.
     pub async fn write(&self, buf: &[u8]) -> io::Result<usize> {
         use std::io::Write;
-        poll_fn(|cx| poll_io(&self.0, true, cx, |mut s| s.write(buf))).await
+        let mut retry = LaneTimer::default();
+        poll_fn(|cx| poll_io(&self.0, Some(&mut retry), cx, |mut s| s.write(buf))).await
     }
 
     /// Writes all of `buf`.

@@ -1,22 +1,29 @@
 //! Time for lane tasks: [`sleep_until`], [`sleep`] and [`interval`], backed by the lane's own
 //! timerfd (no thread of their own).
 //!
-//! Each task keeps the earliest deadline it waits for in its lane's deadline heap (one entry
-//! per task slot at most, preallocated); the lane's timerfd is armed (`TFD_TIMER_ABSTIME`)
-//! for the heap's earliest. When it fires, the lane's timer handler takes the due deadlines
-//! off the heap (O(log n) each in the deadlines armed, whatever `max_tasks` is), wakes their
-//! tasks, and re-arms the timerfd for the next one. A task that waits for several deadlines
-//! at once is woken at the earliest; the others register again when polled.
+//! Each waiting future holds one entry of its lane's timer (`timers.rs`: an instant and the
+//! waker to wake then, from a pool preallocated at `max_tasks × 4`); the lane's timerfd is armed
+//! (`TFD_TIMER_ABSTIME`) for the earliest entry. When it fires, the lane's timer handler takes
+//! the due entries off the heap (O(log n) each in the entries armed, whatever `max_tasks` is)
+//! and wakes their wakers, then re-arms the timerfd for the next one.
+//!
+//! The lane is found from the task the thread is polling (`executor::current_task`), and the
+//! entry wakes the waker the future was polled with. So a future under a combinator that wraps
+//! the waker (`FuturesUnordered`, a `select` over a task set) is woken through the wrapper and
+//! polled again by it, as tokio's timer does.
 //!
 //! Instants are `CLOCK_MONOTONIC` nanoseconds ([`now_ns`]), as for callback timers and
 //! [`Timer`](crate::Timer).
 //!
 //! # Panics
-//! These futures must be polled by a lane task (they find the lane through the task's
-//! waker); polled anywhere else they panic with a message saying so.
+//! These futures must be polled by a lane task (inside [`Lane::spawn`](crate::Lane::spawn)'s
+//! future, however deep); polled anywhere else they panic with a message saying so.
 
 use crate::sys;
-use crate::task::executor::lane_task;
+use crate::task::executor::current_task;
+use crate::task::executor::Shared;
+use crate::task::timers::TimerId;
+use std::sync::Arc;
 
 /// Lane time's clock, which callback timers ([`Expiry::At`](crate::timer::Expiry::At)) and
 /// [`Timer::arm`](crate::Timer::arm) read too.
@@ -36,7 +43,10 @@ use std::time::Duration;
 /// # }
 /// ```
 pub fn sleep_until(deadline_ns: u64) -> Sleep {
-    Sleep { deadline_ns }
+    Sleep {
+        deadline_ns,
+        timer: LaneTimer::default(),
+    }
 }
 
 /// Completes after `d` (from now). A delay of 2^64 ns or more (about 584 years) saturates: it
@@ -51,6 +61,7 @@ pub fn sleep(d: Duration) -> Sleep {
 #[must_use = "futures do nothing unless awaited"]
 pub struct Sleep {
     deadline_ns: u64,
+    timer: LaneTimer,
 }
 
 impl Sleep {
@@ -60,23 +71,85 @@ impl Sleep {
     }
 }
 
-/// Registers `deadline_ns` with the lane of the task polling with `cx`; `Ready` if it passed.
-fn poll_deadline(deadline_ns: u64, cx: &mut Context<'_>) -> Poll<()> {
-    if sys::now_ns() >= deadline_ns {
-        return Poll::Ready(());
+/// A future's entry on its lane's timer (module docs): armed by [`poll_until`], kept across
+/// polls, cancelled when the future is dropped.
+///
+/// [`poll_until`]: LaneTimer::poll_until
+#[derive(Default)]
+pub(crate) struct LaneTimer(Option<(Arc<Shared>, Option<TimerId>)>);
+
+impl LaneTimer {
+    /// `Ready` once `at_ns` has passed; otherwise arms this future's entry on the lane of the
+    /// task being polled, to wake `cx.waker()` at `at_ns`. `None` outside a lane task's poll.
+    /// If every timer entry of the lane is armed (counted in `timers_full`), the future is
+    /// woken at once and tries again at the lane's next turn.
+    pub(crate) fn poll_until(&mut self, at_ns: u64, cx: &mut Context<'_>) -> Option<Poll<()>> {
+        if sys::now_ns() >= at_ns {
+            self.cancel();
+            return Some(Poll::Ready(()));
+        }
+        let (shared, _, _) = current_task()?;
+        let entry = match &mut self.0 {
+            Some((lane, id)) if std::ptr::eq(Arc::as_ptr(lane), shared) => id,
+            other => {
+                // First wait (or a future moved to another lane's task): this lane's entry.
+                if let Some((lane, Some(id))) = other.take() {
+                    lane.cancel_timer(id);
+                }
+                &mut other.insert((shared.arc(), None)).1
+            }
+        };
+        if !shared.arm_timer(entry, at_ns, cx.waker()) {
+            cx.waker().wake_by_ref();
+        }
+        // An instant that passed meanwhile has armed the timerfd in the past: it fires at once.
+        Some(Poll::Pending)
     }
-    let Some((shared, index, gen)) = lane_task(cx.waker()) else {
-        panic!("lfrt::time futures must be polled by a task spawned on a lane (Lane::spawn)");
-    };
-    shared.add_deadline(index, gen, deadline_ns);
-    // A deadline that passed meanwhile has armed the timerfd in the past: it fires at once.
-    Poll::Pending
+
+    /// Frees the entry, if one is armed.
+    pub(crate) fn cancel(&mut self) {
+        if let Some((lane, Some(id))) = self.0.take() {
+            lane.cancel_timer(id);
+        }
+    }
+}
+
+impl Drop for LaneTimer {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+/// A copy waits on an entry of its own.
+impl Clone for LaneTimer {
+    fn clone(&self) -> Self {
+        LaneTimer::default()
+    }
+}
+
+impl std::fmt::Debug for LaneTimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaneTimer")
+            .field(
+                "armed",
+                &self.0.as_ref().is_some_and(|(_, id)| id.is_some()),
+            )
+            .finish()
+    }
+}
+
+/// [`LaneTimer::poll_until`] for `lfrt::time`'s futures, which only lane tasks may poll.
+fn poll_deadline(timer: &mut LaneTimer, deadline_ns: u64, cx: &mut Context<'_>) -> Poll<()> {
+    timer.poll_until(deadline_ns, cx).unwrap_or_else(|| {
+        panic!("lfrt::time futures must be polled by a task spawned on a lane (Lane::spawn)")
+    })
 }
 
 impl Future for Sleep {
     type Output = ();
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        poll_deadline(self.deadline_ns, cx)
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let me = &mut *self;
+        poll_deadline(&mut me.timer, me.deadline_ns, cx)
     }
 }
 
@@ -110,6 +183,8 @@ pub struct Tick {
 pub struct Interval {
     next_ns: u64,
     period_ns: u64,
+    /// One entry for every tick, re-armed for the next.
+    timer: LaneTimer,
 }
 
 /// Ticks every `period`, the first one `period` from now.
@@ -131,6 +206,7 @@ pub fn interval_at(first_ns: u64, period: Duration) -> Interval {
     Interval {
         next_ns: first_ns,
         period_ns: period_ns(period),
+        timer: LaneTimer::default(),
     }
 }
 
@@ -165,7 +241,7 @@ impl Future for TickFuture<'_> {
     type Output = Tick;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Tick> {
         let iv = &mut *self.interval;
-        match poll_deadline(iv.next_ns, cx) {
+        match poll_deadline(&mut iv.timer, iv.next_ns, cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(()) => {
                 let now = sys::now_ns();
