@@ -286,7 +286,7 @@ impl Shared {
     /// of it runs (one CAS against the poller's, `state.rs`). A task found mid-poll is waited
     /// for until `until_ns` (`CLOCK_MONOTONIC`), before any lower task is cancelled, so the
     /// order holds; one still being polled then is left to its turn, which cancels it when
-    /// the poll returns (see [`Turn`]). Returns how many tasks were left that way.
+    /// the poll returns (see [`Turn`](crate::task::turn::Turn)). Returns how many tasks were left that way.
     pub(crate) fn close(&self, until_ns: u64) -> usize {
         self.closed.store(true, SeqCst);
         let mut order = self.close_order.lock();
@@ -375,7 +375,7 @@ pub(crate) struct Budget {
     /// The lane's `budget_us`, in ns.
     pub(crate) ns: u64,
     /// `on_overrun = "demote"`: a streak over budget is kept in one dispatch, so the demotion
-    /// lasts until the streak ends (see [`Turn`]).
+    /// lasts until the streak ends (see [`Turn`](crate::task::turn::Turn)).
     pub(crate) demote: bool,
 }
 

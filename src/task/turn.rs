@@ -194,7 +194,7 @@ impl EventHandler for Turn {
 /// (tokio's LIFO slot is the model). One task per dispatch, so the lane's handlers are not
 /// starved; it is polled ahead of the lane's other runnable tasks, once (a task that wakes
 /// itself in that poll goes to the ready set, by priority, as always). `arg`: the slot index
-/// and the waker's generation ([`fast_path_arg`]).
+/// and the waker's generation ([`fast_path_arg`](crate::task::executor::fast_path_arg)).
 impl AfterDispatch for Shared {
     fn run(&self, arg: u64) {
         let (index, gen) = ((arg >> 16) as u32, arg as u16);
