@@ -1,36 +1,51 @@
-//! Zenoh put → lane handler latency across two processes on loopback (issue #24): a high lane
-//! alone, then with a low-priority flood on the same session, and where the time goes: Zenoh's
-//! own path (put → the bridge's callback) against the hand-off (callback → lane handler).
+//! Zenoh put → lane handler latency across two processes (issues #24, #29): a high lane alone,
+//! then with a low-priority flood from the same sender, and where the time goes: the sender's
+//! outbox and Zenoh's own path (put → the bridge's callback) against the hand-off (callback →
+//! lane handler).
 //!
 //! ```sh
-//! cargo bench -p lfrt-zenoh --bench latency                 # 2 modes × 20 s
+//! cargo bench -p lfrt-zenoh --bench latency                 # 2 modes × 20 s, loopback
 //! cargo bench -p lfrt-zenoh --bench latency -- --quick      # 2 modes × 1 s (a smoke run)
 //! cargo bench -p lfrt-zenoh --bench latency -- --seconds 60 --period-us 1000
 //! cargo bench -p lfrt-zenoh --bench latency -- --quick --links 1   # one TCP link for all
 //! cargo bench -p lfrt-zenoh --bench latency -- --quick --flood-per-ms 20  # a bounded flood
+//! cargo bench -p lfrt-zenoh --bench latency -- --netns 100  # two hosts: a veth pair at 100 Mbit/s
+//! cargo bench -p lfrt-zenoh --bench latency -- --rx-priority 10    # Zenoh's rx workers at FIFO 10
 //! ```
 //!
 //! The sender is a child process (this binary again): a peer session that connects to the
-//! bridge on 127.0.0.1 and puts a `CLOCK_MONOTONIC` stamp at `RealTime` priority every
-//! `--period-us` (default 1000 µs); in `flood` mode a second thread of the same session puts
-//! 64-byte samples at `Background` priority as fast as Zenoh takes them (congestion: drop).
-//! The bridge routes `real-time` to lane `high` (SCHED_FIFO 80) and `background` to lane `low`
-//! (SCHED_FIFO 20). The target (issue #24): the high lane's p99 with the flood ≤ 1.5× alone.
+//! bridge and puts, through an lfrt-zenoh outbox, a `CLOCK_MONOTONIC` stamp and a sequence
+//! number at `RealTime` priority every `--period-us` (default 1000 µs); in `flood` mode a second
+//! thread puts 64-byte samples at `Background` priority as fast as the outbox takes them
+//! (congestion `drop`). With `--netns RATE`, the sender runs in a network namespace joined by a
+//! veth pair whose both directions `tc` limits to RATE Mbit/s, so
+//! the flood fills the link (HTB, `pfifo_fast` under it; the real-time link is marked
+//! `IPTOS_LOWDELAY` with `#dscp=0x10`, so it takes the first band). The bridge routes
+//! `real-time` to lane `high` (SCHED_FIFO 80) and `background` to lane `low` (SCHED_FIFO 20). The target (issue #29): the high lane's p99
+//! with the flood ≤ 1.5× alone, every `RealTime` put received or counted.
+//!
+//! The last line is for scripts: `zenoh-priority: links L, flood/alone p99 R, realtime sent S
+//! received V dropped D`, where `L` is the most TCP connections the bridge had on its
+//! endpoints during the flood run (read from `/proc`), and `S`, `V`, `D` count the flood run's
+//! `RealTime` puts (the sender's outbox accepted `S`; `D` = `S` − `V`).
 
 #[global_allocator]
 static ALLOC: lfrt::CountingAlloc = lfrt::CountingAlloc;
 
+#[path = "../tests/util/netns.rs"]
+mod netns;
+
 use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig};
-use lfrt_zenoh::zenoh::qos::{CongestionControl, Priority};
-use lfrt_zenoh::zenoh::Wait;
 use lfrt_zenoh::{Bridge, Config};
+use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const THREADS: &str = "[threads]\nrx = 1\ntx = 1\napp = 1\nacc = 1\nnet = 1\nmax_blocking = 2\n";
+const THREADS: &str = "[threads]\nrx = 2\ntx = 1\napp = 1\nacc = 1\nnet = 1\nmax_blocking = 2\n";
 
-/// Three latencies per sample, recorded by the lane handler into preallocated storage.
+/// Three latencies per sample, recorded by the lane handler into preallocated storage, and the
+/// highest sequence number seen.
 struct Recorder {
     e2e: Box<[AtomicU64]>,
     zenoh: Box<[AtomicU64]>,
@@ -92,38 +107,65 @@ fn main() {
     let secs = flag("--seconds").unwrap_or(if quick { 1 } else { 20 });
     let period_us = flag("--period-us").unwrap_or(1000);
     // One TCP link for all priorities, or (default) two: priorities 1-3 and 4-7 on links of
-    // their own (Zenoh's `?prio=` endpoint metadata), so a flood's bytes queued in one socket
-    // do not hold up RealTime samples.
+    // their own (Zenoh's `?prio=` endpoint metadata).
     let links = flag("--links").unwrap_or(2);
-    // Background puts per millisecond in `flood` mode; 0: as fast as Zenoh takes them.
+    // Background puts per millisecond in `flood` mode; 0: as fast as the outbox takes them.
     let flood_per_ms = flag("--flood-per-ms").unwrap_or(0);
+    let rx_priority = flag("--rx-priority");
+    let rate = flag("--netns");
+    let hosts = rate.map(
+        |r| match netns::Hosts::new("zbench", (r > 0).then_some(r as u32)) {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("--netns: cannot make the second host: {e} (needs root and iproute2)");
+                std::process::exit(2);
+            }
+        },
+    );
+    let ip = hosts
+        .as_ref()
+        .map_or("127.0.0.1".to_string(), |h| h.host_ip.clone());
     let rt_ok = lfrt::os::RtPrivilege::probe().allows(80);
-    println!("# Zenoh put → lane latency over loopback TCP ({links} link(s)), {secs} s per mode, one RealTime put every {period_us} µs; SCHED_FIFO {}", if rt_ok { "granted" } else { "NOT granted (time-shared)" });
+    let path = match rate {
+        Some(0) => "two hosts (veth, unshaped)".to_string(),
+        Some(r) => {
+            format!("two hosts (veth at {r} Mbit/s, HTB + pfifo_fast, real-time link dscp=0x10)")
+        }
+        None => "loopback".to_string(),
+    };
+    println!("# Zenoh put → lane latency over TCP, {path}, {links} link(s), rx workers at {}, {secs} s per mode, one RealTime put every {period_us} µs; SCHED_FIFO {}",
+        rx_priority.map_or("SCHED_OTHER".to_string(), |p| format!("SCHED_FIFO {p}")),
+        if rt_ok { "granted" } else { "NOT granted (time-shared)" });
     println!(
         "{:<6} {:<14} {:>8} {:>8} {:>8} {:>9} {:>8}",
         "mode", "path", "samples", "p50_us", "p99_us", "p99.9_us", "max_us"
     );
     let mut p99 = Vec::new();
+    let mut last = (0usize, 0u64, 0u64);
     for flood in [false, true] {
         let port = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
+            std::net::TcpListener::bind(format!("{ip}:0"))
                 .unwrap()
                 .local_addr()
                 .unwrap()
                 .port()
         };
+        // Across the veth pair, the real-time link's packets are marked IPTOS_LOWDELAY, so the
+        // shaped link's pfifo_fast sends them first.
+        let mark = if hosts.is_some() { "#dscp=0x10" } else { "" };
         let endpoints = if links == 1 {
-            vec![format!("tcp/127.0.0.1:{}", port())]
+            vec![format!("tcp/{ip}:{}", port())]
         } else {
             vec![
-                format!("tcp/127.0.0.1:{}?prio=1-3", port()),
-                format!("tcp/127.0.0.1:{}?prio=4-7", port()),
+                format!("tcp/{ip}:{}?prio=1-3{mark}", port()),
+                format!("tcp/{ip}:{}?prio=4-7", port()),
             ]
         };
         let quoted: Vec<String> = endpoints.iter().map(|e| format!("\"{e}\"")).collect();
         let endpoints = quoted.join(", ");
+        let rx = rx_priority.map_or(String::new(), |p| format!("rx_priority = {p}\n"));
         let cfg = Config::parse(&format!(
-            "{THREADS}[session]\nlisten = [{endpoints}]\n\
+            "{THREADS}{rx}[session]\nlisten = [{endpoints}]\n\
              [[route]]\nlane = \"high\"\npriorities = [\"real-time\"]\n\
              [[route]]\nlane = \"low\"\npriorities = [\"background\"]\ncapacity = 1024\n\
              [[subscribe]]\nkey = \"bench/**\"\n"
@@ -158,19 +200,50 @@ fn main() {
             .unwrap();
         let _outbox = bridge.start().unwrap();
         rt.start().unwrap();
-        let status = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "child".to_string(),
-                endpoints.clone(),
-                period_us.to_string(),
-                secs.to_string(),
-                (if flood { flood_per_ms + 1 } else { 0 }).to_string(),
-            ])
-            .status()
+        let child_args = [
+            "child".to_string(),
+            endpoints.clone(),
+            period_us.to_string(),
+            secs.to_string(),
+            (if flood { flood_per_ms + 1 } else { 0 }).to_string(),
+        ];
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = match &hosts {
+            Some(h) => h.command(&exe),
+            None => std::process::Command::new(&exe),
+        };
+        let mut child = cmd
+            .args(child_args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
             .unwrap();
+        // The TCP connections the bridge holds on its endpoints, while the child runs.
+        let mut most_links = 0;
+        let deadline = Instant::now() + Duration::from_secs(secs + 30);
+        while child.try_wait().unwrap().is_none() {
+            let up: usize = bridge.links().iter().map(|l| l.established).sum();
+            most_links = most_links.max(up);
+            if Instant::now() > deadline {
+                let _ = child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let mut out = String::new();
+        let _ = child.stdout.take().unwrap().read_to_string(&mut out);
+        let ok = child.wait().unwrap().success();
         std::thread::sleep(Duration::from_millis(100));
         let m = rt.shutdown().unwrap();
         let t = bridge.close().unwrap();
+        let sent: u64 = out
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("realtime_sent="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let refused: u64 = out
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("realtime_refused="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         let mode = if flood { "flood" } else { "alone" };
         let n = rec.n.load(Relaxed);
         for (path, which) in [
@@ -185,68 +258,88 @@ fn main() {
             }
         }
         println!(
-            "{mode:<6} low lane: {} delivered, {} dropped (full); child ok={}; pool_allocations high={:?} low={:?}",
-            low.load(Relaxed), t.full[6], status.success(), m[0].pool_allocations, m[1].pool_allocations
+            "{mode:<6} links {most_links}; realtime: sender outbox accepted {sent} refused {refused}, received {n}, gaps seen by the bridge {}, full {}; low lane: {} delivered, {} dropped (full), {} gaps; child ok={ok}; pool_allocations high={:?} low={:?}",
+            t.gaps[0], t.full[0], low.load(Relaxed), t.full[6], t.gaps[6], m[0].pool_allocations, m[1].pool_allocations
         );
+        for line in out.lines().filter(|l| l.starts_with("sender ")) {
+            println!("{mode:<6} {line}");
+        }
+        if flood {
+            last = (most_links, sent, n as u64);
+        }
     }
     if let [alone, flood] = p99[..] {
+        let ratio = flood / alone.max(f64::MIN_POSITIVE);
+        println!("# high lane p99 with the flood / alone = {ratio:.2} (target ≤ 1.5)");
+        let (l, s, v) = last;
         println!(
-            "# high lane p99 with the flood / alone = {:.2} (target ≤ 1.5)",
-            flood / alone.max(f64::MIN_POSITIVE)
+            "zenoh-priority: links {l}, flood/alone p99 {ratio:.2}, realtime sent {s} received {v} dropped {}",
+            s.saturating_sub(v)
         );
     }
 }
 
-/// The sending process: RealTime stamps at a period, and optionally a Background flood on the
-/// same session, both bounded by time.
+/// The sending process: RealTime stamps at a period, and optionally a Background flood, both
+/// through an lfrt-zenoh outbox and bounded by time. Prints its counts for the parent.
 fn sender(args: &[String]) {
     let endpoints = &args[0];
     let period = Duration::from_micros(args[1].parse().unwrap());
     let secs: u64 = args[2].parse().unwrap();
-    // 0: no flood; 1: as fast as Zenoh takes them; n + 1: n puts per millisecond.
+    // 0: no flood; 1: as fast as the outbox takes them; n + 1: n puts per millisecond.
     let flood_arg: u64 = args[3].parse().unwrap();
-    let flood = flood_arg > 0;
-    let cfg = Config::parse(&format!("{THREADS}[session]\nconnect = [{endpoints}]\n")).unwrap();
-    let bridge = Bridge::open(&cfg).unwrap();
+    let cfg = Config::parse(&format!(
+        "{THREADS}[session]\nconnect = [{endpoints}]\n\
+         [[publish]]\nkey = \"bench/high\"\npriority = \"real-time\"\n\
+         [[publish]]\nkey = \"bench/low\"\npriority = \"background\"\n\
+         [outbox]\nmax_payload = 64\n"
+    ))
+    .unwrap();
+    let mut bridge = Bridge::open(&cfg).unwrap();
+    let outbox = bridge.start().unwrap();
     bridge.wait_for_peers(1, Duration::from_secs(10)).unwrap();
     std::thread::sleep(Duration::from_millis(300)); // the bridge's subscription arrives
     let end = Instant::now() + Duration::from_secs(secs);
-    let session = bridge.session().clone();
     let stop = Arc::new(AtomicBool::new(false));
-    let flooder = flood.then(|| {
-        let (session, stop) = (session.clone(), stop.clone());
+    let flooder = (flood_arg > 0).then(|| {
+        let (outbox, stop) = (outbox.clone(), stop.clone());
         std::thread::spawn(move || {
-            let low = session
-                .declare_publisher("bench/low")
-                .priority(Priority::Background)
-                .congestion_control(CongestionControl::Drop)
-                .wait()
-                .unwrap();
+            let low = outbox.key("bench/low").unwrap();
+            let payload = [0u8; 64];
             while !stop.load(Relaxed) {
-                let burst = if flood_arg == 1 { 64 } else { flood_arg - 1 };
-                for _ in 0..burst {
-                    let _ = low.put(vec![0u8; 64]).wait();
-                }
-                if flood_arg > 1 {
+                if flood_arg == 1 {
+                    if outbox.put(low, &payload).is_err() {
+                        std::thread::yield_now();
+                    }
+                } else {
+                    for _ in 0..flood_arg - 1 {
+                        let _ = outbox.put(low, &payload);
+                    }
                     std::thread::sleep(Duration::from_millis(1));
                 }
             }
         })
     });
-    let high = session
-        .declare_publisher("bench/high")
-        .priority(Priority::RealTime)
-        .express(true)
-        .wait()
-        .unwrap();
+    let high = outbox.key("bench/high").unwrap();
+    let (mut sent, mut refused, mut seq) = (0u64, 0u64, 0u64);
     while Instant::now() < end {
-        let _ = high.put(lfrt::os::now_ns().to_le_bytes().to_vec()).wait();
+        seq += 1;
+        let mut payload = [0u8; 16];
+        payload[..8].copy_from_slice(&lfrt::os::now_ns().to_le_bytes());
+        payload[8..].copy_from_slice(&seq.to_le_bytes());
+        match outbox.put(high, &payload) {
+            Ok(()) => sent += 1,
+            Err(_) => refused += 1,
+        }
         std::thread::sleep(period);
     }
     stop.store(true, Relaxed);
     if let Some(f) = flooder {
         f.join().unwrap();
     }
-    drop(high);
-    let _ = bridge.close();
+    let t = bridge.close().unwrap();
+    println!("realtime_sent={sent} realtime_refused={refused}");
+    println!(
+        "sender outbox: real-time sent {} full {}; background sent {} full {}; put_errors {}",
+        t.outbox_sent[0], t.outbox_full[0], t.outbox_sent[6], t.outbox_full[6], t.put_errors
+    );
 }

@@ -21,18 +21,30 @@ pub enum Mode {
 
 /// `[session]`: how this process joins Zenoh. Multicast scouting and gossip are always off: a
 /// session reaches exactly the endpoints written here.
+///
+/// An endpoint with `?prio=A-B` metadata is a link of its own for priorities `A` to `B`
+/// (1 = `real-time` … 7 = `background`): listen on one endpoint per priority range and connect to
+/// each, and a flood of bulk samples never shares a TCP connection with `real-time` ones.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionConfig {
     /// `mode = "peer"` (default) or `"client"`.
     pub mode: Mode,
-    /// Endpoints to listen on (`listen = ["tcp/127.0.0.1:7447"]`).
+    /// Endpoints to listen on (`listen = ["tcp/127.0.0.1:7447?prio=1-3"]`), as written.
     pub listen: Vec<String>,
-    /// Endpoints to connect to (`connect = ["tcp/127.0.0.1:7448"]`).
+    /// Endpoints to connect to (`connect = ["tcp/127.0.0.1:7448?prio=1-3"]`), as written.
     pub connect: Vec<String>,
+    /// Links one peer may open to this session (Zenoh's `transport/unicast/max_links`): by
+    /// default the larger number of `prio=` endpoints in `listen` or `connect`, at least 1.
+    pub max_links: usize,
+    /// `SO_SNDBUF` and `SO_RCVBUF`, in bytes, of every link that does not carry `real-time`
+    /// (`bulk_socket_buffer`, default 65536; 0 leaves the kernel's own sizing): bounds what a
+    /// flood keeps queued in the kernel. An endpoint that sets `#so_sndbuf=`/`#so_rcvbuf=`
+    /// itself keeps its own.
+    pub bulk_socket_buffer: usize,
 }
 
-/// `[threads]`: worker threads of Zenoh's runtimes. They run at `SCHED_OTHER`: Zenoh starts
-/// them itself and offers no start hook to set a policy. `max_blocking` bounds each runtime's
+/// `[threads]`: worker threads of Zenoh's runtimes. They run at `SCHED_OTHER` unless
+/// `rx_priority` puts the receive workers at `SCHED_FIFO`. `max_blocking` bounds each runtime's
 /// blocking-task threads (Zenoh's default is 50).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Threads {
@@ -48,6 +60,10 @@ pub struct Threads {
     pub net: usize,
     /// Blocking-task threads per runtime (`max_blocking`, default 4 here).
     pub max_blocking: usize,
+    /// `rx_priority = N` (opt-in): the receive workers, which run the subscriber callbacks, at
+    /// `SCHED_FIFO` N, below every lane ([`Bridge::route`](crate::Bridge::route) refuses a lane
+    /// at or below it). Needs `CAP_SYS_NICE` or `RLIMIT_RTPRIO` ≥ N.
+    pub rx_priority: Option<u8>,
 }
 
 impl Default for Threads {
@@ -59,6 +75,7 @@ impl Default for Threads {
             acc: 1,
             net: 1,
             max_blocking: 4,
+            rx_priority: None,
         }
     }
 }
@@ -124,19 +141,22 @@ pub struct PublishConfig {
     pub key: String,
     /// Its priority (default `"data"`).
     pub priority: Priority,
-    /// `congestion = "block"` (default: when Zenoh's queue is full the publisher thread waits,
-    /// lanes never do, and a full outbox is counted) or `"drop"` (Zenoh drops the sample
-    /// without telling anyone: only for data whose loss does not matter).
+    /// `congestion = "drop"` (the default for `data-high` … `background`: when Zenoh's queue
+    /// for this priority is full it drops the sample, and the receiving bridge counts the gap,
+    /// see [`Totals::gaps`](crate::Totals::gaps)) or `"block"` (the default for `real-time` and
+    /// `interactive-*`: this priority's publisher thread waits for Zenoh; lanes never do, other
+    /// priorities' threads go on, and a full outbox is counted).
     pub block: bool,
     /// Send without batching (`express`, default true).
     pub express: bool,
 }
 
-/// `[outbox]`: the queue from lanes to the publisher thread.
+/// `[outbox]`: the queues from lanes to the publisher threads, one of each per priority that a
+/// `[[publish]]` key uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OutboxConfig {
-    /// Puts that may wait for the publisher thread (default 256); a put that finds the queue
-    /// full is refused and counted.
+    /// Puts of one priority that may wait for its publisher thread (default 256); a put that
+    /// finds its priority's queue full is refused and counted.
     pub capacity: usize,
     /// Largest payload a lane may put, in bytes (default 1024).
     pub max_payload: usize,
@@ -208,9 +228,11 @@ struct Document {
 struct RawSession {
     mode: Option<Spanned<String>>,
     #[serde(default)]
-    listen: Vec<String>,
+    listen: Vec<Spanned<String>>,
     #[serde(default)]
-    connect: Vec<String>,
+    connect: Vec<Spanned<String>>,
+    max_links: Option<Spanned<i64>>,
+    bulk_socket_buffer: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -222,6 +244,7 @@ struct RawThreads {
     acc: Option<Spanned<i64>>,
     net: Option<Spanned<i64>>,
     max_blocking: Option<Spanned<i64>>,
+    rx_priority: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -343,35 +366,97 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
             Ok(_) => Ok(k.get_ref().clone()),
         };
 
-    let session = match doc.session {
-        None => SessionConfig {
-            mode: Mode::Peer,
-            listen: Vec::new(),
-            connect: Vec::new(),
-        },
-        Some(s) => SessionConfig {
-            mode: match &s.mode {
-                None => Mode::Peer,
-                Some(m) if m.get_ref() == "peer" => Mode::Peer,
-                Some(m) if m.get_ref() == "client" => Mode::Client,
-                Some(m) => {
-                    return Err(err(
-                        m.span().start,
-                        "session.mode".into(),
-                        format!("`{}`: must be \"peer\" or \"client\"", m.get_ref()),
-                    ))
-                }
-            },
-            listen: s.listen,
-            connect: s.connect,
-        },
+    let mut session = SessionConfig {
+        mode: Mode::Peer,
+        listen: Vec::new(),
+        connect: Vec::new(),
+        max_links: 1,
+        bulk_socket_buffer: 65_536,
     };
+    let mut max_links_at = None;
+    if let Some(s) = doc.session {
+        session.mode = match &s.mode {
+            None => Mode::Peer,
+            Some(m) if m.get_ref() == "peer" => Mode::Peer,
+            Some(m) if m.get_ref() == "client" => Mode::Client,
+            Some(m) => {
+                return Err(err(
+                    m.span().start,
+                    "session.mode".into(),
+                    format!("`{}`: must be \"peer\" or \"client\"", m.get_ref()),
+                ))
+            }
+        };
+        let mut ranged = [0usize; 2];
+        for (side, list, out) in [
+            (0, &s.listen, &mut session.listen),
+            (1, &s.connect, &mut session.connect),
+        ] {
+            for (i, e) in list.iter().enumerate() {
+                let field = format!("session.{}[{i}]", ["listen", "connect"][side]);
+                match crate::links::endpoint_priorities(e.get_ref()) {
+                    Ok(Some(_)) => ranged[side] += 1,
+                    Ok(None) => {}
+                    Err(message) => return Err(err(e.span().start, field, message)),
+                }
+                out.push(e.get_ref().clone());
+            }
+        }
+        session.max_links = ranged[0].max(ranged[1]).max(1);
+        if let Some(n) = &s.max_links {
+            session.max_links = number(&Some(n.clone()), "session.max_links".into(), 1, 16, 1)?;
+            max_links_at = Some(n.span().start);
+        }
+        let most = ranged[0].max(ranged[1]);
+        if let Some(at) = max_links_at.filter(|_| session.max_links < most) {
+            return Err(err(
+                at,
+                "session.max_links".into(),
+                format!(
+                    "{} is fewer than the {most} `prio=` endpoints: a peer's links past the limit are refused, and their priorities then share a connection",
+                    session.max_links
+                ),
+            ));
+        }
+        session.bulk_socket_buffer = number(
+            &s.bulk_socket_buffer,
+            "session.bulk_socket_buffer".into(),
+            0,
+            1 << 26,
+            session.bulk_socket_buffer,
+        )?;
+        if (1..4096).contains(&session.bulk_socket_buffer) {
+            let at = s.bulk_socket_buffer.as_ref().map_or(0, |v| v.span().start);
+            return Err(err(
+                at,
+                "session.bulk_socket_buffer".into(),
+                format!(
+                    "{} bytes: 0 (the kernel's sizing) or at least 4096",
+                    session.bulk_socket_buffer
+                ),
+            ));
+        }
+    }
 
     let d = Threads::default();
+    let rx_line = doc
+        .threads
+        .as_ref()
+        .and_then(|t| t.rx.as_ref())
+        .map(|v| line_of(src, v.span().start));
     let threads = match doc.threads {
-        None => d,
+        None => Threads {
+            rx: d.rx.max(session.max_links),
+            ..d
+        },
         Some(t) => Threads {
-            rx: number(&t.rx, "threads.rx".into(), 1, 64, d.rx)?,
+            rx: number(
+                &t.rx,
+                "threads.rx".into(),
+                1,
+                64,
+                d.rx.max(session.max_links),
+            )?,
             tx: number(&t.tx, "threads.tx".into(), 1, 64, d.tx)?,
             app: number(&t.app, "threads.app".into(), 1, 64, d.app)?,
             acc: number(&t.acc, "threads.acc".into(), 1, 64, d.acc)?,
@@ -383,8 +468,25 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
                 512,
                 d.max_blocking,
             )?,
+            rx_priority: match &t.rx_priority {
+                None => None,
+                Some(_) => {
+                    Some(number(&t.rx_priority, "threads.rx_priority".into(), 1, 98, 1)? as u8)
+                }
+            },
         },
     };
+    if threads.rx < session.max_links {
+        return Err(Error::Config {
+            file: file.map(Path::to_path_buf),
+            line: rx_line,
+            field: "threads.rx".into(),
+            message: format!(
+                "{} receive worker(s) for {} links per peer: a link's reads would wait behind another link's turn; set rx = {} or more",
+                threads.rx, session.max_links, session.max_links
+            ),
+        });
+    }
 
     let mut routes: Vec<RouteConfig> = Vec::new();
     let mut routed: [Option<usize>; 7] = [None; 7];
@@ -451,9 +553,35 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
         });
     }
 
-    let mut subscribe = Vec::new();
+    let mut subscribe: Vec<String> = Vec::new();
     for (i, s) in doc.subscribe.iter().enumerate() {
-        subscribe.push(key_expr(&s.key, format!("subscribe[{i}].key"), true)?);
+        let key = key_expr(&s.key, format!("subscribe[{i}].key"), true)?;
+        // Each subscription forwards what it matches: a sample two keys match would reach its
+        // lane twice.
+        let this = zenoh::key_expr::KeyExpr::try_from(key.as_str()).map_err(|e| {
+            err(
+                s.key.span().start,
+                format!("subscribe[{i}].key"),
+                e.to_string(),
+            )
+        })?;
+        for (j, other) in subscribe.iter().enumerate() {
+            let that = zenoh::key_expr::KeyExpr::try_from(other.as_str()).map_err(|e| {
+                err(
+                    s.key.span().start,
+                    format!("subscribe[{j}].key"),
+                    e.to_string(),
+                )
+            })?;
+            if this.intersects(&that) {
+                return Err(err(
+                    s.key.span().start,
+                    format!("subscribe[{i}].key"),
+                    format!("`{key}` overlaps subscribe[{j}] (`{other}`): a sample both match would reach its lane twice; subscribe once to a key that covers both"),
+                ));
+            }
+        }
+        subscribe.push(key);
     }
 
     let mut publish: Vec<PublishConfig> = Vec::new();
@@ -478,7 +606,10 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
             })?,
         };
         let block = match &p.congestion {
-            None => true,
+            // Data priorities drop under congestion (counted as gaps where they arrive); the
+            // real-time and interactive ones wait in their own publisher thread, which holds up
+            // no other priority.
+            None => (priority as u8) < (Priority::DataHigh as u8),
             Some(c) if c.get_ref() == "drop" => false,
             Some(c) if c.get_ref() == "block" => true,
             Some(c) => {

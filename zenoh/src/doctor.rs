@@ -1,7 +1,9 @@
 //! What `lfrt-zenoh doctor CONFIG` reports: Zenoh's own threads and how the session is set up,
 //! in `lfrt doctor`'s format (`ok`/`warn`/`fail`, topic, text, fix).
 
-use crate::config::{Config, Mode};
+use crate::config::{priority_name, Config, Mode};
+use crate::links::{carrier, Link};
+use crate::PRIORITIES;
 use std::fmt::Write;
 
 /// A report on a bridge configuration, and whether anything in it is a `fail`.
@@ -13,19 +15,21 @@ pub struct Doctor {
     pub failed: bool,
 }
 
-/// Reports what `cfg` makes Zenoh run: its worker threads (always `SCHED_OTHER`: Zenoh
-/// starts them with no hook to set a policy), whether `ZENOH_RUNTIME` (`env`, as read from the
-/// environment) agrees, how they compare with `cpus` online CPUs, and the session's endpoints.
+/// Reports what `cfg` makes Zenoh run: its worker threads and their policy, whether
+/// `ZENOH_RUNTIME` (`env`, as read from the environment) agrees, how they compare with `cpus`
+/// online CPUs, the session's endpoints and which link carries each priority. With `pid`, the
+/// process that runs the bridge: its live Zenoh threads with their policy, and the TCP
+/// connections on each endpoint.
 ///
 /// # Examples
 /// ```
 /// let cfg = lfrt_zenoh::Config::parse("[threads]\nrx = 1\n")?;
-/// let d = lfrt_zenoh::doctor(&cfg, None, 2);
+/// let d = lfrt_zenoh::doctor(&cfg, None, 2, None);
 /// assert!(d.text.contains("ok   zenoh-threads rx 1, tx 1, app 1, acc 1, net 1"), "{}", d.text);
 /// assert!(!d.failed);
 /// # Ok::<(), lfrt_zenoh::Error>(())
 /// ```
-pub fn doctor(cfg: &Config, env: Option<&str>, cpus: usize) -> Doctor {
+pub fn doctor(cfg: &Config, env: Option<&str>, cpus: usize, pid: Option<u32>) -> Doctor {
     let mut text = String::new();
     let mut failed = false;
     let mut line = |status: &str, topic: &str, what: String, fix: Option<String>| {
@@ -45,15 +49,23 @@ pub fn doctor(cfg: &Config, env: Option<&str>, cpus: usize) -> Doctor {
         ),
         None,
     );
-    line(
-        "warn",
-        "zenoh-policy",
-        format!(
-            "Zenoh's {} threads run at SCHED_OTHER: it starts them itself, with no hook to set a real-time policy; receive callbacks (rx) only hand samples to lanes, which run at their own priority",
-            t.workers()
+    match t.rx_priority {
+        Some(p) => line(
+            "ok",
+            "zenoh-policy",
+            format!("receive workers (rx, they run the subscriber callbacks) at SCHED_FIFO {p}, below every lane (Bridge::route refuses a lane at or below it); the other {} threads at SCHED_OTHER", t.workers() - t.rx),
+            None,
         ),
-        Some("expected; keep [threads] small (rx carries the callbacks) and give latency-critical lanes CPUs of their own (`cpus`) if Zenoh's load disturbs them".into()),
-    );
+        None => line(
+            "warn",
+            "zenoh-policy",
+            format!(
+                "Zenoh's {} threads run at SCHED_OTHER: a sample waits for the time-shared receive thread before it reaches its lane",
+                t.workers()
+            ),
+            Some("set [threads] rx_priority = N (below every lane) to run the receive workers at SCHED_FIFO N".into()),
+        ),
+    }
     let want = t.zenoh_runtime();
     match env {
         None => line(
@@ -105,5 +117,80 @@ pub fn doctor(cfg: &Config, env: Option<&str>, cpus: usize) -> Doctor {
         ),
         fix,
     );
+    // Which link each priority takes, as if every endpoint were connected.
+    let planned: Vec<Link> = crate::links::links(cfg, u32::MAX)
+        .into_iter()
+        .map(|l| Link {
+            established: 1,
+            ..l
+        })
+        .collect();
+    let carried = |p| carrier(p, &planned).map(|l: &Link| l.endpoint.clone());
+    let rt = carried(zenoh::qos::Priority::RealTime);
+    let bulk = carried(zenoh::qos::Priority::Background);
+    if planned.is_empty() {
+        // No endpoints: the session finding above already says so.
+    } else if rt == bulk {
+        line(
+            "warn",
+            "zenoh-links",
+            format!("real-time and background share one link ({}): real-time frames queue behind bulk bytes in its socket buffers", rt.unwrap_or_default()),
+            Some("give each priority range an endpoint of its own, e.g. listen = [\"tcp/HOST:7447?prio=1-3\", \"tcp/HOST:7448?prio=4-7\"] and the peer connects to both".into()),
+        );
+    } else {
+        let mut by = String::new();
+        for p in PRIORITIES {
+            let _ = write!(
+                by,
+                "{} → {}; ",
+                priority_name(p),
+                carried(p).unwrap_or_default()
+            );
+        }
+        line(
+            "ok",
+            "zenoh-links",
+            format!(
+                "max_links {} per peer; {}bulk links' socket buffers {}",
+                s.max_links,
+                by,
+                match s.bulk_socket_buffer {
+                    0 => "the kernel's".to_string(),
+                    n => format!("{n} bytes"),
+                }
+            ),
+            None,
+        );
+    }
+    if let Some(pid) = pid {
+        let live = crate::zenoh_threads_of(pid);
+        if live.is_empty() {
+            line(
+                "warn",
+                "zenoh-live",
+                format!("process {pid} runs no Zenoh threads"),
+                Some("give the pid of the process that opened the bridge".into()),
+            );
+        }
+        for z in live {
+            line(
+                "ok",
+                "zenoh-live",
+                format!("{} (tid {}): {}", z.name, z.tid, z.policy),
+                None,
+            );
+        }
+        for l in crate::links::links(cfg, pid) {
+            let missing = l.priorities.is_some() && l.established == 0;
+            line(
+                if missing { "warn" } else { "ok" },
+                "zenoh-live",
+                l.to_string(),
+                missing.then(|| {
+                    "no connection on this priority link: its priorities go on another one; check the peer connects to it and max_links on both sides".into()
+                }),
+            );
+        }
+    }
     Doctor { text, failed }
 }

@@ -49,6 +49,7 @@
 mod bridge;
 mod config;
 mod doctor;
+mod links;
 mod outbox;
 mod slots;
 mod threads;
@@ -58,8 +59,9 @@ pub use config::{
     priority_name, Config, Mode, OutboxConfig, PublishConfig, RouteConfig, SessionConfig, Threads,
 };
 pub use doctor::{doctor, Doctor};
-pub use outbox::{Outbox, PublishKey, Refused};
-pub use threads::{zenoh_threads, ZenohThread};
+pub use links::{links, Link};
+pub use outbox::{Outbox, PublishKey, Refused, SEQUENCE_BYTES};
+pub use threads::{zenoh_threads, zenoh_threads_of, ZenohThread};
 pub use zenoh;
 
 use std::fmt;
@@ -110,6 +112,21 @@ pub enum Error {
         /// What the configuration asks for.
         config: String,
     },
+    /// The kernel refused a real-time policy the configuration asks for.
+    Privilege {
+        /// What was to run at which policy.
+        what: String,
+        /// What is missing (capability, rlimit) or the kernel's error.
+        detail: String,
+    },
+    /// Peers connected, but some `prio=` endpoints have no TCP connection: their priorities
+    /// would share another link.
+    MissingLinks {
+        /// The endpoints without a connection.
+        missing: Vec<String>,
+        /// How long it waited.
+        waited_ms: u64,
+    },
     /// No peer (or router) connected within the time given.
     NoPeer {
         /// The endpoints the session connects to.
@@ -149,6 +166,13 @@ impl fmt::Display for Error {
             Error::Threads { env, config } => write!(
                 f,
                 "ZENOH_RUNTIME is `{env}` but [threads] asks for `{config}`: Zenoh configures its runtimes once per process; unset the variable or make them agree"
+            ),
+            Error::Privilege { what, detail } => {
+                write!(f, "cannot run {what}: {detail}")
+            }
+            Error::MissingLinks { missing, waited_ms } => write!(
+                f,
+                "no TCP connection on {missing:?} within {waited_ms} ms: their priorities would share another link; the peer must connect to every `prio=` endpoint, with max_links at least the number of them on both sides"
             ),
             Error::NoPeer { connect, waited_ms } => write!(
                 f,

@@ -220,7 +220,10 @@ priority = "interactive-high"
     );
     assert_eq!(t.dropped(), 1, "only the unrouted sample: {t}");
     assert_eq!(
-        (t.outbox_sent, acks_refused.load(Relaxed)),
+        (
+            t.outbox_sent.iter().sum::<u64>(),
+            acks_refused.load(Relaxed)
+        ),
         (pings[0] + n, 0)
     );
     assert_eq!(t.lanes[0].as_deref(), Some("control"));
@@ -404,7 +407,103 @@ fn zenoh_threads_are_configured_and_reported() {
     let other = Config::parse("[threads]\nrx = 3\n").unwrap();
     let err = Bridge::open(&other).unwrap_err();
     assert!(matches!(err, Error::Threads { .. }), "{err:?}");
+    // Without the variable, while Zenoh's runtimes run: setting it now would change nothing,
+    // so the bridge refuses rather than let [threads] silently not apply.
+    let env = std::env::var("ZENOH_RUNTIME").unwrap();
+    std::env::remove_var("ZENOH_RUNTIME");
+    let err = Bridge::open(&config("", "")).unwrap_err();
+    std::env::set_var("ZENOH_RUNTIME", env);
+    assert!(
+        err.to_string().contains("Zenoh's runtimes already run"),
+        "{err}"
+    );
     bridge.close().unwrap();
+}
+
+/// A route that carries two priorities delivers what waits in its inbox highest first: a
+/// real-time sample put after ten background ones, while the lane was held, comes out first.
+#[test]
+fn a_route_of_several_priorities_delivers_the_highest_first() {
+    let test = "a_route_of_several_priorities_delivers_the_highest_first";
+    if !util::rt_allowed(test, 30) {
+        return;
+    }
+    let _l = util::rt_lock();
+    let port = free_port();
+    let cfg = config(
+        &format!("listen = [\"tcp/127.0.0.1:{port}\"]"),
+        "[[route]]\nlane = \"mixed\"\npriorities = [\"real-time\", \"background\"]\ncapacity = 64\n[[subscribe]]\nkey = \"test/mixed\"\n",
+    );
+    let mut rt = lanes(&[("mixed", 30)]);
+    let mut bridge = Bridge::open(&cfg).unwrap();
+    let order = Arc::new(lfrt::PiMutex::new(Vec::<u8>::with_capacity(1024)));
+    let (hold, holding) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (o, h, hg) = (order.clone(), hold.clone(), holding.clone());
+    bridge
+        .route(&rt, "mixed", move |s, _| {
+            o.lock().push(s.priority as u8);
+            // Held while `hold` is set (bounded: 10 s), sleeping, not spinning.
+            for _ in 0..10_000 {
+                if !h.load(Relaxed) {
+                    break;
+                }
+                hg.store(true, Relaxed);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+        .unwrap();
+    let _outbox = bridge.start().unwrap();
+    rt.start().unwrap();
+    let peer = sender(port);
+    bridge.wait_for_peers(1, Duration::from_secs(10)).unwrap();
+    until_routed(&bridge, &peer, "test/mixed", Priority::Background);
+    hold.store(true, Relaxed);
+    put(&peer, "test/mixed", Priority::Background, b"blocker");
+    assert!(
+        util::wait_until(10, || holding.load(Relaxed)),
+        "the lane never held"
+    );
+    let before = bridge.totals();
+    let seen = order.lock().len();
+    for _ in 0..10 {
+        put(&peer, "test/mixed", Priority::Background, b"bulk");
+    }
+    // The real-time sample only once the background ones wait in the inbox, so it is posted
+    // after them.
+    let bulk_in = util::wait_until(10, || {
+        bridge.totals().forwarded[6] == before.forwarded[6] + 10
+    });
+    assert!(bulk_in, "the background samples never reached the inbox");
+    put(&peer, "test/mixed", Priority::RealTime, b"urgent");
+    let queued = util::wait_until(10, || {
+        let t = bridge.totals();
+        t.forwarded[0] + t.forwarded[6] == before.forwarded[0] + before.forwarded[6] + 11
+    });
+    hold.store(false, Relaxed);
+    assert!(
+        queued,
+        "the 11 samples never reached the inbox: {}",
+        bridge.totals()
+    );
+    assert!(util::wait_until(10, || order.lock().len() == seen + 11));
+    let after: Vec<u8> = order.lock()[seen..].to_vec();
+    let _ = rt.shutdown().unwrap();
+    bridge.close().unwrap();
+    assert_eq!(
+        after[0],
+        Priority::RealTime as u8,
+        "the real-time sample waits behind background ones: {after:?}"
+    );
+    assert_eq!(
+        after
+            .iter()
+            .filter(|&&p| p == Priority::Background as u8)
+            .count(),
+        10
+    );
 }
 
 #[test]
@@ -433,6 +532,30 @@ fn toml_errors_name_the_line_and_field() {
         (
             "[[publish]]\nkey = \"a\"\ncongestion = \"wait\"\n",
             "3: publish[0].congestion: `wait`: must be \"drop\" or \"block\"",
+        ),
+        (
+            "[[subscribe]]\nkey = \"a/**\"\n[[subscribe]]\nkey = \"a/b\"\n",
+            "4: subscribe[1].key: `a/b` overlaps subscribe[0] (`a/**`): a sample both match would reach its lane twice; subscribe once to a key that covers both",
+        ),
+        (
+            "[session]\nlisten = [\"tcp/127.0.0.1:1?prio=0-3\"]\n",
+            "2: session.listen[0]: `tcp/127.0.0.1:1?prio=0-3`: prio=0-3 is not a range of Zenoh priorities (`prio=1-3`: 1 is real-time, 7 background)",
+        ),
+        (
+            "[session]\nconnect = [\"udp/127.0.0.1:1\"]\n",
+            "2: session.connect[0]: `udp/127.0.0.1:1`: only `tcp/` endpoints (this build of lfrt-zenoh has Zenoh's TCP transport only)",
+        ),
+        (
+            "[session]\nlisten = [\"tcp/127.0.0.1:1?prio=1-3\", \"tcp/127.0.0.1:2?prio=4-7\"]\n[threads]\nrx = 1\n",
+            "4: threads.rx: 1 receive worker(s) for 2 links per peer: a link's reads would wait behind another link's turn; set rx = 2 or more",
+        ),
+        (
+            "[session]\nlisten = [\"tcp/127.0.0.1:1?prio=1-3\", \"tcp/127.0.0.1:2?prio=4-7\"]\nmax_links = 1\n",
+            "3: session.max_links: 1 is fewer than the 2 `prio=` endpoints: a peer's links past the limit are refused, and their priorities then share a connection",
+        ),
+        (
+            "[threads]\nrx_priority = 99\n",
+            "2: threads.rx_priority: must be 1 to 98, not 99",
         ),
     ];
     for (src, want) in cases {
