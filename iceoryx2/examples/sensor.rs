@@ -66,8 +66,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let m = rt.shutdown()?;
     let t = stats.totals();
     println!(
-        "control: samples={} notifications={} coalesced={} turns={} out_of_order={} worst_latency_us={} sensor_exit={}",
-        t.samples, t.notifications, t.coalesced, t.turns,
+        "control: samples={} notifications={} coalesced={} overwritten={} turns={} out_of_order={} worst_latency_us={} sensor_exit={}",
+        t.samples, t.notifications, t.coalesced, t.overwritten, t.turns,
         out_of_order.load(Relaxed), worst_ns.load(Relaxed) / 1000, status.success()
     );
     println!(

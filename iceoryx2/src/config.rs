@@ -1,7 +1,8 @@
-//! `[[subscriber]]` tables from TOML: which service feeds which lane, and how many samples a
-//! turn takes. Errors name the file, the line and the field.
+//! `[[subscriber]]` tables from TOML: which service feeds which lane, how many samples a turn
+//! takes and how many the subscriber buffers. Errors name the file, the line and the field.
 
-use crate::{Error, LaneSubscriber, Node, SubscriberStats};
+use crate::subscriber::DEFAULT_SAMPLES_PER_TURN;
+use crate::{Error, LaneSubscriber, Node, SubscriberOptions, SubscriberStats, MAX_BUFFER};
 use iceoryx2::prelude::ZeroCopySend;
 use iceoryx2::service::service_name::ServiceName;
 use lfrt::{Context, Runtime};
@@ -13,8 +14,6 @@ use toml::Spanned;
 
 /// Largest `samples_per_turn`: a turn holds its lane thread for that many handler calls.
 const MAX_SAMPLES_PER_TURN: i64 = 65_536;
-/// `samples_per_turn` when the key is left out.
-const DEFAULT_SAMPLES_PER_TURN: usize = 16;
 
 /// One `[[subscriber]]` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,11 +25,15 @@ pub struct SubscriberConfig {
     /// Most samples one turn hands to the handler before the handle is re-armed
     /// (`samples_per_turn`, default 16, 1 to 65536).
     pub samples_per_turn: usize,
+    /// Samples the subscriber buffers (`buffer`, 1 to 4096; left out: 16, or what the service
+    /// allows if that is less). More than the service allows is refused at registration.
+    pub buffer: Option<usize>,
     /// Create the service if it does not exist (`create`, default false: a missing service is
     /// an error).
     pub create: bool,
     index: usize,
     lane_line: Option<usize>,
+    buffer_line: Option<usize>,
     file: Option<PathBuf>,
 }
 
@@ -39,10 +42,13 @@ pub struct SubscriberConfig {
 /// # Examples
 /// ```
 /// let cfg = lfrt_iceoryx2::Config::parse(
-///     "[[subscriber]]\nservice = \"sensor/imu\"\nlane = \"control\"\nsamples_per_turn = 8\n",
+///     "[[subscriber]]\nservice = \"sensor/imu\"\nlane = \"control\"\nsamples_per_turn = 8\nbuffer = 64\n",
 /// )?;
 /// let imu = cfg.subscriber("sensor/imu").unwrap();
-/// assert_eq!((imu.lane.as_str(), imu.samples_per_turn, imu.create), ("control", 8, false));
+/// assert_eq!(
+///     (imu.lane.as_str(), imu.samples_per_turn, imu.buffer, imu.create),
+///     ("control", 8, Some(64), false)
+/// );
 ///
 /// let bad = lfrt_iceoryx2::Config::parse("[[subscriber]]\nservice = \"a\"\nlane = \"b\"\nsamples_per_turn = 0\n");
 /// assert_eq!(
@@ -70,6 +76,7 @@ struct Raw {
     service: Spanned<String>,
     lane: Spanned<String>,
     samples_per_turn: Option<Spanned<i64>>,
+    buffer: Option<Spanned<i64>>,
     #[serde(default)]
     create: bool,
 }
@@ -93,7 +100,8 @@ impl Config {
     ///
     /// # Errors
     /// [`Error::Config`] naming the line and field: syntax, unknown keys, wrong types, an
-    /// invalid service name, `samples_per_turn` out of 1..=65536, a service listed twice.
+    /// invalid service name, `samples_per_turn` out of 1..=65536, `buffer` out of 1..=4096, a
+    /// service listed twice.
     pub fn parse(src: &str) -> Result<Config, Error> {
         parse(src, None)
     }
@@ -162,13 +170,26 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
                 ))
             }
         };
+        let buffer = match &raw.buffer {
+            None => None,
+            Some(n) if (1..=MAX_BUFFER as i64).contains(n.get_ref()) => Some(*n.get_ref() as usize),
+            Some(n) => {
+                return Err(err(
+                    Some(n.span().start),
+                    field("buffer"),
+                    format!("must be 1 to {MAX_BUFFER}, not {}", n.get_ref()),
+                ))
+            }
+        };
         subscribers.push(SubscriberConfig {
             service: service.clone(),
             lane: raw.lane.get_ref().clone(),
             samples_per_turn,
+            buffer,
             create: raw.create,
             index: i,
             lane_line: Some(line_of(src, raw.lane.span().start)),
+            buffer_line: raw.buffer.map(|b| line_of(src, b.span().start)),
             file: file.map(Path::to_path_buf),
         });
     }
@@ -176,12 +197,22 @@ fn parse(src: &str, file: Option<&Path>) -> Result<Config, Error> {
 }
 
 impl SubscriberConfig {
+    /// This table's `samples_per_turn`, `buffer` and `create`.
+    pub fn options(&self) -> SubscriberOptions {
+        SubscriberOptions {
+            samples_per_turn: self.samples_per_turn,
+            buffer: self.buffer,
+            create: self.create,
+        }
+    }
+
     /// Opens this table's service for payload `T` and registers it, with `handler`, in its
     /// lane of `rt`. Returns the subscriber's counters.
     ///
     /// # Errors
-    /// [`Error::Config`] pointing at this table's `lane` if `rt` has no such lane; the errors
-    /// of [`LaneSubscriber::open`] and [`LaneSubscriber::register`].
+    /// [`Error::Config`] pointing at this table's `lane` if `rt` has no such lane, or at its
+    /// `buffer` if that is more than the service allows; the other errors of
+    /// [`LaneSubscriber::open`] and [`LaneSubscriber::register`].
     pub fn register<T, H>(
         &self,
         rt: &Runtime,
@@ -198,13 +229,16 @@ impl SubscriberConfig {
             field: format!("subscriber[{}].lane", self.index),
             message: e.to_string(),
         })?;
-        let (sub, stats) = LaneSubscriber::open(
-            node,
-            &self.service,
-            self.samples_per_turn,
-            self.create,
-            handler,
-        )?;
+        let (sub, stats) = LaneSubscriber::open(node, &self.service, self.options(), handler)
+            .map_err(|e| match e {
+                e @ Error::BufferTooLarge { .. } => Error::Config {
+                    file: self.file.clone(),
+                    line: self.buffer_line,
+                    field: format!("subscriber[{}].buffer", self.index),
+                    message: e.to_string(),
+                },
+                e => e,
+            })?;
         sub.register(&lane.registry())?;
         Ok(stats)
     }

@@ -1,10 +1,11 @@
 //! The publishing side: a sample, then a notification that wakes the subscribers' lanes.
 
-use crate::{event_service, iceoryx, service_name, Error, Node, Service, DATA_EVENT};
+use crate::{
+    event_service, iceoryx, pubsub_service, Error, Node, Service, DATA_EVENT, SUBSCRIBER_BUFFER,
+};
 use iceoryx2::port::notifier::Notifier;
 use iceoryx2::port::publisher::Publisher as IoxPublisher;
 use iceoryx2::prelude::{EventId, ZeroCopySend};
-use iceoryx2::service::builder::publish_subscribe::PublishSubscribeOpenOrCreateError;
 use std::fmt;
 
 /// Publishes samples of `T` on a service and notifies its listeners, so that every
@@ -27,6 +28,9 @@ where
     T: fmt::Debug + ZeroCopySend + 'static,
 {
     service: String,
+    // Dropped in declaration order: the publisher port leaves the service before the notifier
+    // announces it (iceoryx2's notifier-dropped event), as it joined before the notifier
+    // announced that (notifier-created event).
     publisher: IoxPublisher<Service, T, ()>,
     notifier: Notifier<Service>,
 }
@@ -46,32 +50,17 @@ impl<T> Publisher<T>
 where
     T: fmt::Debug + ZeroCopySend + 'static,
 {
-    /// Opens `service` for payload `T`, creating it if it does not exist, with its event
-    /// service.
+    /// Opens `service` for payload `T` with its event service, creating it if it does not
+    /// exist (with safe overflow and room for [`SUBSCRIBER_BUFFER`] samples per subscriber).
+    ///
+    /// Creating the publisher announces it to the service's subscribers (iceoryx2's
+    /// notifier-created event, counted in their `connections_updated`); dropping it too.
     ///
     /// # Errors
     /// [`Error::Incompatible`] if the service exists with another payload type, size or
     /// alignment (or its event service with other settings); [`Error::Iceoryx`] otherwise.
     pub fn create(node: &Node, service: &str) -> Result<Self, Error> {
-        let pubsub = node
-            .service_builder(&service_name(service)?)
-            .publish_subscribe::<T>()
-            .subscriber_max_buffer_size(crate::SUBSCRIBER_BUFFER)
-            .open_or_create()
-            .map_err(|e| match e {
-                PublishSubscribeOpenOrCreateError::PublishSubscribeOpenError(o) => {
-                    Error::Incompatible {
-                        service: service.to_owned(),
-                        detail: format!(
-                            "{o:?} (this side publishes `{}`, {} bytes, alignment {})",
-                            std::any::type_name::<T>(),
-                            std::mem::size_of::<T>(),
-                            std::mem::align_of::<T>()
-                        ),
-                    }
-                }
-                e => iceoryx("creating the service", service, e),
-            })?;
+        let pubsub = pubsub_service::<T>(node, service, Some(SUBSCRIBER_BUFFER))?;
         let events = event_service(node, service)?;
         let publisher = pubsub
             .publisher_builder()
