@@ -722,8 +722,8 @@ impl Bridge {
         connected(&self.session)
     }
 
-    /// The configured endpoints and the TCP connections this process has on each now (reads
-    /// `/proc`; allocates).
+    /// The configured endpoints and the TCP connections this process has on each now (asks its
+    /// own sockets, see [`links`](crate::links); allocates).
     pub fn links(&self) -> Vec<crate::Link> {
         links::links(&self.cfg, std::process::id())
     }

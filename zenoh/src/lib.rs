@@ -2,42 +2,52 @@
 //!
 //! [Zenoh] carries samples between hosts, each with one of 7 priorities (`RealTime` …
 //! `Background`). It offers no file descriptor: its subscriber callbacks run on its own
-//! receive threads, which have no start hook to set a real-time policy. So the bridge is a
-//! hand-off, in both directions, that never blocks either side:
+//! receive threads. So the bridge is a hand-off, in both directions, that never blocks either
+//! side, and each priority range keeps a path of its own from the sender's outbox to the lane:
 //!
 //! ```text
-//!  Zenoh rx thread (SCHED_OTHER)                     lane "control" (SCHED_FIFO 80)
-//!  ─────────────────────────────                     ──────────────────────────────
+//!  Zenoh rx thread (SCHED_OTHER, or FIFO rx_priority)  lane "control" (SCHED_FIFO 80)
+//!  ──────────────────────────────────────────────────  ──────────────────────────────
 //!  callback(sample) ── priority → route ──┐
 //!    take a free slot (none: `full`)      │  copy key+payload into the slot
 //!    post(slot) to the lane's inbox ──────┴────────▶ handler(&Received{key, priority, payload})
 //!                                                    slot back to the free list
 //!
-//!  lane handler: outbox.put(key, bytes) ── slot ──▶ publisher thread (SCHED_OTHER)
-//!    (queue full: refused, counted)                  publisher.put(bytes) on Zenoh
+//!  lane handler: outbox.put(key, bytes) ── the key's priority: slot ──▶ its publisher thread
+//!    (that priority's queue full: refused, counted)                     put + sequence number
 //! ```
 //!
+//! * **Links per priority range.** Endpoints with `?prio=1-3` / `?prio=4-7` metadata are TCP
+//!   connections of their own (Zenoh's `transport_multilink`, `max_links` on both sides), so a
+//!   flood's bytes never queue ahead of a `RealTime` frame in a socket. [`Bridge::wait_for_peers`]
+//!   names a `prio=` endpoint without a connection, [`links`] counts them from `/proc`.
 //! * **Routes** map priorities to lanes from TOML (`[[route]] lane = "control", priorities =
 //!   ["real-time"]`). Each route is an [`lfrt::inbox`] of `capacity` preallocated slots of
-//!   `max_payload` bytes registered in its lane.
+//!   `max_payload` bytes registered in its lane; a route of several priorities delivers the
+//!   highest first.
 //! * **Never a stall.** The callback takes a slot and posts it with lock-free operations; a
 //!   route with no free slot drops the sample and counts it per priority (`full`), an
 //!   oversized sample is counted (`oversize`), a priority with no route is counted
 //!   (`unrouted`). Zenoh's thread never waits for a lane.
 //! * **Publishing from lanes** goes through the [`Outbox`]: a lock-free copy into a
-//!   preallocated slot and a wake of the publisher thread, which calls Zenoh's `put` (which
-//!   may allocate and block). A full outbox refuses the put and counts it.
-//! * **Zenoh's threads** are configured from `[threads]` (Zenoh's `ZENOH_RUNTIME`) and
-//!   reported: [`Threads`], [`zenoh_threads`] (the live ones, with their policy) and the
-//!   `lfrt-zenoh doctor CONFIG` command.
-//! * **Peers** are watched by the publisher thread: [`Totals`] has the connected peers and
+//!   preallocated slot of the key's priority and a wake of that priority's publisher thread,
+//!   which calls Zenoh's `put` (which may allocate and block). A full queue refuses the put and
+//!   counts it; a blocked `Background` put never delays a `RealTime` one.
+//! * **Every loss counted.** Outbox puts carry a sequence number; the receiving bridge counts
+//!   the holes as `gaps` per priority ([`Totals::gaps`]).
+//! * **Zenoh's threads** are configured from `[threads]` (Zenoh's `ZENOH_RUNTIME`; `rx_priority`
+//!   puts the receive workers at `SCHED_FIFO` below every lane) and reported: [`Threads`],
+//!   [`zenoh_threads`] (the live ones, with their policy) and the `lfrt-zenoh doctor CONFIG
+//!   [--pid PID]` command.
+//! * **Peers** are watched by the watcher thread: [`Totals`] has the connected peers and
 //!   counts joins and losses; [`Bridge::wait_for_peers`] gives a clear error when none comes.
 //!
 //! # Real-time contract (lane side)
-//! A lane's delivery reads a slot and calls the handler: no allocation, no lock, no system
-//! call. [`Outbox::put`] is a copy, two lock-free queue operations and at most one futex wake.
-//! Tests prove both with lfrt's allocation counters. Zenoh's own path allocates (about 3 times
-//! per received sample); that happens on Zenoh's threads, never on a lane.
+//! A lane's delivery reads a slot and calls the handler: no allocation, no lock; a turn reads
+//! the route's eventfd once and writes it once more if samples remain. [`Outbox::put`] is a
+//! copy, two lock-free queue operations and at most one futex wake. Tests prove both with
+//! lfrt's allocation counters. Zenoh's own path allocates (about 3 times per received sample);
+//! that happens on Zenoh's threads, never on a lane.
 //!
 //! The configuration keys are in `docs/zenoh.md`.
 //!
