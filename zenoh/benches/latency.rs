@@ -11,7 +11,15 @@
 //! cargo bench -p lfrt-zenoh --bench latency -- --quick --flood-per-ms 20  # a bounded flood
 //! cargo bench -p lfrt-zenoh --bench latency -- --netns 100  # two hosts: a veth pair at 100 Mbit/s
 //! cargo bench -p lfrt-zenoh --bench latency -- --rx-priority 10    # Zenoh's rx workers at FIFO 10
+//! cargo bench -p lfrt-zenoh --bench latency -- --isolated   # the hard-isolation recipe
 //! ```
+//!
+//! `--isolated` is docs/zenoh.md's hard-isolation recipe: the `real-time` link ends in a small
+//! ingress process (this binary again) whose Zenoh threads all run at `SCHED_FIFO` 70 (it opens
+//! its session from a FIFO thread, and Zenoh's threads inherit the policy); its callback
+//! publishes each sample over iceoryx2 (`lfrt-iceoryx2`) to the high lane of this process, whose
+//! own Zenoh session (`SCHED_OTHER`) takes only the bulk link. "zenoh path" is then put → the
+//! ingress callback, "hand-off" the ingress callback → the lane handler through iceoryx2.
 //!
 //! The sender is a child process (this binary again): a peer session that connects to the
 //! bridge and puts, through an lfrt-zenoh outbox, a `CLOCK_MONOTONIC` stamp and a sequence
@@ -36,6 +44,7 @@ static ALLOC: lfrt::CountingAlloc = lfrt::CountingAlloc;
 mod netns;
 
 use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig};
+use lfrt_zenoh::zenoh::Wait;
 use lfrt_zenoh::{Bridge, Config};
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -97,6 +106,9 @@ fn main() {
     if args.first().map(String::as_str) == Some("child") {
         return sender(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("ingress") {
+        return ingress(&args[1..]);
+    }
     let flag = |name: &str| {
         args.iter()
             .position(|a| a == name)
@@ -112,6 +124,7 @@ fn main() {
     // Background puts per millisecond in `flood` mode; 0: as fast as the outbox takes them.
     let flood_per_ms = flag("--flood-per-ms").unwrap_or(0);
     let rx_priority = flag("--rx-priority");
+    let isolated = args.iter().any(|a| a == "--isolated");
     let rate = flag("--netns");
     let hosts = rate.map(
         |r| match netns::Hosts::new("zbench", (r > 0).then_some(r as u32)) {
@@ -133,8 +146,9 @@ fn main() {
         }
         None => "loopback".to_string(),
     };
-    println!("# Zenoh put → lane latency over TCP, {path}, {links} link(s), rx workers at {}, {secs} s per mode, one RealTime put every {period_us} µs; SCHED_FIFO {}",
+    println!("# Zenoh put → lane latency over TCP, {path}, {links} link(s), rx workers at {}{}, {secs} s per mode, one RealTime put every {period_us} µs; SCHED_FIFO {}",
         rx_priority.map_or("SCHED_OTHER".to_string(), |p| format!("SCHED_FIFO {p}")),
+        if isolated { "; isolated: real-time through an ingress process (Zenoh at SCHED_FIFO 70) and iceoryx2" } else { "" },
         if rt_ok { "granted" } else { "NOT granted (time-shared)" });
     println!(
         "{:<6} {:<14} {:>8} {:>8} {:>8} {:>9} {:>8}",
@@ -153,7 +167,12 @@ fn main() {
         // Across the veth pair, the real-time link's packets are marked IPTOS_LOWDELAY, so the
         // shaped link's pfifo_fast sends them first.
         let mark = if hosts.is_some() { "#dscp=0x10" } else { "" };
-        let endpoints = if links == 1 {
+        let endpoints = if isolated {
+            vec![
+                format!("tcp/{ip}:{}?prio=1-3{mark}", port()),
+                format!("tcp/{ip}:{}?prio=4-7", port()),
+            ]
+        } else if links == 1 {
             vec![format!("tcp/{ip}:{}", port())]
         } else {
             vec![
@@ -162,11 +181,21 @@ fn main() {
             ]
         };
         let quoted: Vec<String> = endpoints.iter().map(|e| format!("\"{e}\"")).collect();
+        // Isolated: this process listens on the bulk link only; the ingress on the real-time one.
+        let listen = if isolated {
+            quoted[1].clone()
+        } else {
+            quoted.join(", ")
+        };
         let endpoints = quoted.join(", ");
         let rx = rx_priority.map_or(String::new(), |p| format!("rx_priority = {p}\n"));
+        let high_route = if isolated {
+            ""
+        } else {
+            "[[route]]\nlane = \"high\"\npriorities = [\"real-time\"]\n"
+        };
         let cfg = Config::parse(&format!(
-            "{THREADS}{rx}[session]\nlisten = [{endpoints}]\n\
-             [[route]]\nlane = \"high\"\npriorities = [\"real-time\"]\n\
+            "{THREADS}{rx}[session]\nlisten = [{listen}]\n{high_route}\
              [[route]]\nlane = \"low\"\npriorities = [\"background\"]\ncapacity = 1024\n\
              [[subscribe]]\nkey = \"bench/**\"\n"
         ))
@@ -185,12 +214,46 @@ fn main() {
         let mut bridge = Bridge::open(&cfg).unwrap();
         let rec = Recorder::new((secs * 1_000_000 / period_us.max(1)) as usize + 1024);
         let r = rec.clone();
-        bridge
-            .route(&rt, "high", move |s, _| {
-                let stamp = u64::from_le_bytes(s.payload[..8].try_into().unwrap_or_default());
-                r.record(stamp, s.received_ns);
-            })
+        let service = format!("lfrt-bench/zenoh-isolated-{}", std::process::id());
+        let mut ingress_child = None;
+        if isolated {
+            let node = lfrt_iceoryx2::node().unwrap();
+            let options = lfrt_iceoryx2::SubscriberOptions {
+                create: true,
+                buffer: Some(64),
+                ..Default::default()
+            };
+            let (sub, _stats) = lfrt_iceoryx2::LaneSubscriber::open(
+                &node,
+                &service,
+                options,
+                move |v: &[u64; 2], _| r.record(v[0], v[1]),
+            )
             .unwrap();
+            sub.register(&rt.lane("high").unwrap().registry()).unwrap();
+            // The node stays alive as long as the process: the subscriber needs it.
+            std::mem::forget(node);
+            let rt_endpoint = endpoints.split(", ").next().unwrap().to_string();
+            let exe = std::env::current_exe().unwrap();
+            ingress_child = Some(
+                std::process::Command::new(exe)
+                    .args([
+                        "ingress".to_string(),
+                        rt_endpoint,
+                        service.clone(),
+                        (secs + 30).to_string(),
+                    ])
+                    .spawn()
+                    .unwrap(),
+            );
+        } else {
+            bridge
+                .route(&rt, "high", move |s, _| {
+                    let stamp = u64::from_le_bytes(s.payload[..8].try_into().unwrap_or_default());
+                    r.record(stamp, s.received_ns);
+                })
+                .unwrap();
+        }
         let low = Arc::new(AtomicU64::new(0));
         let l = low.clone();
         bridge
@@ -231,6 +294,10 @@ fn main() {
         let mut out = String::new();
         let _ = child.stdout.take().unwrap().read_to_string(&mut out);
         let ok = child.wait().unwrap().success();
+        if let Some(mut i) = ingress_child.take() {
+            let _ = i.kill();
+            let _ = i.wait();
+        }
         std::thread::sleep(Duration::from_millis(100));
         let m = rt.shutdown().unwrap();
         let t = bridge.close().unwrap();
@@ -342,4 +409,32 @@ fn sender(args: &[String]) {
         "sender outbox: real-time sent {} full {}; background sent {} full {}; put_errors {}",
         t.outbox_sent[0], t.outbox_full[0], t.outbox_sent[6], t.outbox_full[6], t.put_errors
     );
+}
+
+/// The isolated ingress (`ingress ENDPOINT SERVICE SECS`): opens its Zenoh session from a thread
+/// at SCHED_FIFO 70, so all of Zenoh's threads here run at FIFO 70, listens on the real-time
+/// endpoint and publishes each `bench/high` sample's stamp, with the time its callback ran, over
+/// iceoryx2. Ends after SECS (the parent kills it sooner).
+fn ingress(args: &[String]) {
+    let (endpoint, service) = (&args[0], &args[1]);
+    let secs: u64 = args[2].parse().unwrap();
+    if let Err(e) = lfrt::os::set_current_sched(lfrt::os::Sched::Fifo(70)) {
+        eprintln!("ingress: SCHED_FIFO 70 refused ({e}); running time-shared");
+    }
+    let node = lfrt_iceoryx2::node().unwrap();
+    let publisher = lfrt_iceoryx2::Publisher::<[u64; 2]>::create(&node, service).unwrap();
+    let cfg = Config::parse(&format!("{THREADS}[session]\nlisten = [{endpoint}]\n")).unwrap();
+    let bridge = Bridge::open(&cfg).unwrap();
+    let _sub = bridge
+        .session()
+        .declare_subscriber("bench/high")
+        .callback(move |s| {
+            let now = lfrt::os::now_ns();
+            let bytes = s.payload().to_bytes();
+            let stamp = u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default());
+            let _ = publisher.publish([stamp, now]);
+        })
+        .wait()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(secs));
 }
