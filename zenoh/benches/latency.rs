@@ -25,7 +25,8 @@
 //! bridge and puts, through an lfrt-zenoh outbox, a `CLOCK_MONOTONIC` stamp and a sequence
 //! number at `RealTime` priority every `--period-us` (default 1000 µs); in `flood` mode a second
 //! thread puts 64-byte samples at `Background` priority as fast as the outbox takes them
-//! (congestion `drop`). With `--netns RATE`, the sender runs in a network namespace joined by a
+//! (congestion `drop`; it backs off 20 µs when the outbox refuses). The sender's CPU share is
+//! printed: where it nears 200 % (both CPUs) the flood measures the machine, not the link. With `--netns RATE`, the sender runs in a network namespace joined by a
 //! veth pair whose both directions `tc` limits to RATE Mbit/s, so
 //! the flood fills the link (HTB, `pfifo_fast` under it; the real-time link is marked
 //! `IPTOS_LOWDELAY` with `#dscp=0x10`, so it takes the first band). The bridge routes
@@ -275,6 +276,7 @@ fn main() {
             Some(h) => h.command(&exe),
             None => std::process::Command::new(&exe),
         };
+        let (cpu_before, started) = (lfrt::os::children_cpu_ns(), Instant::now());
         let mut child = cmd
             .args(child_args)
             .stdout(std::process::Stdio::piped())
@@ -294,6 +296,9 @@ fn main() {
         let mut out = String::new();
         let _ = child.stdout.take().unwrap().read_to_string(&mut out);
         let ok = child.wait().unwrap().success();
+        let sender_cpu = (lfrt::os::children_cpu_ns() - cpu_before) as f64
+            / started.elapsed().as_nanos() as f64
+            * 100.0;
         if let Some(mut i) = ingress_child.take() {
             let _ = i.kill();
             let _ = i.wait();
@@ -329,7 +334,7 @@ fn main() {
             t.gaps[0], t.full[0], low.load(Relaxed), t.full[6], t.gaps[6], m[0].pool_allocations, m[1].pool_allocations
         );
         for line in out.lines().filter(|l| l.starts_with("sender ")) {
-            println!("{mode:<6} {line}");
+            println!("{mode:<6} {line}; sender CPU {sender_cpu:.0} % of one CPU");
         }
         if flood {
             last = (most_links, sent, n as u64);
@@ -374,8 +379,10 @@ fn sender(args: &[String]) {
             let payload = [0u8; 64];
             while !stop.load(Relaxed) {
                 if flood_arg == 1 {
+                    // A producer that finds its queue full backs off a little: spinning on the
+                    // refusal would measure the spin (a whole CPU) instead of the flood.
                     if outbox.put(low, &payload).is_err() {
-                        std::thread::yield_now();
+                        std::thread::sleep(Duration::from_micros(20));
                     }
                 } else {
                     for _ in 0..flood_arg - 1 {

@@ -92,6 +92,27 @@ impl Hosts {
         inside(&["ip", "link", "set", &peer_if, "up"])?;
         inside(&["ip", "link", "set", "lo", "up"])?;
         if let Some(rate) = rate_mbit {
+            // Shape packets as a wire sees them: without segmentation offloads a veth hands the
+            // qdisc 64 KiB super-packets, and one of them holds the link for 52 ms at 10 Mbit/s
+            // whatever band a small packet is in.
+            for (dev, exec) in [(&host_if, false), (&peer_if, true)] {
+                let off = [
+                    "ethtool",
+                    "-K",
+                    dev.as_str(),
+                    "tso",
+                    "off",
+                    "gso",
+                    "off",
+                    "gro",
+                    "off",
+                ];
+                if exec {
+                    inside(&off)?;
+                } else {
+                    run(&off)?;
+                }
+            }
             let rate = format!("{rate}mbit");
             for (dev, exec) in [(&host_if, false), (&peer_if, true)] {
                 let shape = |args: &[&str]| if exec { inside(args) } else { run(args) };
