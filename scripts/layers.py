@@ -2,15 +2,16 @@
 """Draws the module graph of the `lfrt` crate from its own paths and fails on an import circle,
 on a layer that reaches above itself, or on a layer that uses what its module doc does not allow.
 
-A node is a module file under src/ (src/engine/group.rs is `engine::group`; a folder's mod.rs is
-the folder). An edge a -> b means a's code names an item of b: in a `use` declaration (grouped
-`use crate::{a::X, b::{c::Y}}` trees, `self`, `super::`, `super::super::` and child-module paths
-included) or as an inline path (`crate::b::f()`, `super::b::f()`, or `b::f()` after `use
-crate::b`). A path through the crate root (`crate::GroupConfig`, `crate::handlers::UdpEcho`,
-`crate::os::now_ns`) is followed through lib.rs's own `use` declarations to the module that
-defines it. Comments, strings and test code (items under `#[cfg(test)]` or `#[cfg(all(test,
-…))]`, and files only such a `mod x;` declares) make no edge; code after a test module does.
-Macros (`syscall!`) make none either: their paths are not read.
+A node is a module file under src/ (src/engine/group.rs is `engine::group`; a folder's mod.rs is the
+folder; a file's own folder holds its child modules: src/engine/leader/loom_tests.rs is
+`engine::leader::loom_tests`). An edge a -> b means a's code names an item of b: in a `use`
+declaration (grouped `use crate::{a::X, b::{c::Y}}` trees, `self`, `super::`, `super::super::` and
+child-module paths included) or as an inline path (`crate::b::f()`, `super::b::f()`, or `b::f()`
+after `use crate::b`). A path through the crate root (`crate::GroupConfig`,
+`crate::handlers::UdpEcho`, `crate::os::now_ns`) is followed through lib.rs's own `use` declarations
+to the module that defines it. Comments, strings and test code (items under `#[cfg(test)]` or
+`#[cfg(all(test, …))]`, and files only such a `mod x;` declares) make no edge; code after a test
+module does. Macros (`syscall!`) make none either: their paths are not read.
 
 Rules, each checked on every edge:
 * Layers, lowest first; a module may use only its own layer and those below it:
@@ -460,7 +461,10 @@ CLEAN = {
         #[cfg(all(test, not(loom)))]
         fn helper() { crate::config::line(); }
         fn after() -> u64 { crate::sys::now_ns() }
+        #[cfg(all(test, loom))]
+        mod loom_tests;
     """,
+    "engine/leader/loom_tests.rs": "use super::*;\nuse crate::runtime::R;\n",
     "engine/word.rs": "pub struct Token; pub(crate) enum Word {}\n",
     "sources/mod.rs": "//! * **May use:** the engine's handler interface (`engine::handler`, and\n"
                       "//!   `engine::word::Token`), `sys` and `observe`.\n"
@@ -535,7 +539,8 @@ def self_test():
             ("engine::leader", "sys"), ("sources::handlers", "engine::word")] if (a, b) not in edges]
         extra = [f"{a} -> {b}" for a, b in [("engine::leader", "config"),
                                             ("engine::leader", "runtime")] if (a, b) in edges]
-        extra += ["config::tests is a module"] if "config::tests" in crate.modules else []
+        extra += [f"{t} is a module" for t in ("config::tests", "engine::leader::loom_tests")
+                  if t in crate.modules]
         if problems or missing or extra:
             failed += 1
             print(f"FAIL clean tree: problems {problems}, edges not drawn {missing}, "

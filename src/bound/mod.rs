@@ -76,9 +76,9 @@
 //! (`engine/leader.rs`: leader slot, follower queue, promotion and parkers, shared with the
 //! unbound groups and extended with the hand-off of a reply to a named follower): one PI lock, no
 //! system calls but the lock's and the parkers', checked by loom models (`scripts/loom.sh`;
-//! in `leader.rs`: hand-off, failure, shutdown, a timeout racing a hand-off; in `table.rs`:
-//! reverse-order hand-off, connection close, timeout with a late reply, deferral to a serving
-//! thread, three waiters).
+//! in `engine/leader/loom_tests.rs`: hand-off, failure, shutdown, a timeout racing a hand-off;
+//! in `table/loom_tests.rs`: reverse-order hand-off, connection close, timeout with a late
+//! reply, deferral to a serving thread, three waiters).
 //! * **At most one leader.** The role is taken only when vacant (under the lock) or handed by
 //!   the leader to a follower it removed from the queue. The leader holds the receive buffer's
 //!   lock for as long as it leads and releases it *before* naming a successor; a new leader
