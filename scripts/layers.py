@@ -22,6 +22,9 @@ Rules, each checked on every edge:
   what that line names in backticks: a whole layer (`sys`) or a part of one (`engine::handler`,
   `engine::word::Token`), so the docs and the check cannot drift apart.
 * No circle among modules, inside a layer or across layers.
+* `libc` and `nix` are named only in files under src/sys/, test code included (comments and
+  strings do not count): every system call lives below sys/, and the rest of the crate names
+  what sys/ gives it (`sys::net::is_out_of_resources`, `sys::epoll::is_not_member`).
 
 Usage: scripts/layers.py [--graph] [--src DIR] | scripts/layers.py --self-test
 """
@@ -170,6 +173,15 @@ def strip_tests(text):
     return text, test_mods, whole
 
 
+SYSTEM_CRATE = re.compile(r"(?<![\w$:])(?:::\s*)?(libc|nix)\s*::|\bextern\s+crate\s+(libc|nix)\b")
+
+
+def system_crates(rel, text):
+    """(file, line, crate) for every path through `libc` or `nix` in a cleaned text."""
+    return [(rel, text.count("\n", 0, m.start()) + 1, m.group(1) or m.group(2))
+            for m in SYSTEM_CRATE.finditer(text)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Paths.
 
@@ -248,6 +260,7 @@ class Crate:
     def __init__(self, src):
         self.src = src
         self.files, self.texts, self.test_mods = {}, {}, set()
+        self.sys_crates = []  # (file, line, name) where libc or nix is named outside sys/
         for root, _, names in os.walk(src):
             for f in names:
                 if f.endswith(".rs"):
@@ -256,7 +269,10 @@ class Crate:
                     if rel[-1] == "mod":
                         rel = rel[:-1]
                     module = "" if rel == ["lib"] else "::".join(rel)
-                    text, tests, whole = strip_tests(clean(open(p).read()))
+                    cleaned = clean(open(p).read())
+                    if rel[0] != "sys":
+                        self.sys_crates += system_crates(os.path.relpath(p, src), cleaned)
+                    text, tests, whole = strip_tests(cleaned)
                     self.files[module], self.texts[module] = p, text
                     self.test_mods |= {f"{module}::{t}" if module else t for t in tests}
                     if whole:
@@ -402,6 +418,9 @@ def check(src, graph=False):
             print(f"{m} -> {', '.join(sorted(g[m])) or '-'}")
     for comp in cycles(g):
         out.append("circle: " + " <-> ".join(comp))
+    for rel, line, name in crate.sys_crates:
+        out.append(f"`{name}` outside src/sys/ (every system call lives below sys/; give sys/ a "
+                   f"named constant or function): {rel}:{line}")
     allowed = {l: crate.may_use(l) for l in RANK}
     for m in sorted(used):
         lm = layer(m)
@@ -427,7 +446,7 @@ def check(src, graph=False):
             more = f" (+{len(paths) - 3} more)" if len(paths) > 3 else ""
             out.append(f"{problem}: {', '.join(paths[:3])}{more}")
     summary = (f"layers: {len(g)} modules, {sum(len(v) for v in g.values())} uses, no circle, "
-               "no upward use, every use allowed by its layer's doc")
+               "no upward use, every use allowed by its layer's doc, no libc or nix outside sys/")
     return sorted(set(out), key=out.index), summary
 
 
@@ -443,6 +462,7 @@ CLEAN = {
         pub mod os { pub use crate::sys::now_ns; }
     """,
     "sys/mod.rs": "//! * **May use:** nothing else of the crate.\npub fn now_ns() -> u64 { 0 }\n"
+                  "pub(crate) fn is_not_member(e: i32) -> bool { e == libc::ENOENT }\n"
                   "#[macro_export] macro_rules! s { () => { $crate::sys::now_ns() } }\n",
     "observe/mod.rs": "//! * **May use:** `sys` only.\npub mod metrics;\n",
     "observe/metrics.rs": "use crate::sys;\npub struct M;\n",
@@ -452,7 +472,8 @@ CLEAN = {
                          "pub trait H {}\n",
     "engine/leader.rs": """
         use crate::sys::{self};
-        // crate::config::GroupConfig in a comment is no use
+        // crate::config::GroupConfig in a comment is no use, nor libc::ENOENT
+        const E: &str = "nix::errno::Errno";
         const S: &str = "crate::config::GroupConfig";
         const C: char = '{';
         fn f() -> [u8; 2] { let _ = sys::now_ns(); [0; 2] }
@@ -512,6 +533,14 @@ CASES = [
      "upward use: engine::handler (engine) -> config (config): config::GroupConfig"),
     ("a circle across files", "engine/word.rs", "use super::handler::H;",
      "circle: engine::handler <-> engine::word"),
+    ("libc outside sys/", "sources/handlers.rs",
+     "fn gone(e: i32) -> bool { e == ::libc::ENOENT }",
+     "`libc` outside src/sys/ (every system call lives below sys/; give sys/ a named constant "
+     "or function): sources/handlers.rs:"),
+    ("nix in test code outside sys/", "engine/word.rs",
+     "#[cfg(test)]\nmod tests { fn t() { let _ = nix::unistd::gettid(); } }",
+     "`nix` outside src/sys/"),
+    ("a use of libc outside sys/", "config/mod.rs", "use libc::EIO;", "`libc` outside src/sys/"),
 ]
 
 

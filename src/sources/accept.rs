@@ -177,8 +177,8 @@ impl Acceptor {
             return Ok(());
         }
         match self.gate.delete(listener) {
-            // ENOENT: not a member, so not watched either.
-            Err(e) if e.raw_os_error() != Some(libc::ENOENT) => Err(e),
+            // Not a member, so not watched either.
+            Err(e) if !sys::epoll::is_not_member(&e) => Err(e),
             _ => {
                 self.listener_in_gate = InGate::Removed;
                 Ok(())
@@ -534,7 +534,7 @@ mod tests {
         let mut acceptor = Acceptor::new(listener).unwrap();
         acceptor.gate.delete(acceptor.listener.as_raw_fd()).unwrap();
         let mut ctx = ctx();
-        let emfile = io::Error::from_raw_os_error(libc::EMFILE);
+        let emfile = io::Error::from_raw_os_error(sys::net::EMFILE);
         let _ = acceptor.exhausted(&emfile, &ctx);
         assert!(
             !gate_ready(&acceptor, 0),
