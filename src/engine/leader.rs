@@ -38,9 +38,11 @@
 //! best follower takes the role and what is left of the batch, and the old leader finds out
 //! at its next [`lead`](Protocol::lead) (`Lead::Lost`). An event that becomes ready meanwhile
 //! waits at most for the leader's predicted work, or, when the prediction failed, until the
-//! watchdog's next look after `promote_after_us`. A leader that took several events in one
-//! wait leaves the others in the batch; with promotion not deferred (`promote_after_us = 0`),
-//! the follower it promotes is woken at once to take them.
+//! watchdog's next look after `promote_after_us`. A leader that promotes keeps the quick
+//! events at the head of its wait to process itself, and leaves the others in the batch, which
+//! passes on with the role: the follower it wakes takes the next of them at once, promoting the
+//! next follower in turn (with `promote_after_us = 0` nothing is quick, so the leader processes
+//! one event and the batch holds the rest).
 //!
 //! **Unbound** associations (`dispatch.rs`, `X = ()`): any thread handles any event, so a thread
 //! waits only for the leader role: [`join`](Protocol::join), [`promote_with`](Protocol::promote_with),
@@ -128,14 +130,14 @@
 //! runs unchanged under loom (`--cfg loom`, see `scripts/loom.sh`).
 //!
 //! What the bound extensions cost the unbound path (`join`, `promote` per event): no atomic
-//! operation and no system call; the same lock and park/unpark calls as before. `join` is
-//! `join_with` with a check that reads the shutdown flag (a closure, inlined); the follower
-//! queue's heap is a boxed array (one pointer load away) with an index beside it, which costs
-//! one load per push (is the thread queued already?) and one store per entry moved by a push
-//! or pop (at most ⌈log₂ 64⌉ = 6, typically 0–1: few followers wait); `Variant::promoted` is
-//! empty for `()`. Off the per-event path, `shutdown` now unparks the followers under the lock
-//! (it has no fixed-size list to collect them in), and `resign` promotes a waiting follower
-//! instead of leaving it queued behind no leader (at shutdown the queue is already empty).
+//! operation and no system call beyond the lock and the parkers. `join` is `join_with` with a
+//! check that reads the shutdown flag (a closure, inlined); the follower queue's heap is a
+//! boxed array (one pointer load away) with an index beside it, which costs one load per push
+//! (is the thread queued already?) and one store per entry moved by a push or pop (at most
+//! ⌈log₂ 64⌉ = 6, typically 0–1: few followers wait); `Variant::promoted` is empty for `()`.
+//! Off the per-event path, `shutdown` unparks the followers under the lock (it has no
+//! fixed-size list to collect them in), and `resign` hands the role to a waiting follower, so
+//! that no follower stays queued behind no leader (at shutdown the queue is already empty).
 
 use crate::engine::follower_queue::{FollowerQueue, Promotion};
 use crate::sync::{Mutex, MutexGuard, Parker};
@@ -240,8 +242,19 @@ pub(crate) const MAX_BATCH: usize = 16;
 /// from it, under the lock, and the role passes on with it. So each event in it is taken
 /// exactly once, by whichever thread leads next, and a follower promoted while it is not empty
 /// starts on an event at once instead of waiting on the handle set. An event in the batch is
-/// disarmed (`EPOLLONESHOT`) like one the thread is processing, so no other wait reports it
-/// meanwhile; a batch left at shutdown is dropped with the handles.
+/// claimed (`claim.rs`) like one a thread is processing, so no other thread dispatches it
+/// meanwhile: a report of its handle that another wait gets is folded into its dispatch. A
+/// batch left at shutdown is dropped with the handles.
+///
+/// How many events it holds: at most `MAX_BATCH − 1` (what one wait returns, less the event
+/// the leader processes). A leader that keeps its role (deferred promotion) processes its batch
+/// itself, until the watchdog relieves it. A leader that hands the role on leaves the batch to
+/// the followers: a lane that waits for at most one event per idle thread (`Lead::Wait`'s
+/// `max`; a lane that does not defer promotion, or that borrows) leaves no more than its queued
+/// followers take, one each; a lane that defers and does not borrow waits for up to
+/// `MAX_BATCH`, to tell whether its wait drained the set, and may leave more events than there
+/// are followers. Those beyond them wait, claimed, for the first thread that rejoins (every
+/// thread of the lane is busy then), as they would have waited in the kernel.
 #[derive(Debug, Default)]
 struct Batch {
     events: [Ready; MAX_BATCH],
@@ -293,10 +306,13 @@ pub(crate) enum Lead {
     /// An event of the batch, taken. `Some`: the role passed on (as
     /// [`Protocol::promote_with`]); `None`: the leader keeps it (deferred promotion).
     Take(Ready, Option<Promoted>),
-    /// The batch is empty: wait on the handle set for at most `max` events, then call
-    /// [`Protocol::promote_with`] or [`Protocol::keep`]. `max` is one more than the followers
-    /// queued, so that a batch never holds more than the lane's idle threads take at once
-    /// (events left in the kernel stay visible to lenders, `borrow.rs`).
+    /// The batch is empty: wait on the handle set, then call [`Protocol::promote_with`] or
+    /// [`Protocol::keep`]. `max` is one more than the followers queued (at most `MAX_BATCH`):
+    /// the events the lane's idle threads take at once. A lane that does not defer promotion,
+    /// or that borrows, waits for at most `max`, so a batch it hands on never holds more than
+    /// its followers take (and a borrowing lane's other events stay in the kernel, visible to
+    /// its lenders, `borrow.rs`); a lane that defers waits for up to `MAX_BATCH`
+    /// (`dispatch.rs`, and [`Batch`] for what that leaves in the batch).
     Wait { max: usize },
     /// The role was handed on by the watchdog while this thread kept it: rejoin.
     Lost,
