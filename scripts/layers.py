@@ -2,15 +2,16 @@
 """Draws the module graph of the `lfrt` crate from its own paths and fails on an import circle,
 on a layer that reaches above itself, or on a layer that uses what its module doc does not allow.
 
-A node is a module file under src/ (src/engine/group.rs is `engine::group`; a folder's mod.rs is
-the folder). An edge a -> b means a's code names an item of b: in a `use` declaration (grouped
-`use crate::{a::X, b::{c::Y}}` trees, `self`, `super::`, `super::super::` and child-module paths
-included) or as an inline path (`crate::b::f()`, `super::b::f()`, or `b::f()` after `use
-crate::b`). A path through the crate root (`crate::GroupConfig`, `crate::handlers::UdpEcho`,
-`crate::os::now_ns`) is followed through lib.rs's own `use` declarations to the module that
-defines it. Comments, strings and test code (items under `#[cfg(test)]` or `#[cfg(all(test,
-…))]`, and files only such a `mod x;` declares) make no edge; code after a test module does.
-Macros (`syscall!`) make none either: their paths are not read.
+A node is a module file under src/ (src/engine/group.rs is `engine::group`; a folder's mod.rs is the
+folder; a file's own folder holds its child modules: src/engine/leader/loom_tests.rs is
+`engine::leader::loom_tests`). An edge a -> b means a's code names an item of b: in a `use`
+declaration (grouped `use crate::{a::X, b::{c::Y}}` trees, `self`, `super::`, `super::super::` and
+child-module paths included) or as an inline path (`crate::b::f()`, `super::b::f()`, or `b::f()`
+after `use crate::b`). A path through the crate root (`crate::GroupConfig`,
+`crate::handlers::UdpEcho`, `crate::os::now_ns`) is followed through lib.rs's own `use` declarations
+to the module that defines it. Comments, strings and test code (items under `#[cfg(test)]` or
+`#[cfg(all(test, …))]`, and files only such a `mod x;` declares) make no edge; code after a test
+module does. Macros (`syscall!`) make none either: their paths are not read.
 
 Rules, each checked on every edge:
 * Layers, lowest first; a module may use only its own layer and those below it:
@@ -21,6 +22,9 @@ Rules, each checked on every edge:
   what that line names in backticks: a whole layer (`sys`) or a part of one (`engine::handler`,
   `engine::word::Token`), so the docs and the check cannot drift apart.
 * No circle among modules, inside a layer or across layers.
+* `libc` and `nix` are named only in files under src/sys/, test code included (comments and
+  strings do not count): every system call lives below sys/, and the rest of the crate names
+  what sys/ gives it (`sys::net::is_out_of_resources`, `sys::epoll::is_not_member`).
 
 Usage: scripts/layers.py [--graph] [--src DIR] | scripts/layers.py --self-test
 """
@@ -169,6 +173,15 @@ def strip_tests(text):
     return text, test_mods, whole
 
 
+SYSTEM_CRATE = re.compile(r"(?<![\w$:])(?:::\s*)?(libc|nix)\s*::|\bextern\s+crate\s+(libc|nix)\b")
+
+
+def system_crates(rel, text):
+    """(file, line, crate) for every path through `libc` or `nix` in a cleaned text."""
+    return [(rel, text.count("\n", 0, m.start()) + 1, m.group(1) or m.group(2))
+            for m in SYSTEM_CRATE.finditer(text)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Paths.
 
@@ -247,6 +260,7 @@ class Crate:
     def __init__(self, src):
         self.src = src
         self.files, self.texts, self.test_mods = {}, {}, set()
+        self.sys_crates = []  # (file, line, name) where libc or nix is named outside sys/
         for root, _, names in os.walk(src):
             for f in names:
                 if f.endswith(".rs"):
@@ -255,7 +269,10 @@ class Crate:
                     if rel[-1] == "mod":
                         rel = rel[:-1]
                     module = "" if rel == ["lib"] else "::".join(rel)
-                    text, tests, whole = strip_tests(clean(open(p).read()))
+                    cleaned = clean(open(p).read())
+                    if rel[0] != "sys":
+                        self.sys_crates += system_crates(os.path.relpath(p, src), cleaned)
+                    text, tests, whole = strip_tests(cleaned)
                     self.files[module], self.texts[module] = p, text
                     self.test_mods |= {f"{module}::{t}" if module else t for t in tests}
                     if whole:
@@ -401,6 +418,9 @@ def check(src, graph=False):
             print(f"{m} -> {', '.join(sorted(g[m])) or '-'}")
     for comp in cycles(g):
         out.append("circle: " + " <-> ".join(comp))
+    for rel, line, name in crate.sys_crates:
+        out.append(f"`{name}` outside src/sys/ (every system call lives below sys/; give sys/ a "
+                   f"named constant or function): {rel}:{line}")
     allowed = {l: crate.may_use(l) for l in RANK}
     for m in sorted(used):
         lm = layer(m)
@@ -426,7 +446,7 @@ def check(src, graph=False):
             more = f" (+{len(paths) - 3} more)" if len(paths) > 3 else ""
             out.append(f"{problem}: {', '.join(paths[:3])}{more}")
     summary = (f"layers: {len(g)} modules, {sum(len(v) for v in g.values())} uses, no circle, "
-               "no upward use, every use allowed by its layer's doc")
+               "no upward use, every use allowed by its layer's doc, no libc or nix outside sys/")
     return sorted(set(out), key=out.index), summary
 
 
@@ -442,6 +462,7 @@ CLEAN = {
         pub mod os { pub use crate::sys::now_ns; }
     """,
     "sys/mod.rs": "//! * **May use:** nothing else of the crate.\npub fn now_ns() -> u64 { 0 }\n"
+                  "pub(crate) fn is_not_member(e: i32) -> bool { e == libc::ENOENT }\n"
                   "#[macro_export] macro_rules! s { () => { $crate::sys::now_ns() } }\n",
     "observe/mod.rs": "//! * **May use:** `sys` only.\npub mod metrics;\n",
     "observe/metrics.rs": "use crate::sys;\npub struct M;\n",
@@ -451,7 +472,8 @@ CLEAN = {
                          "pub trait H {}\n",
     "engine/leader.rs": """
         use crate::sys::{self};
-        // crate::config::GroupConfig in a comment is no use
+        // crate::config::GroupConfig in a comment is no use, nor libc::ENOENT
+        const E: &str = "nix::errno::Errno";
         const S: &str = "crate::config::GroupConfig";
         const C: char = '{';
         fn f() -> [u8; 2] { let _ = sys::now_ns(); [0; 2] }
@@ -460,7 +482,10 @@ CLEAN = {
         #[cfg(all(test, not(loom)))]
         fn helper() { crate::config::line(); }
         fn after() -> u64 { crate::sys::now_ns() }
+        #[cfg(all(test, loom))]
+        mod loom_tests;
     """,
+    "engine/leader/loom_tests.rs": "use super::*;\nuse crate::runtime::R;\n",
     "engine/word.rs": "pub struct Token; pub(crate) enum Word {}\n",
     "sources/mod.rs": "//! * **May use:** the engine's handler interface (`engine::handler`, and\n"
                       "//!   `engine::word::Token`), `sys` and `observe`.\n"
@@ -508,6 +533,14 @@ CASES = [
      "upward use: engine::handler (engine) -> config (config): config::GroupConfig"),
     ("a circle across files", "engine/word.rs", "use super::handler::H;",
      "circle: engine::handler <-> engine::word"),
+    ("libc outside sys/", "sources/handlers.rs",
+     "fn gone(e: i32) -> bool { e == ::libc::ENOENT }",
+     "`libc` outside src/sys/ (every system call lives below sys/; give sys/ a named constant "
+     "or function): sources/handlers.rs:"),
+    ("nix in test code outside sys/", "engine/word.rs",
+     "#[cfg(test)]\nmod tests { fn t() { let _ = nix::unistd::gettid(); } }",
+     "`nix` outside src/sys/"),
+    ("a use of libc outside sys/", "config/mod.rs", "use libc::EIO;", "`libc` outside src/sys/"),
 ]
 
 
@@ -535,7 +568,8 @@ def self_test():
             ("engine::leader", "sys"), ("sources::handlers", "engine::word")] if (a, b) not in edges]
         extra = [f"{a} -> {b}" for a, b in [("engine::leader", "config"),
                                             ("engine::leader", "runtime")] if (a, b) in edges]
-        extra += ["config::tests is a module"] if "config::tests" in crate.modules else []
+        extra += [f"{t} is a module" for t in ("config::tests", "engine::leader::loom_tests")
+                  if t in crate.modules]
         if problems or missing or extra:
             failed += 1
             print(f"FAIL clean tree: problems {problems}, edges not drawn {missing}, "

@@ -57,4 +57,4 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
 # Reply slots (src/task/channel.rs): the replying or vanishing sender against the receiver;
 # released exactly once, a sent value dropped exactly once (exhaustive, two threads).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-    cargo test -p lfrt --release --lib task::channel::reply_loom_tests -- --test-threads=1 "$@"
+    cargo test -p lfrt --release --lib task::channel::loom_tests -- --test-threads=1 "$@"

@@ -1,25 +1,31 @@
 //! # lfrt — a real-time, priority-aware Leader/Followers runtime for Linux
 //!
 //! A **group** is a pool of threads that take turns on one handle set (an epoll instance):
-//! one thread, the *leader*, waits for an event; when one arrives it promotes a *follower* to
-//! leader **before** processing the event itself, in its own thread, then rejoins the pool.
-//! No queue sits between detection and processing, so no request waits behind another, and
-//! nothing is copied between threads (Schmidt et al., *Leader/Followers*, POSA2).
+//! one thread, the *leader*, waits for events; when they arrive it promotes a *follower* to
+//! leader **before** processing an event itself, in its own thread, then rejoins the pool
+//! (Schmidt et al., *Leader/Followers*, POSA2). Events of one wait that the leader does not
+//! process stay in a small preallocated batch that passes on with the leader role, so nothing
+//! is copied or allocated between threads. An event waits behind another's handler only when
+//! every thread of its group is busy, or when it is one of the few quick events a leader
+//! processes itself (deferred promotion: their handlers recently ran for less than
+//! [`promote_after_us`](GroupConfig::promote_after_us) in all; the watchdog relieves a leader
+//! that keeps its role past that).
 //!
 //! Several groups run at distinct `SCHED_FIFO` priorities ("lanes"): an event on a
 //! high-priority group's handles is detected and processed by that group's threads, never
 //! queued behind low-priority work.
 //!
 //! ## Real-time contract
-//! All buffers, follower heaps, handle tables and telemetry rings are allocated in
-//! [`Runtime::new`] and [`Runtime::start`]. After `start` the dispatch path does not allocate,
-//! and blocks only in `epoll_wait` (leader), a per-thread futex (follower) or a
-//! priority-inheritance lock. Between `epoll_wait` returning and a handler starting it makes no
-//! system call, and per event none beyond the wait and the handler's own I/O: handles are
-//! edge-triggered, and one whose handler read its source until it would block
-//! ([`Context::set_drained`]) is kept without an `epoll_ctl`. Pool threads pre-fault their stacks and buffers before the first
-//! event, and `lock_memory` pins everything with `mlockall`. The runtime counts allocations and
-//! minor faults on pool threads after warm-up and reports them ([`GroupMetrics`]).
+//! All buffers, follower heaps, handle tables and telemetry rings are allocated in [`Runtime::new`]
+//! and [`Runtime::start`]. After `start` the dispatch path does not allocate, and blocks only in
+//! `epoll_wait` (the leader; in concurrent mode every idle thread), its own futex word (a follower
+//! parks on it until it is woken) or a priority-inheritance lock. Between `epoll_wait` returning
+//! and a handler starting it makes no system call, and per event none beyond the wait and the
+//! handler's own I/O: handles are edge-triggered, and one whose handler read its source until it
+//! would block ([`Context::set_drained`]) is kept without an `epoll_ctl`. Pool threads pre-fault
+//! their stacks and buffers before the first event, and `lock_memory` pins everything with
+//! `mlockall`. The runtime counts allocations and minor faults on pool threads after warm-up and
+//! reports them ([`GroupMetrics`]).
 //!
 //! ## Quick start
 //! ```no_run

@@ -78,14 +78,14 @@
 pub mod borrow;
 
 use crate::hsha::{HshaConfig, HshaPool, Source};
+use crate::measured;
 use crate::service::{Request, RequestKind, Service, ServiceHandler};
-use crate::{measured, sum_measured};
 use lfrt::handlers::cpu_work;
 use lfrt::os::{self, Sched};
 use lfrt::PiMutex;
 use lfrt::Runtime;
 use lfrt::{Context, Disposition, Event, EventHandler};
-use lfrt::{GroupConfig, Policy, RtMode, RuntimeConfig};
+use lfrt::{GroupConfig, GroupMetrics, Policy, RtMode, RuntimeConfig};
 use lfrt::{Notifier, Timer};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -979,10 +979,10 @@ fn stop_server(
     Ok(match server {
         Server::Lfrt(mut rt, rt_applied) => {
             let m = rt.shutdown()?;
-            let allocs = sum_measured(m.iter().map(|g| g.pool_allocations));
-            pool.allocations = sum_measured([pool.allocations, allocs]);
-            let faults = sum_measured(m.iter().map(|g| g.pool_minor_faults));
-            pool.minor_faults = sum_measured([pool.minor_faults, faults]);
+            let allocs = GroupMetrics::sum_measured(m.iter().map(|g| g.pool_allocations));
+            pool.allocations = GroupMetrics::sum_measured([pool.allocations, allocs]);
+            let faults = GroupMetrics::sum_measured(m.iter().map(|g| g.pool_minor_faults));
+            pool.minor_faults = GroupMetrics::sum_measured([pool.minor_faults, faults]);
             (m.iter().map(|g| g.dispatched).sum(), allocs, rt_applied)
         }
         Server::Hsha(pool) => {

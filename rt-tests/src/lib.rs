@@ -42,8 +42,3 @@ pub mod service;
 pub fn measured(v: Option<u64>) -> String {
     v.map_or_else(|| "-".to_owned(), |n| n.to_string())
 }
-
-/// The sum of the measured pool hygiene counters; `None` if none was measured.
-pub fn sum_measured(values: impl IntoIterator<Item = Option<u64>>) -> Option<u64> {
-    values.into_iter().flatten().reduce(|a, b| a + b)
-}

@@ -1,8 +1,9 @@
 //! The `lfrt` command: check and run configurations, and the measurement harnesses.
 
 use clap::{CommandFactory, Parser, Subcommand};
+use lfrt::GroupMetrics;
+use rt_tests::measured;
 use rt_tests::overrides::{Override, OverrideSource, Provenance};
-use rt_tests::{measured, sum_measured};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -635,8 +636,8 @@ fn run(
         }
     }
     // Over the groups that measured (`-`/null: no pool thread reached its warm-up).
-    let pool_allocations = sum_measured(metrics.iter().map(|m| m.pool_allocations));
-    let pool_minor_faults = sum_measured(metrics.iter().map(|m| m.pool_minor_faults));
+    let pool_allocations = GroupMetrics::sum_measured(metrics.iter().map(|m| m.pool_allocations));
+    let pool_minor_faults = GroupMetrics::sum_measured(metrics.iter().map(|m| m.pool_minor_faults));
     println!(
         "pool_allocations={} pool_minor_faults={}",
         measured(pool_allocations),

@@ -1,5 +1,5 @@
 //! The documentation's relative links: every `[text](path#anchor)` in README.md,
-//! BENCHMARKS.md, CHANGELOG.md and docs/*.md names a file that exists and, for a Markdown
+//! BENCHMARKS.md, CHANGELOG.md, CONTRIBUTING.md and docs/*.md names a file that exists and, for a Markdown
 //! file, a heading it has. Moving a section or a page cannot leave a dead link behind.
 
 use std::collections::HashSet;
@@ -70,10 +70,15 @@ fn links(markdown: &str) -> Vec<String> {
 #[test]
 fn every_relative_link_in_the_docs_names_an_existing_file_and_heading() {
     let root = root();
-    let mut pages: Vec<PathBuf> = ["README.md", "BENCHMARKS.md", "CHANGELOG.md"]
-        .iter()
-        .map(|p| root.join(p))
-        .collect();
+    let mut pages: Vec<PathBuf> = [
+        "README.md",
+        "BENCHMARKS.md",
+        "CHANGELOG.md",
+        "CONTRIBUTING.md",
+    ]
+    .iter()
+    .map(|p| root.join(p))
+    .collect();
     for entry in std::fs::read_dir(root.join("docs")).expect("docs/ exists") {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "md") {

@@ -76,9 +76,9 @@
 //! (`engine/leader.rs`: leader slot, follower queue, promotion and parkers, shared with the
 //! unbound groups and extended with the hand-off of a reply to a named follower): one PI lock, no
 //! system calls but the lock's and the parkers', checked by loom models (`scripts/loom.sh`;
-//! in `leader.rs`: hand-off, failure, shutdown, a timeout racing a hand-off; in `table.rs`:
-//! reverse-order hand-off, connection close, timeout with a late reply, deferral to a serving
-//! thread, three waiters).
+//! in `engine/leader/loom_tests.rs`: hand-off, failure, shutdown, a timeout racing a hand-off;
+//! in `table/loom_tests.rs`: reverse-order hand-off, connection close, timeout with a late
+//! reply, deferral to a serving thread, three waiters).
 //! * **At most one leader.** The role is taken only when vacant (under the lock) or handed by
 //!   the leader to a follower it removed from the queue. The leader holds the receive buffer's
 //!   lock for as long as it leads and releases it *before* naming a successor; a new leader
@@ -152,6 +152,7 @@ pub use frame::{decode_header, encode_header, HEADER_LEN};
 
 use crate::engine::handle_set::{Token, Wait};
 use crate::engine::handler::{self, Context, Dispatched, Event, Handles, Registry};
+use crate::engine::slot::ThreadSlot;
 use crate::engine::word::Word;
 use crate::error::Error;
 use crate::sync::pi_mutex::{PiMutex, PiMutexGuard};
@@ -250,7 +251,7 @@ thread_local! {
 
 thread_local! {
     /// A runtime bound group's thread: its group, and its index there, so that its outermost
-    /// dispatch is stamped in its `ThreadSlot` (`busy_since`, `busy_token`) as a
+    /// dispatch is stamped in its `ThreadSlot` (`begin_dispatch`, `end_dispatch`) as a
     /// Leader/Followers thread's is, and a shutdown can name a handler that does not return.
     /// Set once at the thread's set-up (one `Arc` clone, off the dispatch path).
     static RUNTIME_SLOT: std::cell::OnceCell<(Arc<crate::engine::group::Group>, usize)> =
@@ -272,15 +273,12 @@ pub(crate) fn set_runtime_thread(
     });
 }
 
-/// Stamps the calling runtime thread's slot: handler of `token` running since `since_ns`
-/// (0: none). Nothing on other threads.
-fn stamp_busy(token: u64, since_ns: u64) {
+/// Runs `f` on the calling runtime thread's group and slot ([`set_runtime_thread`]); nothing
+/// on other threads.
+fn with_runtime_slot(f: impl FnOnce(&crate::engine::group::Group, &ThreadSlot)) {
     RUNTIME_SLOT.with(|c| {
         if let Some((g, i)) = c.get() {
-            let t = &g.threads[*i];
-            t.busy_token.store(token, Relaxed);
-            t.busy_since
-                .store(since_ns, std::sync::atomic::Ordering::SeqCst);
+            f(g, &g.threads[*i]);
         }
     });
 }
@@ -1007,14 +1005,14 @@ impl BoundPool {
         // the outer handler still runs.
         let outermost = nesting() == 0;
         if outermost {
-            stamp_busy(ev.token, sys::now_ns().max(1));
+            with_runtime_slot(|_, slot| slot.begin_dispatch(ev.token, sys::now_ns().max(1)));
         }
         NESTING.with(|n| n.set(n.get() + 1));
         // No second run in place: a report that came meanwhile is re-checked by the kernel.
         let outcome = handler::dispatch(&self.inner.handles, &event, ctx, false);
         NESTING.with(|n| n.set(n.get() - 1));
         if outermost {
-            stamp_busy(0, 0);
+            with_runtime_slot(|g, slot| slot.end_dispatch(&g.counters, &g.spec.name));
         }
         match outcome {
             Dispatched::Stale => {}

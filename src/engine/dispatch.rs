@@ -366,12 +366,10 @@ impl PoolThread<'_> {
             woke_ns,
         };
         let start_ns = sys::now_ns();
-        slot.busy_token.store(token.raw(), Relaxed);
-        slot.busy_since.store(start_ns, SeqCst);
+        slot.begin_dispatch(token.raw(), start_ns);
         let outcome = handler::dispatch(&group.handles, &event, self.ctx, may_run_again);
         let arrival_ns = self.ctx.datagrams().take_first_arrival();
-        slot.busy_since.store(0, SeqCst);
-        slot.restore_if_demoted(&self.group.counters, &self.group.spec.name);
+        slot.end_dispatch(&self.group.counters, &self.group.spec.name);
         let end_ns = sys::now_ns();
         self.group.counters.processing.fetch_sub(1, Relaxed);
         if outcome != Dispatched::Stale {

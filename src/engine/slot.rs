@@ -82,6 +82,27 @@ impl ThreadSlot {
         Some(now.saturating_sub(base))
     }
 
+    /// The thread's dispatch begins: the handler of `token` runs since `start_ns`
+    /// (`CLOCK_MONOTONIC`, nonzero). The one stamp of a dispatch, for a Leader/Followers
+    /// thread (`dispatch.rs`) and a runtime bound group's thread (`bound/mod.rs`) alike: the
+    /// watchdog reads it to find a handler past its budget, a shutdown to name a handler that
+    /// does not return.
+    #[inline]
+    pub(crate) fn begin_dispatch(&self, token: u64, start_ns: u64) {
+        debug_assert_ne!(start_ns, 0, "0 stamps no dispatch");
+        // Readers load `busy_since` first (SeqCst), then the token.
+        self.busy_token.store(token, Relaxed);
+        self.busy_since.store(start_ns, SeqCst);
+    }
+
+    /// The thread's dispatch ended: clears the stamp and *then* restores the thread's policy if
+    /// the watchdog demoted it meanwhile (the order the demotion protocol below needs).
+    #[inline]
+    pub(crate) fn end_dispatch(&self, counters: &Counters, group: &str) {
+        self.busy_since.store(0, SeqCst);
+        self.restore_if_demoted(counters, group);
+    }
+
     // Demotion and restore have one owner, these three methods: the watchdog calls
     // [`demote`](Self::demote), the thread itself [`take_sched`](Self::take_sched) (a lent
     // thread's raise and return) and [`restore_if_demoted`](Self::restore_if_demoted) (after
@@ -117,10 +138,11 @@ impl ThreadSlot {
     }
 
     /// Puts the thread back to its configured policy if the watchdog demoted it. Called by the
-    /// thread itself after clearing `busy_since`. A failed restore (the privilege was taken away
-    /// while running) is counted and logged: the thread then stays time-shared.
+    /// thread itself after clearing `busy_since` ([`end_dispatch`](Self::end_dispatch)). A
+    /// failed restore (the privilege was taken away while running) is counted and logged: the
+    /// thread then stays time-shared.
     #[cold]
-    pub(crate) fn restore_if_demoted(&self, counters: &Counters, group: &str) {
+    fn restore_if_demoted(&self, counters: &Counters, group: &str) {
         if !self.demoted.load(SeqCst) {
             return;
         }

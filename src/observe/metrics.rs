@@ -199,6 +199,23 @@ pub struct GroupMetrics {
     pub tasks: Option<TaskStats>,
 }
 
+impl GroupMetrics {
+    /// The sum of measured pool hygiene counters ([`pool_allocations`](Self::pool_allocations),
+    /// [`pool_minor_faults`](Self::pool_minor_faults)) over threads or groups, saturating;
+    /// `None` if none was measured, so that a sum of `Some(0)` is, like each of them, a
+    /// measured zero. The runtime sums its threads with it, and the tools sum groups and runs.
+    ///
+    /// # Examples
+    /// ```
+    /// use lfrt::GroupMetrics;
+    /// assert_eq!(GroupMetrics::sum_measured([Some(2), None, Some(3)]), Some(5));
+    /// assert_eq!(GroupMetrics::sum_measured([None, None]), None);
+    /// ```
+    pub fn sum_measured(values: impl IntoIterator<Item = Option<u64>>) -> Option<u64> {
+        values.into_iter().flatten().reduce(u64::saturating_add)
+    }
+}
+
 /// Counters of a lane's task table (`lfrt::task`); they only grow. In
 /// [`GroupMetrics::tasks`], and from the lane's spawner (`Spawner::stats`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

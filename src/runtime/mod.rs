@@ -1,13 +1,15 @@
 //! The runtime: owns the groups, starts and stops their threads, reports their metrics.
 //!
 //! * **Owns:** [`Runtime`] and what it hands out ([`Lane`], [`Stopper`], [`MetricsHandle`]).
-//!   Building (this file: `new`, `add_group`, `lane`), starting (`start.rs`), stopping
-//!   (`stop.rs`) and reporting (`report.rs`) are one file each.
+//!   Building (this file: `new`, `add_group`, `lane`), the built-in handlers a configuration
+//!   names (`builtin.rs`), starting (`start.rs`), stopping (`stop.rs`) and reporting
+//!   (`report.rs`) are one file each.
 //! * **May use:** every layer below it (`config`, `bound`, `task`, `sources`, `engine`,
 //!   `observe`, `sync`, `sys`, `error`).
 //! * **Must never use:** the tools crate. Nothing in the library imports `runtime` but
 //!   `lib.rs`'s re-exports.
 
+mod builtin;
 mod lane;
 mod report;
 mod start;
@@ -20,10 +22,9 @@ pub use stop::{Stopper, SHUTDOWN_TIMEOUT};
 
 use crate::bound::lane::BoundLane;
 use crate::bound::{BoundPool, BoundStats};
-use crate::config::{BandHandler, GroupConfig, HandlerConfig, OnOverrun, RtMode, RuntimeConfig};
+use crate::config::{GroupConfig, OnOverrun, RtMode, RuntimeConfig};
 use crate::engine::group::{Group, Served};
 use crate::engine::handle_set::Token;
-use crate::engine::handler::EventHandler;
 use crate::engine::handler::Registry;
 use crate::engine::slot::{Applied, ThreadSlot};
 use crate::engine::thread::{pool_thread, Setup};
@@ -31,13 +32,12 @@ use crate::error::Error;
 use crate::observe::alloc_count;
 use crate::observe::metrics::GroupMetrics;
 use crate::observe::telemetry::{self, Sample, Telemetry};
-use crate::sources::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
-use crate::sources::source::Timer;
 use crate::sys::{self, futex, mem};
 use crate::task::executor::Budget;
 use crate::task::lane::Executor;
 use crate::task::relay::Relay;
 use crate::task::{SpawnError, Spawner};
+use builtin::Pending;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::sync::mpsc::Receiver;
@@ -55,51 +55,6 @@ enum State {
     },
     Running,
     Stopped,
-}
-
-enum Pending {
-    Handler(Box<dyn EventHandler>),
-    Timers {
-        interval_us: u64,
-        count: usize,
-        distance_us: u64,
-    },
-}
-
-/// Binds every `[[band]]` of `cfg` ([`crate::sources::band::bind`]: one `SO_REUSEPORT` socket per band,
-/// steered by the kernel) and wraps each band's socket in its handler, to be registered with
-/// the band's lane at start: `(group index, handler)`.
-fn bind_bands(cfg: &RuntimeConfig) -> Result<Vec<(usize, Pending)>, Error> {
-    let mut pending = Vec::new();
-    for (bi, b) in cfg.bands.iter().enumerate() {
-        // `Runtime::new` validated `cfg` first, so neither lookup fails; an error all the same.
-        let plan = b
-            .plan(&cfg.groups)
-            .map_err(|m| Error::config(format!("band[{bi}].classify"), m))?;
-        let sockets = crate::sources::band::bind(b.bind, &plan.bands).map_err(|e| Error::Bind {
-            addr: b.bind,
-            source: e,
-        })?;
-        for (socket, lane) in sockets.into_iter().zip(&plan.lanes) {
-            let gi = cfg
-                .groups
-                .iter()
-                .position(|g| g.name == *lane)
-                .ok_or_else(|| {
-                    Error::config(format!("band[{bi}].classify"), format!("no group `{lane}`"))
-                })?;
-            let handler: Box<dyn EventHandler> = match b.handler {
-                BandHandler::UdpEcho => {
-                    Box::new(UdpEcho::new(socket, b.work_us).map_err(|e| Error::Io {
-                        context: "configuring a band's UDP socket",
-                        source: e,
-                    })?)
-                }
-            };
-            pending.push((gi, Pending::Handler(handler)));
-        }
-    }
-    Ok(pending)
 }
 
 /// A set of Leader/Followers groups, each at its own priority.
@@ -212,7 +167,7 @@ impl Runtime {
         for gc in groups {
             rt.push_group(gc)?;
         }
-        let bands = bind_bands(&rt.cfg)?;
+        let bands = builtin::bind_bands(&rt.cfg)?;
         if let State::Built { pending, .. } = &mut rt.state {
             pending.extend(bands);
         }
@@ -253,48 +208,7 @@ impl Runtime {
             producers.push(p);
             cons.push(c);
         }
-        let mut handlers = Vec::new();
-        for h in &gc.handlers {
-            let p = match *h {
-                HandlerConfig::UdpEcho { bind, work_us } => {
-                    let s = std::net::UdpSocket::bind(bind).map_err(|e| Error::Bind {
-                        addr: bind,
-                        source: e,
-                    })?;
-                    Pending::Handler(Box::new(UdpEcho::new(s, work_us).map_err(|e| {
-                        Error::Io {
-                            context: "configuring a UDP socket",
-                            source: e,
-                        }
-                    })?))
-                }
-                HandlerConfig::TcpEcho {
-                    bind,
-                    work_us,
-                    max_connections,
-                } => {
-                    let l = std::net::TcpListener::bind(bind).map_err(|e| Error::Bind {
-                        addr: bind,
-                        source: e,
-                    })?;
-                    let echo = TcpEcho::new(l, work_us, max_connections, gc.buffer_bytes);
-                    Pending::Handler(Box::new(echo.map_err(|e| Error::Io {
-                        context: "configuring a TCP listener",
-                        source: e,
-                    })?))
-                }
-                HandlerConfig::Timer {
-                    interval_us,
-                    count,
-                    distance_us,
-                } => Pending::Timers {
-                    interval_us,
-                    count,
-                    distance_us,
-                },
-            };
-            handlers.push((gi, p));
-        }
+        let handlers = builtin::bind_handlers(&gc, gi)?;
         rings.push(producers);
         consumers.extend(cons);
         pending.extend(handlers);
@@ -426,6 +340,7 @@ fn add_executor(group: &Group, gc: &GroupConfig, gi: usize) -> Result<Spawner, E
 mod tests {
     use super::*;
     use crate::config::{GroupConfig, Policy};
+    use crate::engine::handler::EventHandler;
 
     /// A pool thread that panics before reporting ready (its set-up channel closes without a
     /// message) fails the start with an error naming its group, thread and panic, instead of

@@ -136,11 +136,13 @@ fn snapshot(groups: &[Arc<Group>], tasks: &[Option<Spawner>], counting: bool) ->
                 relayed_wakes: c.relayed.load(Relaxed),
                 relay_full: c.relay_full.load(Relaxed),
                 pool_allocations: if counting {
-                    sum_measured(g.threads.iter().map(ThreadSlot::allocations))
+                    GroupMetrics::sum_measured(g.threads.iter().map(ThreadSlot::allocations))
                 } else {
                     None
                 },
-                pool_minor_faults: sum_measured(g.threads.iter().map(ThreadSlot::minor_faults)),
+                pool_minor_faults: GroupMetrics::sum_measured(
+                    g.threads.iter().map(ThreadSlot::minor_faults),
+                ),
                 samples: g.threads.iter().map(|t| t.samples.load(Relaxed)).sum(),
                 samples_dropped: g
                     .threads
@@ -161,11 +163,6 @@ fn snapshot(groups: &[Arc<Group>], tasks: &[Option<Spawner>], counting: bool) ->
             }
         })
         .collect()
-}
-
-/// The sum of the measured values; `None` if none is measured.
-fn sum_measured(values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
-    values.flatten().reduce(u64::saturating_add)
 }
 
 /// Reads a running runtime's metrics from any thread ([`Runtime::metrics_handle`]).

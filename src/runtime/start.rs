@@ -154,30 +154,7 @@ impl Runtime {
         );
         let first = sys::now_ns() + TIMER_START_DELAY_NS;
         for (gi, p) in pending {
-            let reg = self.groups[gi].registry();
-            match p {
-                Pending::Handler(h) => {
-                    reg.register(h)?;
-                }
-                Pending::Timers {
-                    interval_us,
-                    count,
-                    distance_us,
-                } => {
-                    for k in 0..count as u64 {
-                        let mut t = Timer::new().map_err(|e| Error::Io {
-                            context: "timerfd_create",
-                            source: e,
-                        })?;
-                        t.arm(first, (interval_us + k * distance_us) * 1000)
-                            .map_err(|e| Error::Io {
-                                context: "timerfd_settime",
-                                source: e,
-                            })?;
-                        reg.register(Box::new(PeriodicTimer::new(t)))?;
-                    }
-                }
-            }
+            p.register(&self.groups[gi].registry(), first)?;
         }
         tracing::info!(
             groups = self.groups.len(),

@@ -89,6 +89,8 @@ impl Runtime {
     /// with tasks left; their threads are left detached and no handler is closed (a running
     /// one still holds its handle).
     ///
+    /// [`EventHandler::on_close`]: crate::EventHandler::on_close
+    ///
     /// # Examples
     /// ```no_run
     /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};

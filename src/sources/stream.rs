@@ -113,8 +113,8 @@
 
 use crate::engine::handler::{Context, Disposition, Event, EventHandler, DATAGRAM_BATCH};
 use crate::observe::metrics::Incident;
+use crate::sources::accept::{write_out, Acceptor, ConnectionTable, Reusable};
 use crate::sources::frame::{Format, Next, Reader};
-use crate::sources::handlers::{write_out, Acceptor, ConnectionTable, Reusable};
 use crate::sources::source::Timer;
 use crate::sys::{self, epoll::Epoll, mem, net};
 use std::fmt;

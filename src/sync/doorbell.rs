@@ -13,12 +13,12 @@
 //!
 //! Invariant, **no lost wake-up**: both sides separate their two steps with a `SeqCst` fence
 //! (push, fence, swap against store, fence, pop: the store-buffering pattern; `SeqCst` on the
-//! flag alone does not order the queue's release store against it, and the loom model below
-//! loses a wake-up without the fences), so for every value at least one of them sees the
+//! flag alone does not order the queue's release store against it, and the loom model
+//! (`doorbell/loom_tests.rs`) loses a wake-up without the fences), so for every value at least one of them sees the
 //! other: either the consumer's pops find it, or the pusher's swap finds `false` and writes the
 //! bell, which wakes the consumer again. This holds with a queue whose pop returns "empty for
 //! now" for a value that is claimed but not yet written (`queue.rs`): its pusher rings only
-//! after the write, so the ring that follows finds the value published. The loom model below
+//! after the write, so the ring that follows finds the value published. The loom model
 //! checks it with the real queue, two pushers and a consumer that runs once per bell.
 
 use crate::sync::atomic::{fence, AtomicBool, Ordering::SeqCst};
@@ -120,64 +120,4 @@ mod tests {
 }
 
 #[cfg(all(test, loom))]
-mod loom_tests {
-    use super::*;
-    use crate::sync::queue::Queue;
-    use loom::sync::atomic::{AtomicU64, Ordering::SeqCst};
-    use loom::sync::Arc;
-
-    /// A model eventfd: its counter.
-    #[derive(Default)]
-    struct Counter(AtomicU64);
-
-    impl Bell for Arc<Counter> {
-        fn write(&self) {
-            self.0.fetch_add(1, SeqCst);
-        }
-        fn read(&self) {
-            self.0.store(0, SeqCst);
-        }
-    }
-
-    /// Two pushers into the real queue and a consumer that runs once if the bell rang (as the
-    /// pool runs a handler when its eventfd is readable): after everyone is done, every value
-    /// was delivered or a ring is pending, so the handle fires again and delivers the rest. A
-    /// pusher preempted between its claim and its write is among the interleavings: the
-    /// consumer's pop then says "empty for now", and the pusher's ring comes after its write.
-    #[test]
-    fn every_push_is_delivered_or_rung() {
-        loom::model(|| {
-            let bell = Arc::new(Counter::default());
-            let door = Arc::new(Doorbell::new(bell.clone()));
-            let q = Arc::new(Queue::new(2));
-            let pushers: Vec<_> = (0..2u32)
-                .map(|i| {
-                    let (door, q) = (door.clone(), q.clone());
-                    loom::thread::spawn(move || {
-                        q.push(i).unwrap();
-                        door.ring();
-                    })
-                })
-                .collect();
-            let mut delivered = 0;
-            if bell.0.load(SeqCst) > 0 {
-                door.answer();
-                while q.pop().is_some() {
-                    delivered += 1;
-                }
-            }
-            for p in pushers {
-                p.join().unwrap();
-            }
-            let mut left = 0;
-            while q.pop().is_some() {
-                left += 1;
-            }
-            assert_eq!(delivered + left, 2);
-            assert!(
-                left == 0 || bell.0.load(SeqCst) > 0,
-                "{left} value(s) left with no ring pending"
-            );
-        });
-    }
-}
+mod loom_tests;

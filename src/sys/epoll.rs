@@ -18,6 +18,19 @@ pub(crate) const ET: u32 = libc::EPOLLET as u32;
 /// Disarm after one event (`EPOLLONESHOT`).
 pub(crate) const ONESHOT: u32 = libc::EPOLLONESHOT as u32;
 
+/// The error of [`Epoll::modify`] or [`Epoll::delete`] on an fd that is not in the set
+/// (`ENOENT`).
+pub(crate) fn is_not_member(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOENT)
+}
+
+/// The error of [`Epoll::add`] that would nest epoll sets deeper than the kernel allows
+/// (`ELOOP`).
+#[cfg(test)]
+pub(crate) fn is_too_deep(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ELOOP)
+}
+
 /// One epoll instance. `Sync`: epoll_ctl and epoll_wait may be called from any thread.
 #[derive(Debug)]
 pub(crate) struct Epoll {

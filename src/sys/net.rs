@@ -45,6 +45,11 @@ pub(crate) fn is_out_of_resources(e: &io::Error) -> bool {
     )
 }
 
+/// The process is out of file descriptors (`EMFILE`): one of the errors
+/// [`is_out_of_resources`] names, for the tests of the paths that handle them.
+#[cfg(test)]
+pub(crate) const EMFILE: i32 = libc::EMFILE;
+
 /// Writable interest for [`poll_one`] (`POLLOUT`).
 /// `poll` readable interest.
 pub(crate) const POLL_IN: i16 = libc::POLLIN;

@@ -5,9 +5,8 @@
 
 use super::args::Unit;
 use super::report::{Buckets, GroupResult, TimerResult};
-use crate::sum_measured;
 use lfrt::telemetry::LatencySummary;
-use lfrt::StartReport;
+use lfrt::{GroupMetrics, StartReport};
 use serde::{Serialize, Serializer};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -287,8 +286,12 @@ pub(crate) fn render(
         memory_locked: info.started.memory_locked,
         counting_allocations: info.started.counting_allocations,
         missed_periods: timers.iter().map(|t| t.missed_periods).sum(),
-        pool_allocations: sum_measured(groups.iter().map(|g| g.metrics.pool_allocations)),
-        pool_minor_faults: sum_measured(groups.iter().map(|g| g.metrics.pool_minor_faults)),
+        pool_allocations: GroupMetrics::sum_measured(
+            groups.iter().map(|g| g.metrics.pool_allocations),
+        ),
+        pool_minor_faults: GroupMetrics::sum_measured(
+            groups.iter().map(|g| g.metrics.pool_minor_faults),
+        ),
         samples_dropped: loops.saturating_sub(recorded),
         histogram_limit_timers: super::MAX_TIMER_HISTOGRAMS,
         unrecorded: timers.iter().map(|t| t.unrecorded).sum(),
