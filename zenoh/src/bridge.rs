@@ -74,7 +74,7 @@ pub(crate) struct Stats {
 }
 
 /// A snapshot of a bridge's counters ([`Bridge::totals`]). Arrays are indexed by priority,
-/// highest first (`p as usize - 1`, see [`PRIORITIES`](crate::PRIORITIES)).
+/// highest first (`p as usize - 1`, see [`PRIORITIES`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Totals {
     /// The lane each priority is routed to (`None`: no route).
@@ -723,7 +723,7 @@ impl Bridge {
     }
 
     /// The configured endpoints and the TCP connections this process has on each now (asks its
-    /// own sockets, see [`links`](crate::links); allocates).
+    /// own sockets, see [`links()`](crate::links()); allocates).
     pub fn links(&self) -> Vec<crate::Link> {
         links::links(&self.cfg, std::process::id())
     }

@@ -20,7 +20,7 @@
 //! * **Links per priority range.** Endpoints with `?prio=1-3` / `?prio=4-7` metadata are TCP
 //!   connections of their own (Zenoh's `transport_multilink`, `max_links` on both sides), so a
 //!   flood's bytes never queue ahead of a `RealTime` frame in a socket. [`Bridge::wait_for_peers`]
-//!   names a `prio=` endpoint without a connection, [`links`] counts them from `/proc`.
+//!   names a `prio=` endpoint without a connection, [`links()`] counts them.
 //! * **Routes** map priorities to lanes from TOML (`[[route]] lane = "control", priorities =
 //!   ["real-time"]`). Each route is an [`lfrt::inbox`] of `capacity` preallocated slots of
 //!   `max_payload` bytes registered in its lane; a route of several priorities delivers the
