@@ -67,7 +67,7 @@
 //! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`BandConfig`] (`[[band]]`), [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`, `config_line` (where a field is written); errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
 //! | write handlers | [`EventHandler`], [`Event`], [`Interest`], [`Disposition`], [`Context`] (thread-specific storage), [`Registry`], [`Token`], [`Incident`] |
 //! | event sources | [`timer`] (callback timers: periodic or one-shot, cancel and re-arm from any thread), [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots; only the datagrams a handler marks with [`Datagram::answer`] are answered) |
-//! | async tasks | [`Lane::spawn`], [`task`] ([`task::Spawner`], [`task::JoinHandle`], channels and reply slots for tokio or any thread), [`time`] (`sleep_until`, `interval` on the lane's timerfd; [`time::now_ns`], the clock of every timer), [`net`] (UDP, TCP listener and stream on the lane's handle set); sizes: [`GroupConfig::max_tasks`], [`GroupConfig::task_bytes`] |
+//! | async tasks | [`Lane::spawn`], [`task`] ([`task::Spawner`], [`task::JoinHandle`], channels and reply slots for tokio or any thread), [`task::time`] (`sleep_until`, `interval` on the lane's timerfd; [`task::time::now_ns`], the clock of every timer), [`task::net`] (UDP, TCP listener and stream on the lane's handle set); sizes: [`GroupConfig::max_tasks`], [`GroupConfig::task_bytes`] |
 //! | streams | [`stream`]: length-prefixed frames over TCP ([`stream::Framed`]): per-connection read and write state, bounded preallocated buffers ([`stream::Limits`]), back-pressure, half-close and reset handling |
 //! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer |
 //! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]); as a runtime group: [`GroupConfig::bound`] ([`BoundGroup`], TOML `[group.bound]`), [`Lane::bound_pool`] |
@@ -101,7 +101,6 @@ pub mod bound;
 pub mod task;
 pub use observe::telemetry;
 pub use sources::{band, handlers, inbox, stream, timer};
-pub use task::{net, time};
 
 #[cfg(feature = "toml")]
 pub use config::{line as config_line, load as load_config, parse as parse_config};

@@ -9,17 +9,17 @@
 //! cargo bench -p lfrt-rt-tests --bench tasks -- priority [--secs 2] [--prio 20] [--max-n 16]
 //! cargo bench -p lfrt-rt-tests --bench tasks -- relay    [--secs 5] [--prio 80] [--clients 4]
 //! ```
-//! * `timer`: two 1 ms loops on two threads, aligned (both loops due at the same instants)
-//!   and staggered (the second loop 500 µs after the first), lateness (`lfrt cyclic` style:
-//!   wake-up − due, µs) for: an `async` loop on a lane (`lfrt::time::interval_at`), a callback
-//!   timer on a lane, tokio `interval`, tokio + timerfd (`AsyncFd`); tokio's two workers run at
-//!   the same SCHED_FIFO priority. Every variant records into per-loop buffers preallocated
-//!   before the run, with no lock shared with the main thread. With `--cyclictest`, cyclictest
-//!   runs the same two loops beside them: `cyclictest -m -t2 -p PRIO -i1000 -d0
-//!   --aligned=0|500 -D SECS -q -h 10000 --histfile=FILE` (`-d0`: both threads 1 ms, since
-//!   `-d` adds to each further thread's *interval*; `--aligned=USEC`: a common start, thread k
-//!   k·USEC later), and its histogram (1 µs buckets, per thread) gives avg, p99 and p99.9.
-//! * `echo`: a UDP echo on `--ports` sockets served by `async` tasks (`lfrt::net`, one per
+//! * `timer`: two 1 ms loops on two threads, aligned (both loops due at the same instants) and
+//!   staggered (the second loop 500 µs after the first), lateness (`lfrt cyclic` style: wake-up −
+//!   due, µs) for: an `async` loop on a lane (`lfrt::task::time::interval_at`), a callback timer
+//!   on a lane, tokio `interval`, tokio + timerfd (`AsyncFd`); tokio's two workers run at the
+//!   same SCHED_FIFO priority. Every variant records into per-loop buffers preallocated before
+//!   the run, with no lock shared with the main thread. With `--cyclictest`, cyclictest runs the
+//!   same two loops beside them: `cyclictest -m -t2 -p PRIO -i1000 -d0 --aligned=0|500 -D SECS -q
+//!   -h 10000 --histfile=FILE` (`-d0`: both threads 1 ms, since `-d` adds to each further
+//!   thread's *interval*; `--aligned=USEC`: a common start, thread k k·USEC later), and its
+//!   histogram (1 µs buckets, per thread) gives avg, p99 and p99.9.
+//! * `echo`: a UDP echo on `--ports` sockets served by `async` tasks (`lfrt::task::net`, one per
 //!   socket), by handlers (one `recv_from`/`send_to` per datagram) and by tokio (one task per
 //!   socket), each on `--threads` server threads (SCHED_FIFO `--prio`, 0: SCHED_OTHER), against
 //!   `lfrt-loadgen` with its default, unbatched clients (closed loop, `--window` independent
@@ -131,7 +131,7 @@ fn timer_async(secs: u64, prio: u8, offset_ns: u64) -> (Vec<Vec<u64>>, String) {
             let mut out = samples(secs);
             lane.spawn(async move {
                 let first = start + i * offset_ns;
-                let mut iv = lfrt::time::interval_at(first, Duration::from_nanos(PERIOD_NS));
+                let mut iv = lfrt::task::time::interval_at(first, Duration::from_nanos(PERIOD_NS));
                 for _ in 0..n {
                     let t = iv.tick().await;
                     out.push(lfrt::os::now_ns() - t.due_ns);
@@ -506,7 +506,7 @@ fn echo_server(kind: EchoServer, o: &EchoOpts) -> Running {
             if async_ {
                 let sp = lane.spawner().unwrap();
                 for s in socks {
-                    let sock = lfrt::net::UdpSocket::from_std(&sp, s).unwrap();
+                    let sock = lfrt::task::net::UdpSocket::from_std(&sp, s).unwrap();
                     lane.spawn(async move {
                         let mut buf = [0u8; 2048];
                         loop {
@@ -707,7 +707,7 @@ fn bench_priority() {
                             spin_us(20);
                             lfrt::task::yield_now().await;
                         }
-                        lfrt::time::sleep(Duration::from_millis(1)).await;
+                        lfrt::task::time::sleep(Duration::from_millis(1)).await;
                     }
                 })
                 .unwrap()
@@ -716,7 +716,7 @@ fn bench_priority() {
         let mut out = samples(secs);
         let high = sp
             .spawn_with_priority(10, async move {
-                let mut iv = lfrt::time::interval(Duration::from_nanos(PERIOD_NS));
+                let mut iv = lfrt::task::time::interval(Duration::from_nanos(PERIOD_NS));
                 for _ in 0..n_ticks {
                     let t = iv.tick().await;
                     out.push(lfrt::os::now_ns() - t.due_ns);
@@ -799,7 +799,7 @@ fn relay_cell(secs: u64, prio: u8, clients: usize) -> (Vec<u64>, Vec<u64>, u64, 
     let ticker = lane
         .spawn(async move {
             let first = lfrt::os::now_ns() + 20_000_000;
-            let mut iv = lfrt::time::interval_at(first, Duration::from_nanos(PERIOD_NS));
+            let mut iv = lfrt::task::time::interval_at(first, Duration::from_nanos(PERIOD_NS));
             for _ in 0..n {
                 let t = iv.tick().await;
                 out.push(lfrt::os::now_ns() - t.due_ns);

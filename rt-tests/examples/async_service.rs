@@ -54,12 +54,12 @@ enum Command {
 
 /// The real-time part: a 1 kHz loop at the control lane's priority.
 async fn control_loop(mut commands: Receiver<Command>, stats: Arc<ControlStats>) {
-    let mut every_ms = lfrt::time::interval(Duration::from_millis(1));
+    let mut every_ms = lfrt::task::time::interval(Duration::from_millis(1));
     let mut setpoint = 0i64;
     let mut output = 0i64;
     loop {
         let tick = every_ms.tick().await;
-        let late = lfrt::time::now_ns().saturating_sub(tick.due_ns);
+        let late = lfrt::task::time::now_ns().saturating_sub(tick.due_ns);
         stats.max_late_ns.fetch_max(late, Relaxed);
         stats.missed.fetch_add(tick.missed, Relaxed);
         while let Some(cmd) = commands.try_recv() {

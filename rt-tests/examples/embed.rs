@@ -69,7 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .registry()
         .register(Box::new(Uppercase { socket }))?;
     let mut timer = Timer::new()?;
-    timer.arm(lfrt::time::now_ns() + 1_000_000, 1_000_000)?;
+    timer.arm(lfrt::task::time::now_ns() + 1_000_000, 1_000_000)?;
     control
         .registry()
         .register(Box::new(PeriodicTimer::new(timer)))?;

@@ -161,7 +161,7 @@ fn a_wake_runs_the_task_on_its_own_lane_never_on_the_wakers_thread() {
             for n in 1..=2 {
                 s.set();
                 while pr.load(SeqCst) < n {
-                    lfrt::time::sleep(Duration::from_millis(1)).await;
+                    lfrt::task::time::sleep(Duration::from_millis(1)).await;
                 }
             }
             lfrt::os::gettid()
@@ -193,9 +193,9 @@ fn lane_time_sleeps_until_its_deadline_and_ticks_report_missed_periods() {
     let (late, tick1, tick2) = t
         .spawn(async {
             let deadline = lfrt::os::now_ns() + 2_000_000;
-            lfrt::time::sleep_until(deadline).await;
+            lfrt::task::time::sleep_until(deadline).await;
             let late = lfrt::os::now_ns() as i64 - deadline as i64;
-            let mut iv = lfrt::time::interval(Duration::from_millis(1));
+            let mut iv = lfrt::task::time::interval(Duration::from_millis(1));
             std::thread::sleep(Duration::from_micros(5500)); // busy: blocks its lane thread
             let tick1 = iv.tick().await;
             let tick2 = iv.tick().await;
@@ -594,7 +594,7 @@ fn task_table_keys_are_read_from_toml() {
 
 /// Polling, waking (from a plain thread, from another task, by the lane timer, from a tokio
 /// worker thread through a lane channel), spawning from a task, completing, joining and
-/// `lfrt::net` receiving and sending allocate nothing on the pool threads after warm-up:
+/// `lfrt::task::net` receiving and sending allocate nothing on the pool threads after warm-up:
 /// `pool_allocations == Some(0)` over 20,000 wake-ups, then 2,000 UDP echoes and 2,000
 /// values sent from tokio.
 #[test]
@@ -624,7 +624,7 @@ fn zero_allocations_tasks() {
                     assert_eq!(child.await, Ok(i * 2));
                 }
                 if i.is_multiple_of(256) {
-                    lfrt::time::sleep(Duration::from_micros(100)).await;
+                    lfrt::task::time::sleep(Duration::from_micros(100)).await;
                 }
             }
         })
@@ -652,9 +652,9 @@ fn zero_allocations_tasks() {
     let b_wakes = b.wait().unwrap();
     assert!(b_wakes >= 1);
 
-    // lfrt::net: a UDP echo task; each datagram's readiness comes from the lane's handle set.
+    // lfrt::task::net: a UDP echo task; each datagram's readiness comes from the lane's handle set.
     const NET_ROUNDS: u32 = 2_000;
-    let sock = lfrt::net::UdpSocket::bind(&spawner, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let sock = lfrt::task::net::UdpSocket::bind(&spawner, "127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = sock.local_addr().unwrap();
     let echo = z
         .spawn(async move {
@@ -790,7 +790,7 @@ fn a_tokio_task_sends_to_a_lane_and_awaits_replies_computed_there() {
     rt.shutdown().unwrap();
 }
 
-/// UDP and TCP echo as lane tasks (`lfrt::net`): every datagram and every byte comes back,
+/// UDP and TCP echo as lane tasks (`lfrt::task::net`): every datagram and every byte comes back,
 /// and an idle socket does not fire (the lane's dispatch count stays put while no client
 /// sends: the handle is suspended while no task waits).
 #[test]
@@ -801,7 +801,7 @@ fn net_echo_tasks_serve_loopback_clients_and_idle_sockets_stay_quiet() {
     rt.start().unwrap();
     let lane = rt.lane("net").unwrap();
     let sp = lane.spawner().unwrap();
-    let udp = lfrt::net::UdpSocket::bind(&sp, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let udp = lfrt::task::net::UdpSocket::bind(&sp, "127.0.0.1:0".parse().unwrap()).unwrap();
     let udp_addr = udp.local_addr().unwrap();
     let _udp_task = lane
         .spawn(async move {
@@ -812,7 +812,7 @@ fn net_echo_tasks_serve_loopback_clients_and_idle_sockets_stay_quiet() {
             }
         })
         .unwrap();
-    let listener = lfrt::net::TcpListener::bind(&sp, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = lfrt::task::net::TcpListener::bind(&sp, "127.0.0.1:0".parse().unwrap()).unwrap();
     let tcp_addr = listener.local_addr().unwrap();
     let _tcp_task = lane
         .spawn(async move {
@@ -857,7 +857,7 @@ fn net_echo_tasks_serve_loopback_clients_and_idle_sockets_stay_quiet() {
     rt.shutdown().unwrap();
 }
 
-/// Two tasks receiving on one `lfrt::net` socket: the second is refused at once
+/// Two tasks receiving on one `lfrt::task::net` socket: the second is refused at once
 /// (`ResourceBusy`) instead of the two replacing and waking each other's wakers without end (a
 /// livelock: the lane polled them in a loop while no datagram came). The first one receives on,
 /// and once it finished another task may receive. The lane is time-shared, so a regression
@@ -879,9 +879,10 @@ fn a_second_reader_on_a_socket_is_refused_not_livelocked() {
     rt.start().unwrap();
     let lane = rt.lane("net").unwrap();
     let sp = lane.spawner().unwrap();
-    let sock = Arc::new(lfrt::net::UdpSocket::bind(&sp, "127.0.0.1:0".parse().unwrap()).unwrap());
+    let sock =
+        Arc::new(lfrt::task::net::UdpSocket::bind(&sp, "127.0.0.1:0".parse().unwrap()).unwrap());
     let addr = sock.local_addr().unwrap();
-    let receive = |sock: Arc<lfrt::net::UdpSocket>| async move {
+    let receive = |sock: Arc<lfrt::task::net::UdpSocket>| async move {
         let mut buf = [0u8; 64];
         sock.recv_from(&mut buf)
             .await
@@ -976,9 +977,9 @@ impl<F: Future> Future for Wrapping<F> {
     }
 }
 
-/// Issue 28, finding 3, through a real lane: `lfrt::time` under a combinator's waker finds its
-/// lane from the task being polled and completes (before the fix it panicked: "must be polled
-/// by a lane task"), no earlier than its deadline.
+/// Issue 28, finding 3, through a real lane: `lfrt::task::time` under a combinator's waker finds
+/// its lane from the task being polled and completes (before the fix it panicked: "must be
+/// polled by a lane task"), no earlier than its deadline.
 #[test]
 fn lane_time_works_under_a_combinators_waker() {
     let _l = util::rt_lock();
@@ -989,7 +990,7 @@ fn lane_time_works_under_a_combinators_waker() {
         .unwrap()
         .spawn(Wrapping(Box::pin(async {
             let deadline = lfrt::os::now_ns() + 2_000_000;
-            lfrt::time::sleep_until(deadline).await;
+            lfrt::task::time::sleep_until(deadline).await;
             lfrt::os::now_ns() as i64 - deadline as i64
         })))
         .unwrap()
@@ -1010,7 +1011,7 @@ fn a_socket_wakes_its_task_with_no_epoll_ctl_and_no_turn() {
     rt.start().unwrap();
     let lane = rt.lane("net").unwrap();
     let sp = lane.spawner().unwrap();
-    let udp = lfrt::net::UdpSocket::bind(&sp, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let udp = lfrt::task::net::UdpSocket::bind(&sp, "127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = udp.local_addr().unwrap();
     let _task = lane
         .spawn(async move {

@@ -316,7 +316,7 @@ impl Datagram<'_> {
     }
 
     /// When the kernel received this datagram (`CLOCK_MONOTONIC` ns, as
-    /// [`lfrt::time::now_ns`](crate::time::now_ns)), if its socket stamps arrivals
+    /// [`lfrt::task::time::now_ns`](crate::task::time::now_ns)), if its socket stamps arrivals
     /// ([`DatagramBatch::stamp_arrivals`]).
     pub fn arrival_ns(&self) -> Option<u64> {
         self.arrival_ns

@@ -441,7 +441,7 @@ impl Reusable for TcpEchoStream {
 /// let mut rt = Runtime::new(RuntimeConfig::default())?;
 /// let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
 /// let mut t = Timer::new()?;
-/// t.arm(lfrt::time::now_ns() + 1_000_000, 1_000_000)?; // 1 kHz
+/// t.arm(lfrt::task::time::now_ns() + 1_000_000, 1_000_000)?; // 1 kHz
 /// control.registry().register(Box::new(PeriodicTimer::new(t)))?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

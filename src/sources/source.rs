@@ -28,7 +28,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 ///     }
 /// }
 /// let mut t = Timer::new()?;
-/// t.arm(lfrt::time::now_ns() + 1_000_000, 1_000_000)?;
+/// t.arm(lfrt::task::time::now_ns() + 1_000_000, 1_000_000)?;
 /// assert_eq!(t.interval_ns(), 1_000_000);
 /// let handler = Tick(t); // register it with a lane's registry
 /// # Ok::<(), std::io::Error>(())

@@ -40,7 +40,8 @@ use std::time::Duration;
 /// use lfrt::timer::{CallbackTimer, Expiry};
 /// use std::time::Duration;
 /// let soon = Expiry::After(Duration::from_millis(5)); // relative to the arming call
-/// let at = Expiry::At(lfrt::time::now_ns() + 5_000_000); // an absolute CLOCK_MONOTONIC instant
+/// // An absolute CLOCK_MONOTONIC instant:
+/// let at = Expiry::At(lfrt::task::time::now_ns() + 5_000_000);
 /// let (timer, control) = CallbackTimer::one_shot(soon, |_ev, _ctx| {})?;
 /// control.arm_once(at)?;
 /// # drop(timer);
@@ -50,7 +51,8 @@ use std::time::Duration;
 pub enum Expiry {
     /// This long after the call that arms it.
     After(Duration),
-    /// At this `CLOCK_MONOTONIC` instant, in ns (see [`time::now_ns`](crate::time::now_ns)).
+    /// At this `CLOCK_MONOTONIC` instant, in ns (see
+    /// [`task::time::now_ns`](crate::task::time::now_ns)).
     At(u64),
 }
 
@@ -77,7 +79,7 @@ impl Expiry {
 ///     Expiry::After(Duration::from_millis(1)),
 ///     Duration::from_millis(1),
 ///     |ev: &TimerEvent, _ctx| {
-///         let late_ns = lfrt::time::now_ns().saturating_sub(ev.due_ns);
+///         let late_ns = lfrt::task::time::now_ns().saturating_sub(ev.due_ns);
 ///         if ev.missed > 0 { /* the lane was busy for `missed` whole periods */ }
 ///         let _ = late_ns;
 ///     },

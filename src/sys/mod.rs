@@ -50,15 +50,16 @@ pub(crate) mod sched;
 pub(crate) mod signal;
 
 /// Nanoseconds on `CLOCK_MONOTONIC`, the clock every lfrt timestamp and timer uses
-/// (`lfrt::time`'s deadlines, callback timers' instants, [`TimerEvent`](crate::timer::TimerEvent)).
+/// (`lfrt::task::time`'s deadlines, callback timers' instants,
+/// [`TimerEvent`](crate::timer::TimerEvent)).
 ///
 /// Served by the vDSO: no system call, no allocation.
 ///
 /// # Examples
 /// ```
-/// let t0 = lfrt::time::now_ns();
+/// let t0 = lfrt::task::time::now_ns();
 /// std::thread::sleep(std::time::Duration::from_millis(1));
-/// assert!(lfrt::time::now_ns() - t0 >= 1_000_000);
+/// assert!(lfrt::task::time::now_ns() - t0 >= 1_000_000);
 /// ```
 #[inline]
 pub fn now_ns() -> u64 {

@@ -392,7 +392,7 @@ pub(crate) struct Budget {
 // `waker_data` asserts it in every build, so the tag can never clobber an address bit.
 //
 // **The current task**: while a pool thread polls a task, [`current_task`] names it (as
-// tokio's `CURRENT` context does). A future that must wait on its lane's timer (`lfrt::time`,
+// tokio's `CURRENT` context does). A future that must wait on its lane's timer (`lfrt::task::time`,
 // a retry) finds the lane there, not through the waker it was given, which a combinator
 // (`FuturesUnordered`, a `select` over a task set) may have wrapped; the timer then wakes the
 // waker it was given, wrapped or not (`timers.rs`).

@@ -22,7 +22,7 @@
 //!                                                │        max_tasks             FIFO seq)
 //!                  first push since last turn: ──┘                                  │ pop ≤ 16
 //!                  eventfd += 1 ─────────── the doorbell handle fires ─▶ Turn: poll each task
-//!  lfrt::time: deadline heap ── timerfd (abs) ── fires ─▶ Clock: wake tasks whose deadline passed
+//!  task::time: deadline heap ── timerfd (abs) ── fires ─▶ Clock: wake tasks whose deadline passed
 //! ```
 //!
 //! # What runs where
@@ -31,7 +31,7 @@
 //! set, and a handle is dispatched by one thread at a time (its claim, `engine/claim.rs`), so
 //! one of the lane's threads runs a turn at a time, and a task is polled by at most one thread
 //! at a time (also enforced by its state word, `state.rs`). One exception, the *same-lane
-//! fast path*: a task woken by the handler of one of its lane's `lfrt::net` sockets, or by its
+//! fast path*: a task woken by the handler of one of its lane's [`net`] sockets, or by its
 //! lane's timer, is polled by the thread that ran that handler, at the end of that dispatch
 //! (`executor.rs`, `AfterDispatch`), with no trip through the doorbell and a second
 //! `epoll_wait`; still one poller at a time (the state word), at most one such poll per

@@ -74,7 +74,7 @@ impl Readiness {
         if self.reading.swap(true, AcqRel) {
             return Err(io::Error::new(
                 io::ErrorKind::ResourceBusy,
-                "another task is already receiving on this lfrt::net socket: one reader at a \
+                "another task is already receiving on this lfrt::task::net socket: one reader at a \
                  time (feed other tasks from one reader through lfrt::task::channel)",
             ));
         }
@@ -223,7 +223,7 @@ fn deregister<S>(sh: &Shared<S>) {
 /// # Examples
 /// ```no_run
 /// # async fn echo(lane: lfrt::task::Spawner) -> std::io::Result<()> {
-/// let sock = lfrt::net::UdpSocket::bind(&lane, "127.0.0.1:7000".parse().unwrap())?;
+/// let sock = lfrt::task::net::UdpSocket::bind(&lane, "127.0.0.1:7000".parse().unwrap())?;
 /// let mut buf = [0u8; 1500];
 /// loop {
 ///     let (n, from) = sock.recv_from(&mut buf).await?;

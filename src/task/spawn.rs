@@ -97,7 +97,7 @@ impl<F> std::error::Error for SpawnError<F> {}
 #[derive(Clone)]
 pub struct Spawner {
     pub(super) shared: Arc<Shared>,
-    /// The lane's handle registry: where `lfrt::net` sockets register their readiness.
+    /// The lane's handle registry: where `lfrt::task::net` sockets register their readiness.
     pub(crate) registry: Registry,
 }
 

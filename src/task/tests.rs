@@ -452,7 +452,7 @@ fn a_detached_task_frees_its_slot_and_drops_its_output_when_done() {
     assert_eq!(l.free_slots(), 1);
 }
 
-/// A task whose `lfrt::time` deadline passed is woken by the next turn itself, before
+/// A task whose `lfrt::task::time` deadline passed is woken by the next turn itself, before
 /// that turn's first poll, and so is polled ahead of lower tasks already queued (the timer
 /// handler, not run here, would only come after the turn).
 #[test]
@@ -628,7 +628,7 @@ fn run_until(l: &mut Lane, clock: &mut dyn EventHandler, mut done: impl FnMut() 
     }
 }
 
-/// Issue 28, finding 3: `lfrt::time` under a combinator that wraps the waker. The sleep finds
+/// Issue 28, finding 3: `lfrt::task::time` under a combinator that wraps the waker. The sleep finds
 /// its lane from the task being polled and wakes the wrapped waker when it is due, so the
 /// combinator polls it again and it completes; the inner future is polled twice (before the
 /// fix it panicked: the waker was not a lane task's).
@@ -644,7 +644,7 @@ fn a_sleep_under_a_wrapping_combinator_completes() {
         turn: ex.turn,
         ctx: LaneContext::new(64, 0, 0, 0, 0, registry),
     };
-    let (f, polls) = wrapped(crate::time::sleep(Duration::from_millis(2)));
+    let (f, polls) = wrapped(crate::task::time::sleep(Duration::from_millis(2)));
     let h = l.spawner.spawn(f).unwrap();
     run_until(&mut l, &mut *clock, || h.is_finished());
     assert!(h.is_finished(), "the sleep never completed");

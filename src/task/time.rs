@@ -38,8 +38,8 @@ use std::time::Duration;
 /// # Examples
 /// ```no_run
 /// # async fn step() {
-/// let next = lfrt::time::now_ns() + 1_000_000;
-/// lfrt::time::sleep_until(next).await; // inside a lane task
+/// let next = lfrt::task::time::now_ns() + 1_000_000;
+/// lfrt::task::time::sleep_until(next).await; // inside a lane task
 /// # }
 /// ```
 pub fn sleep_until(deadline_ns: u64) -> Sleep {
@@ -138,10 +138,10 @@ impl std::fmt::Debug for LaneTimer {
     }
 }
 
-/// [`LaneTimer::poll_until`] for `lfrt::time`'s futures, which only lane tasks may poll.
+/// [`LaneTimer::poll_until`] for `lfrt::task::time`'s futures, which only lane tasks may poll.
 fn poll_deadline(timer: &mut LaneTimer, deadline_ns: u64, cx: &mut Context<'_>) -> Poll<()> {
     timer.poll_until(deadline_ns, cx).unwrap_or_else(|| {
-        panic!("lfrt::time futures must be polled by a task spawned on a lane (Lane::spawn)")
+        panic!("lfrt::task::time futures must be polled by a task spawned on a lane (Lane::spawn)")
     })
 }
 
@@ -170,10 +170,10 @@ pub struct Tick {
 /// # Examples
 /// ```no_run
 /// # async fn control_loop() {
-/// let mut every_ms = lfrt::time::interval(std::time::Duration::from_millis(1));
+/// let mut every_ms = lfrt::task::time::interval(std::time::Duration::from_millis(1));
 /// loop {
 ///     let tick = every_ms.tick().await;
-///     let late_ns = lfrt::time::now_ns() - tick.due_ns;
+///     let late_ns = lfrt::task::time::now_ns() - tick.due_ns;
 ///     if tick.missed > 0 { /* overran `missed` periods */ }
 ///     # let _ = late_ns; break;
 /// }

@@ -1,4 +1,4 @@
-//! A lane's timer entries: what `lfrt::time` futures and retries wait for on the lane's
+//! A lane's timer entries: what `lfrt::task::time` futures and retries wait for on the lane's
 //! timerfd. Each entry is an instant and the waker to wake then: the waker the future was
 //! polled with, which a combinator (`FuturesUnordered`, a `select` over a task set) may have
 //! wrapped, so that the combinator sees the wake and polls the future again.
@@ -17,7 +17,7 @@
 
 use std::task::Waker;
 
-/// Timer entries a lane has per task slot: the `lfrt::time` futures and retries its tasks can
+/// Timer entries a lane has per task slot: the `lfrt::task::time` futures and retries its tasks can
 /// wait on at once (a `select` of four sleeps in every task at once fits).
 pub const TIMERS_PER_TASK: usize = 4;
 

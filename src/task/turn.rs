@@ -207,7 +207,7 @@ impl AfterDispatch for Shared {
     }
 }
 
-/// The lane timer's handler: wakes the tasks whose `lfrt::time` deadline passed.
+/// The lane timer's handler: wakes the tasks whose `lfrt::task::time` deadline passed.
 pub(super) struct Clock {
     pub(super) shared: Arc<Shared>,
 }
