@@ -81,7 +81,7 @@
 //! API.
 
 #![deny(missing_docs, missing_debug_implementations, unsafe_op_in_unsafe_fn)]
-#![warn(clippy::undocumented_unsafe_blocks)]
+#![warn(clippy::undocumented_unsafe_blocks, unreachable_pub)]
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("lfrt supports Linux only");

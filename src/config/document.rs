@@ -327,15 +327,15 @@ impl BoundGroup {
 /// Default size of a task slot (`task_bytes`).
 const DEFAULT_TASK_BYTES: usize = 512;
 /// Default deferred promotion (`promote_after_us`).
-pub const DEFAULT_PROMOTE_AFTER_US: u64 = 50;
+pub(crate) const DEFAULT_PROMOTE_AFTER_US: u64 = 50;
 /// Default number of pool threads per group.
 const DEFAULT_THREADS: usize = 2;
 /// Default per-thread buffer size.
-pub const DEFAULT_BUFFER_BYTES: usize = 64 * 1024;
+pub(crate) const DEFAULT_BUFFER_BYTES: usize = 64 * 1024;
 /// Default handle table size.
-pub const DEFAULT_MAX_HANDLES: usize = 1024;
+pub(crate) const DEFAULT_MAX_HANDLES: usize = 1024;
 /// Default pool thread stack size.
-pub const DEFAULT_STACK_BYTES: usize = 256 * 1024;
+pub(crate) const DEFAULT_STACK_BYTES: usize = 256 * 1024;
 
 impl GroupConfig {
     /// A group of the given scheduling `policy` and `priority`, with defaults for the rest:

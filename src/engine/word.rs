@@ -52,7 +52,7 @@ impl Token {
 }
 
 /// The most handles one handle set may hold: slot indices stay below the reserved words.
-pub const MAX_HANDLES: usize = 1 << 20;
+pub(crate) const MAX_HANDLES: usize = 1 << 20;
 
 /// Low 32 bits of every link word; the borrower's group index is added to it.
 const LINK_BASE: u64 = 0xFFFF_0000;

@@ -42,11 +42,18 @@ macro_rules! os_example {
 pub(crate) mod epoll;
 pub(crate) mod fd;
 pub(crate) mod futex;
+// The `pub` items of these four (and `gettid`) are what `lfrt::os` re-exports with the `tools`
+// feature; without it nothing outside the crate reaches them. The workspace's clippy run builds
+// with `tools` (the tools crate turns it on), and there `unreachable_pub` checks them all.
+#[cfg_attr(not(feature = "tools"), allow(unreachable_pub))]
 pub(crate) mod mem;
 pub(crate) mod net;
 pub(crate) mod pthread;
+#[cfg_attr(not(feature = "tools"), allow(unreachable_pub))]
 pub(crate) mod reuseport;
+#[cfg_attr(not(feature = "tools"), allow(unreachable_pub))]
 pub(crate) mod sched;
+#[cfg_attr(not(feature = "tools"), allow(unreachable_pub))]
 pub(crate) mod signal;
 
 /// Nanoseconds on `CLOCK_MONOTONIC`, the clock every lfrt timestamp and timer uses
@@ -112,6 +119,7 @@ pub(crate) fn errno(e: &std::io::Error) -> i32 {
 /// let other = std::thread::spawn(lfrt::os::gettid).join().unwrap();
 /// assert_ne!(main, other);
 /// ```
+#[cfg_attr(not(feature = "tools"), allow(unreachable_pub))] // `lfrt::os::gettid`
 pub fn gettid() -> i32 {
     nix::unistd::gettid().as_raw()
 }

@@ -195,7 +195,7 @@ pub(crate) fn set_current_nice(nice: i32) -> io::Result<()> {
 }
 
 /// A thread's nice value as the kernel reports it (`getpriority`); `tid` 0 is the caller.
-pub fn nice(tid: i32) -> io::Result<i32> {
+pub(crate) fn nice(tid: i32) -> io::Result<i32> {
     let tid = if tid == 0 { super::gettid() } else { tid } as libc::id_t;
     // getpriority may legitimately return -1: errno tells an error apart.
     // SAFETY: errno_location returns the calling thread's errno; getpriority has no
@@ -420,7 +420,7 @@ pub fn current_cpu() -> i32 {
 /// The RT bandwidth limit (`/proc/sys/kernel/sched_rt_runtime_us` over `sched_rt_period_us`)
 /// as a fraction of one CPU; `None` if throttling is off (`-1`) or unreadable. SCHED_DEADLINE
 /// admission keeps the total deadline bandwidth of a root domain under this × its CPUs.
-pub fn rt_bandwidth() -> Option<f64> {
+pub(crate) fn rt_bandwidth() -> Option<f64> {
     let read = |f: &str| -> Option<i64> {
         std::fs::read_to_string(format!("/proc/sys/kernel/{f}"))
             .ok()?
