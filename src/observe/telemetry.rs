@@ -6,8 +6,16 @@
 //! [`DRAIN_PERIOD`] into `hdrhistogram`s (fixed bounds, so recording never allocates either).
 //!
 //! Accounting invariant (tested): samples pushed = samples recorded + samples dropped.
+//!
+//! # Why a third-party type is public here
+//! The histograms are [`hdrhistogram::Histogram`]s, in public fields, on purpose: it is the
+//! field's standard latency histogram (cyclictest-style tools, HdrHistogram's interval logs and
+//! plotters read it), and a harness gets quantiles, merging with its own histograms
+//! ([`new_histogram`] has the same bounds) and serialisation from it rather than from a copy
+//! of its API. It is re-exported here as [`Histogram`], so code that reads telemetry names it
+//! through lfrt and needs no `hdrhistogram` dependency of a matching version.
 
-use hdrhistogram::Histogram;
+pub use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering::*};
