@@ -16,7 +16,7 @@ A=${1:?usage: ab-builds.sh A/lfrt B/lfrt [ROUNDS]}
 B=${2:?usage: ab-builds.sh A/lfrt B/lfrt [ROUNDS]}
 ROUNDS=${3:-2}
 LOADGEN=$(dirname "$B")/lfrt-loadgen
-LOCK=/tmp/lfrt-rt-tests.lock
+LOCK=/tmp/lfrt-tools.lock
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -11,4 +11,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"/..
 mkdir -p benches/results
-exec flock /tmp/lfrt-rt-tests.lock cargo bench --bench echo -- --json "$PWD/benches/results/echo.json" "$@"
+exec flock /tmp/lfrt-tools.lock cargo bench --bench echo -- --json "$PWD/benches/results/echo.json" "$@"

@@ -23,7 +23,7 @@
 #   LFRT_EXTRA  extra options for lfrt only, for diagnosis (e.g. "--pool-threads 1"); the
 #            parameters are then no longer identical, and the report says so
 #
-# Each run holds the machine-wide RT lock (/tmp/lfrt-rt-tests.lock), as every SCHED_FIFO
+# Each run holds the machine-wide RT lock (/tmp/lfrt-tools.lock), as every SCHED_FIFO
 # user on this machine must. cyclictest comes from Debian/Ubuntu's rt-tests package.
 set -euo pipefail
 cd "$(dirname "$0")"/..
@@ -63,7 +63,7 @@ if [ -z "${LFRT:-}" ]; then
     cargo build --release --quiet --bin lfrt
     LFRT="${CARGO_TARGET_DIR:-target}/release/lfrt"
 fi
-LOCK=/tmp/lfrt-rt-tests.lock
+LOCK=/tmp/lfrt-tools.lock
 COMMON=(-q -N -h "$HIST_NS" --histfile=/dev/null)
 
 CT_CMD=(cyclictest "${OPTS[@]}" "${COMMON[@]}" --json="$OUT_DIR/cyclictest.json")

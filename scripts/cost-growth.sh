@@ -16,7 +16,7 @@
 #   smallest size's next to log2(size)+1: the cost must not grow faster than logarithmically.
 #
 # Bounded: every cell runs a few seconds (--quick: about 1 s) and ends by itself (-l loops,
-# with -D as a backstop); each cell takes the machine-wide RT lock (/tmp/lfrt-rt-tests.lock)
+# with -D as a backstop); each cell takes the machine-wide RT lock (/tmp/lfrt-tools.lock)
 # for itself. At RATE the group is mostly idle. A saturation step does keep both CPUs busy at
 # SCHED_FIFO, by design, but for 0.5 s only: its timers close themselves after -l dispatches
 # (the -D backstop runs on a time-shared thread, which the kernel's 95 % RT throttle still
@@ -51,7 +51,7 @@ SAT_RATES = [100_000, 200_000, 300_000] if quick else [100_000, 150_000, 200_000
 SAT_STEP_S, SAT_PAUSE_S = 0.5, 1.0
 PORT_BASE = 45000
 PRIO = 80
-LOCK = "/tmp/lfrt-rt-tests.lock"
+LOCK = "/tmp/lfrt-tools.lock"
 env = dict(os.environ, RUST_LOG="warn")
 t_start = time.monotonic()
 

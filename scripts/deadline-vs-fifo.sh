@@ -12,7 +12,7 @@
 #                  without blocking: SIGXCPU, 200 ms: SIGKILL) ends it if it ever fails to sleep.
 # A deadline lane cannot be pinned (the kernel admits SCHED_DEADLINE only with an affinity that
 # spans the root domain), so neither lane is pinned and the flood covers every CPU.
-# Each cell takes the machine-wide RT lock (/tmp/lfrt-rt-tests.lock). SCHED_FIFO + DEADLINE
+# Each cell takes the machine-wide RT lock (/tmp/lfrt-tools.lock). SCHED_FIFO + DEADLINE
 # busy time: 50 % flood + the lanes' few %, well below the kernel's 95 % RT limit.
 #
 # Environment: LFRT (binary; default: build it with cargo), OUT_DIR (JSON files).
@@ -55,7 +55,7 @@ while True:
 def cell(name, lane, flood):
     path = os.path.join(out_dir, name + ".json")
     cmd = [lfrt, "cyclic", "-q", "-N", "-D", f"{secs:g}s", f"--json={path}"] + lane
-    with open("/tmp/lfrt-rt-tests.lock", "a") as lock:
+    with open("/tmp/lfrt-tools.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         floods = []
         if flood:

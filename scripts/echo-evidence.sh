@@ -27,7 +27,7 @@ printf '%-11s %-8s %9s %8s %6s %9s %8s %8s %9s %8s\n' arch place msgs/s cpu_us/m
 for place in unpinned pinned; do
     pin=(); [ "$place" = pinned ] && pin=(--pin)
     for arch in ${archs//,/ }; do
-        flock /tmp/lfrt-rt-tests.lock cargo bench -q --bench echo -- --duration 8s --threads 2 \
+        flock /tmp/lfrt-tools.lock cargo bench -q --bench echo -- --duration 8s --threads 2 \
             --ports 4 --window 16 --work 0 --fifo 80 --arch "$arch" --clients unbatched \
             --gen-threads 2 "${pin[@]}" "$@" > "$out/bench" 2>&1 &
         bp=$!

@@ -31,7 +31,7 @@ and a release build (`cargo build --release`; `LFRT=path/to/lfrt` measures anoth
 lfrt-loadgen sits beside it). Tracing every system call slows each call by
 a few hundred ns; both programs pay it alike, so read the split side by side, and take the
 absolute latency from scripts/compare-cyclictest.sh. Bounded: each run has its own duration,
-and the whole script holds the machine-wide RT lock (/tmp/lfrt-rt-tests.lock).
+and the whole script holds the machine-wide RT lock (/tmp/lfrt-tools.lock).
 """
 
 import argparse
@@ -49,7 +49,7 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LOCK = "/tmp/lfrt-rt-tests.lock"
+LOCK = "/tmp/lfrt-tools.lock"
 EVENTS = [
     "irq_vectors:local_timer_entry",
     "timer:hrtimer_start",

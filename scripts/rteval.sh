@@ -11,7 +11,7 @@
 #                both programs and computes every percentile the same way from the histograms.
 #
 # Bounded: every run has -D, hackbench runs are short and the loop is killed on exit (also on
-# error or ^C). The whole measurement holds the machine-wide RT lock (/tmp/lfrt-rt-tests.lock).
+# error or ^C). The whole measurement holds the machine-wide RT lock (/tmp/lfrt-tools.lock).
 set -euo pipefail
 cd "$(dirname "$0")"/..
 
@@ -33,7 +33,7 @@ if [ -z "${LFRT:-}" ]; then
     export LFRT="${CARGO_TARGET_DIR:-target}/release/lfrt"
 fi
 
-exec 9>/tmp/lfrt-rt-tests.lock
+exec 9>/tmp/lfrt-tools.lock
 flock 9
 export LFRT_RT_LOCK_HELD=1 HIST_NS=${HIST_NS:-5000000}
 

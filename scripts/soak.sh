@@ -22,12 +22,12 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-cargo test --release -q -p lfrt-rt-tests --test soak --no-run
+cargo test --release -q -p lfrt-tools --test soak --no-run
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 echo "soak: running for $duration (LFRT_SOAK_DURATION=$duration) ..."
 status=0
-LFRT_SOAK_DURATION="$duration" cargo test --release -q -p lfrt-rt-tests --test soak \
+LFRT_SOAK_DURATION="$duration" cargo test --release -q -p lfrt-tools --test soak \
     -- --nocapture --test-threads=1 >"$log" 2>&1 || status=$?
 sed -n '/^=== lfrt soak/,/^=== end ===/p' "$log"
 if [ "$status" -ne 0 ]; then

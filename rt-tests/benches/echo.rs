@@ -1,6 +1,6 @@
 //! Throughput and overhead of one UDP echo service under three architectures, measured side
 //! by side in one run: an lfrt Leader/Followers group, the Half-Sync/Half-Reactive pool
-//! (`rt_tests::hsha`), and a tokio multi-thread runtime with the same number of threads. lfrt runs
+//! (`lfrt_tools::hsha`), and a tokio multi-thread runtime with the same number of threads. lfrt runs
 //! three times: `lfrt-cc` is `lfrt` with `promotion = "concurrent"` (no leader: every idle
 //! thread waits in `epoll_wait`, issue 13); `lfrt` with its built-in `UdpEcho` (one `recvmmsg`/`sendmmsg` per event) and
 //! `lfrt-dg` with one `recvfrom`/`sendto` per datagram like the other two, which separates the
@@ -33,7 +33,7 @@
 //! instead. `tokio` stays at SCHED_OTHER, as tokio services run (the yardstick of issue 22);
 //! `tokio-fifo` puts its workers at PRIO too.
 //! When stderr is a terminal, a bar shows `cell k/n` (one cell per architecture and work) and
-//! the time left ([`rt_tests::progress`]).
+//! the time left ([`lfrt_tools::progress`]).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::net::UdpSocket;
@@ -107,7 +107,7 @@ impl Clients {
 }
 
 /// Above this CPU share of its busiest thread the generator, not the server, is measured.
-const GEN_SATURATED_PCT: f64 = rt_tests::loadgen::GEN_SATURATED_PCT;
+const GEN_SATURATED_PCT: f64 = lfrt_tools::loadgen::GEN_SATURATED_PCT;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Arch {
@@ -170,8 +170,8 @@ fn parse_opts() -> Opts {
     while i < args.len() {
         match args[i].as_str() {
             "-D" | "--duration" => {
-                o.duration =
-                    rt_tests::duration::parse(&val(i)).unwrap_or_else(|e| panic!("--duration: {e}"))
+                o.duration = lfrt_tools::duration::parse(&val(i))
+                    .unwrap_or_else(|e| panic!("--duration: {e}"))
             }
             "--threads" => o.threads = val(i).parse().expect("--threads N"),
             "--ports" => o.ports = val(i).parse().expect("--ports N"),
@@ -420,7 +420,7 @@ fn set_fifo(p: u8) {
 /// HS/HA: one I/O thread (allocates each request, queues it) + `threads` workers running the
 /// same echo service. The I/O thread is inherent to the architecture and comes on top.
 fn hsha_server(socks: Vec<UdpSocket>, ports: Vec<u16>, o: &Opts, work_us: u64) -> Server {
-    let cfg = rt_tests::hsha::HshaConfig {
+    let cfg = lfrt_tools::hsha::HshaConfig {
         workers: o.threads,
         priority: o.fifo,
         cpus: o.pin.then(|| vec![SERVER_CPU]),
@@ -428,9 +428,12 @@ fn hsha_server(socks: Vec<UdpSocket>, ports: Vec<u16>, o: &Opts, work_us: u64) -
         max_datagram: 2048,
         ..Default::default()
     };
-    let sources = socks.into_iter().map(rt_tests::hsha::Source::Udp).collect();
+    let sources = socks
+        .into_iter()
+        .map(lfrt_tools::hsha::Source::Udp)
+        .collect();
     let pool =
-        rt_tests::hsha::HshaPool::start(cfg, sources, |_| rt_tests::service::Echo { work_us })
+        lfrt_tools::hsha::HshaPool::start(cfg, sources, |_| lfrt_tools::service::Echo { work_us })
             .expect("hsha pool");
     Server {
         ports,
@@ -582,7 +585,7 @@ fn main() {
     let mut rows = Vec::new();
     // Cell k of n with the time left, on stderr when it is a terminal (nothing otherwise); the
     // rows go to stdout with the bar out of the way.
-    let progress = rt_tests::progress::Progress::new(
+    let progress = lfrt_tools::progress::Progress::new(
         (o.work.len() * o.archs.len() * o.clients.len()) as u64,
         "cell",
     );

@@ -117,8 +117,8 @@ fn parse_opts() -> Opts {
     while i < args.len() {
         match args[i].as_str() {
             "-D" | "--duration" => {
-                o.duration =
-                    rt_tests::duration::parse(&val(i)).unwrap_or_else(|e| panic!("--duration: {e}"))
+                o.duration = lfrt_tools::duration::parse(&val(i))
+                    .unwrap_or_else(|e| panic!("--duration: {e}"))
             }
             "--rounds" => o.rounds = val(i).parse().expect("--rounds N"),
             "--fifo" => o.fifo = val(i).parse().expect("--fifo PRIO"),

@@ -1,13 +1,13 @@
 //! Async tasks on lanes (issue #23), each measurement side by side in one run.
 //!
 //! ```text
-//! cargo bench -p lfrt-rt-tests --bench tasks -- timer    [--secs 10] [--prio 80] [--cyclictest]
-//! cargo bench -p lfrt-rt-tests --bench tasks -- echo     [--secs 5] [--prio 50] [--ports 4]
+//! cargo bench -p lfrt-tools --bench tasks -- timer    [--secs 10] [--prio 80] [--cyclictest]
+//! cargo bench -p lfrt-tools --bench tasks -- echo     [--secs 5] [--prio 50] [--ports 4]
 //!                                                        [--window 8] [--threads 1] [--pin]
 //!                                                        [--gen-threads 1]
 //!                                                        [--server async|handler|tokio]
-//! cargo bench -p lfrt-rt-tests --bench tasks -- priority [--secs 2] [--prio 20] [--max-n 16]
-//! cargo bench -p lfrt-rt-tests --bench tasks -- relay    [--secs 5] [--prio 80] [--clients 4]
+//! cargo bench -p lfrt-tools --bench tasks -- priority [--secs 2] [--prio 20] [--max-n 16]
+//! cargo bench -p lfrt-tools --bench tasks -- relay    [--secs 5] [--prio 80] [--clients 4]
 //! ```
 //! * `timer`: two 1 ms loops on two threads, aligned (both loops due at the same instants) and
 //!   staggered (the second loop 500 µs after the first), lateness (`lfrt cyclic` style: wake-up −
@@ -884,7 +884,7 @@ fn main() {
         Some("priority") => bench_priority(),
         Some("relay") => bench_relay(),
         _ => {
-            eprintln!("usage: cargo bench -p lfrt-rt-tests --bench tasks -- timer|echo|priority|relay [options]");
+            eprintln!("usage: cargo bench -p lfrt-tools --bench tasks -- timer|echo|priority|relay [options]");
             eprintln!("(see the header of rt-tests/benches/tasks.rs)");
         }
     }

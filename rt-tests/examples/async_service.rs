@@ -4,7 +4,7 @@
 //! with a text protocol (`stats`, `setpoint <n>`, `stop`).
 //!
 //! ```text
-//! cargo run --release -p lfrt-rt-tests --example async_service -- 3   # 3 s, built-in clients
+//! cargo run --release -p lfrt-tools --example async_service -- 3   # 3 s, built-in clients
 //! ```
 //! Everything listens on 127.0.0.1 (ephemeral ports). Bounded: a 5 k datagrams/s feed for the
 //! given seconds (default 3); the built-in admin client asks `stats` each second, sets a

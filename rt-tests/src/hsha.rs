@@ -222,8 +222,8 @@ impl Shared {
 ///
 /// # Examples
 /// ```no_run
-/// use rt_tests::hsha::{HshaConfig, HshaPool, Source};
-/// use rt_tests::service::Echo;
+/// use lfrt_tools::hsha::{HshaConfig, HshaPool, Source};
+/// use lfrt_tools::service::Echo;
 /// let socket = std::net::UdpSocket::bind("127.0.0.1:7100").unwrap();
 /// let pool = HshaPool::start(HshaConfig::default(), vec![Source::Udp(socket)], |_| Echo { work_us: 5 })?;
 /// std::thread::sleep(std::time::Duration::from_millis(100));

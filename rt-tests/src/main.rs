@@ -2,8 +2,8 @@
 
 use clap::{CommandFactory, Parser, Subcommand};
 use lfrt::GroupMetrics;
-use rt_tests::measured;
-use rt_tests::overrides::{Override, OverrideSource, Provenance};
+use lfrt_tools::measured;
+use lfrt_tools::overrides::{Override, OverrideSource, Provenance};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -41,7 +41,7 @@ enum Cmd {
         overrides: SetArgs,
         /// Stop after TIME: `30` or `30s` seconds, `500ms`, `10m`, `1h`, `1d` (cyclictest's -D
         /// forms). Default, or 0: run until SIGINT/SIGTERM.
-        #[arg(short = 'D', long, value_name = "TIME", value_parser = rt_tests::duration::parse)]
+        #[arg(short = 'D', long, value_name = "TIME", value_parser = lfrt_tools::duration::parse)]
         duration: Option<Duration>,
         /// Also write the final metrics as JSON to this file (fields: docs/operations.md,
         /// "lfrt run --json").
@@ -68,13 +68,13 @@ enum Cmd {
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
         /// Image size in pixels.
-        #[arg(long, value_name = "WxH", default_value_t = rt_tests::plot::Size::DEFAULT)]
-        size: rt_tests::plot::Size,
+        #[arg(long, value_name = "WxH", default_value_t = lfrt_tools::plot::Size::DEFAULT)]
+        size: lfrt_tools::plot::Size,
     },
     /// cyclictest-compatible timer latency through the runtime (-h is --histogram).
-    Cyclic(rt_tests::cyclic::CyclicArgs),
+    Cyclic(lfrt_tools::cyclic::CyclicArgs),
     /// Priority-inversion experiments: lfrt lanes vs a single pool vs Half-Sync/Half-Reactive.
-    Inversion(rt_tests::inversion::InversionArgs),
+    Inversion(lfrt_tools::inversion::InversionArgs),
     /// Is this machine ready? What it and this process can do for real time, and for CONFIG.
     ///
     /// Kernel preemption, RT privileges and limits, the RT throttle, CPUs and power settings:
@@ -127,7 +127,7 @@ fn load(
     config: Option<PathBuf>,
     set: &SetArgs,
     shorthands: impl IntoIterator<Item = Override>,
-) -> Result<rt_tests::overrides::Loaded, Box<dyn std::error::Error>> {
+) -> Result<lfrt_tools::overrides::Loaded, Box<dyn std::error::Error>> {
     let path = config
         .or_else(|| std::env::var_os("LFRT_CONFIG").map(PathBuf::from))
         .ok_or("no configuration: give CONFIG or set LFRT_CONFIG")?;
@@ -144,7 +144,7 @@ fn load(
         })
         .chain(shorthands)
         .collect();
-    Ok(rt_tests::overrides::load(&path, &overrides)?)
+    Ok(lfrt_tools::overrides::load(&path, &overrides)?)
 }
 
 /// The plan's lines for the values that do not come from the file: each with its override and
@@ -189,21 +189,21 @@ fn main() -> ExitCode {
             metrics,
             status,
         } => run(config, &overrides, duration, json, metrics, status),
-        Cmd::Cyclic(args) => rt_tests::cyclic::run(&args),
+        Cmd::Cyclic(args) => lfrt_tools::cyclic::run(&args),
         Cmd::Plot {
             inputs,
             output,
             size,
-        } => rt_tests::plot::plot_files(&inputs, &output, size)
+        } => lfrt_tools::plot::plot_files(&inputs, &output, size)
             .map(|kind| println!("wrote {} ({kind:?})", output.display()))
             .map_err(Into::into),
-        Cmd::Inversion(args) => rt_tests::inversion::run(&args),
+        Cmd::Inversion(args) => lfrt_tools::inversion::run(&args),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "lfrt", &mut std::io::stdout());
             Ok(())
         }
         Cmd::Man { out } => man(&out),
-        Cmd::Doctor { config } => match rt_tests::doctor::run(config.as_deref()) {
+        Cmd::Doctor { config } => match lfrt_tools::doctor::run(config.as_deref()) {
             Ok(report) => {
                 print!("{report}");
                 return ExitCode::from(report.verdict().exit_status());
@@ -350,7 +350,7 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
             g.max_handles,
             g.budget_us.map(|b| b.to_string()).unwrap_or_else(|| "-".into()),
         );
-        if let Some(h) = rt_tests::doctor::handoff(g) {
+        if let Some(h) = lfrt_tools::doctor::handoff(g) {
             let _ = writeln!(s, "  hand-off: {h}");
         }
         if let Some(b) = &g.bound {
@@ -445,14 +445,14 @@ fn run(
     use std::io::IsTerminal;
     // As cyclictest: redrawn in place on a terminal, appended blocks with --status to a pipe.
     let mut status = match (status, std::io::stdout().is_terminal()) {
-        (_, true) => Some(rt_tests::live::Status::new(true)),
-        (true, false) => Some(rt_tests::live::Status::new(false)),
+        (_, true) => Some(lfrt_tools::live::Status::new(true)),
+        (true, false) => Some(lfrt_tools::live::Status::new(false)),
         (false, false) => None,
     };
     // Block SIGINT/SIGTERM before any thread exists: every thread inherits the mask and the
     // main thread takes the signal synchronously below.
     lfrt::os::block_termination()?;
-    let shared = rt_tests::live::Shared::default();
+    let shared = lfrt_tools::live::Shared::default();
     let metrics = loaded.metrics;
     let publish = metrics.is_some() || status.is_some();
     let mut rt = lfrt::Runtime::new(loaded.config)?;
@@ -460,7 +460,7 @@ fn run(
     // port taken since fails before any RT thread exists. The exporter thread is spawned here,
     // by this time-shared thread.
     if let Some(addr) = metrics {
-        let bound = rt_tests::live::serve(addr, shared.clone())
+        let bound = lfrt_tools::live::serve(addr, shared.clone())
             .map_err(|e| format!("metrics: cannot serve {addr}: {e}"))?;
         println!("# metrics: http://{bound}/metrics");
     }
@@ -471,11 +471,11 @@ fn run(
     // Once a second (on the second since the start): publish a snapshot for the exporter and
     // print the status block.
     let mut tick = 0u32;
-    let mut previous: Option<rt_tests::live::Snapshot> = None;
+    let mut previous: Option<lfrt_tools::live::Snapshot> = None;
     loop {
         let now = started.elapsed();
         if publish && now >= Duration::from_secs(u64::from(tick)) {
-            let snap = rt_tests::live::Snapshot::take(&rt, now);
+            let snap = lfrt_tools::live::Snapshot::take(&rt, now);
             if let (Some(st), Some(prev)) = (status.as_mut(), previous.as_ref()) {
                 use std::io::Write;
                 let mut out = std::io::stdout().lock();
@@ -554,7 +554,7 @@ fn run(
         );
         let histogram = rt.telemetry().with(|r| {
             r.groups.get(gi).map(|h| {
-                rt_tests::plot::latency_histogram(&h.latency, rt_tests::plot::RUN_BUCKET_NS)
+                lfrt_tools::plot::latency_histogram(&h.latency, lfrt_tools::plot::RUN_BUCKET_NS)
             })
         });
         // Kernel receive → handler entry, for groups whose handlers take stamped datagrams.

@@ -44,7 +44,7 @@
 //! # Reproducing
 //! The seed is fixed ([`DEFAULT_SEED`]), so CI runs the same cases every time. Set
 //! `PROPTEST_RNG_SEED=<u64>` for other cases and `PROPTEST_CASES=<n>` for more, e.g.
-//! `PROPTEST_RNG_SEED=7 PROPTEST_CASES=5000 cargo test --release -p lfrt-rt-tests
+//! `PROPTEST_RNG_SEED=7 PROPTEST_CASES=5000 cargo test --release -p lfrt-tools
 //! --test config_fuzz -- --nocapture`. A failure prints the shrunk input, the document text and
 //! both results.
 

@@ -585,7 +585,7 @@ fn four_thousand_timers_run_in_one_group() {
     let g = &doc["groups"][0];
     assert_eq!(g["cycles"], 2 * n, "every cycle of every timer: {g}");
     assert_eq!(g["dispatched"], 2 * n);
-    let kept = rt_tests::cyclic::MAX_TIMER_HISTOGRAMS as u64;
+    let kept = lfrt_tools::cyclic::MAX_TIMER_HISTOGRAMS as u64;
     for (i, t) in threads(&doc).into_iter().enumerate() {
         assert_eq!(t["cycles"], 2, "T:{i}: cycles counts loops run");
     }

@@ -5,7 +5,7 @@
 
 mod util;
 
-use rt_tests::loadgen::{self, Clients, LoadConfig, Mode};
+use lfrt_tools::loadgen::{self, Clients, LoadConfig, Mode};
 use std::collections::HashSet;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -83,14 +83,17 @@ fn lfrt_group_echoes_every_datagram() {
 fn hsha_pool_echoes_every_datagram() {
     let _l = util::rt_lock();
     let (socks, ports) = sockets(4);
-    let cfg = rt_tests::hsha::HshaConfig {
+    let cfg = lfrt_tools::hsha::HshaConfig {
         workers: 2,
         ..Default::default()
     };
-    let pool = rt_tests::hsha::HshaPool::start(
+    let pool = lfrt_tools::hsha::HshaPool::start(
         cfg,
-        socks.into_iter().map(rt_tests::hsha::Source::Udp).collect(),
-        |_| rt_tests::service::Echo { work_us: 0 },
+        socks
+            .into_iter()
+            .map(lfrt_tools::hsha::Source::Udp)
+            .collect(),
+        |_| lfrt_tools::service::Echo { work_us: 0 },
     )
     .unwrap();
     let r = load(ports, MESSAGES);

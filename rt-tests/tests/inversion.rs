@@ -10,7 +10,9 @@ mod util;
 #[global_allocator]
 static A: lfrt::CountingAlloc = lfrt::CountingAlloc;
 
-use rt_tests::inversion::{run_once, table, Architecture, InversionArgs, Plan, Report, RunResult};
+use lfrt_tools::inversion::{
+    run_once, table, Architecture, InversionArgs, Plan, Report, RunResult,
+};
 use std::time::{Duration, Instant};
 
 /// A light, short plan: 3 low streams at 200/s with 20 µs of work, a 500/s high stream and a
@@ -256,7 +258,7 @@ fn quick_json_holds_every_architecture() {
 
 /// With stderr a pipe, `lfrt inversion` writes each experiment's line and nothing of its
 /// progress bar (`experiment k/n`, cursor movements, carriage returns): the bar is for a
-/// terminal only (rt_tests::progress, which the echo benchmark shares).
+/// terminal only (lfrt_tools::progress, which the echo benchmark shares).
 #[test]
 fn no_progress_bar_when_stderr_is_not_a_terminal() {
     if !util::rt_allowed("no_progress_bar_when_stderr_is_not_a_terminal", 80) {

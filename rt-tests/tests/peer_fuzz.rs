@@ -14,7 +14,7 @@
 //! The lanes are `policy = "other"`: nothing here runs real-time. The seed is fixed
 //! ([`SEED`]) so CI runs the same cases every time; `PROPTEST_RNG_SEED=<u64>` and
 //! `PROPTEST_CASES=<n>` run others, e.g.
-//! `PROPTEST_CASES=500 PROPTEST_RNG_SEED=7 cargo test --release -p lfrt-rt-tests --test peer_fuzz`.
+//! `PROPTEST_CASES=500 PROPTEST_RNG_SEED=7 cargo test --release -p lfrt-tools --test peer_fuzz`.
 
 mod peers;
 

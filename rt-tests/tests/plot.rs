@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The font PNG text is drawn with (rt_tests::plot::FONT).
+/// The font PNG text is drawn with (lfrt_tools::plot::FONT).
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
 /// The `lfrt` command, run from the repository root as the README runs it.

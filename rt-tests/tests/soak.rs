@@ -114,7 +114,7 @@ const SHUTDOWN_FLOOD_SEQ: u64 = 1 << 62;
 fn soak_duration() -> Duration {
     let d = match std::env::var("LFRT_SOAK_DURATION") {
         Ok(s) => {
-            rt_tests::duration::parse(&s).unwrap_or_else(|e| panic!("LFRT_SOAK_DURATION: {e}"))
+            lfrt_tools::duration::parse(&s).unwrap_or_else(|e| panic!("LFRT_SOAK_DURATION: {e}"))
         }
         Err(_) => DEFAULT_DURATION,
     };

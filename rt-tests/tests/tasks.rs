@@ -2,7 +2,7 @@
 //! from the kernel), wakes from other lanes and plain threads, lane time, failure semantics
 //! (panic, never-yielding task, shutdown order, full table) and zero allocations per poll,
 //! wake and completion after warm-up.
-//! Run one at a time: `cargo test --release -p lfrt-rt-tests --test tasks -- --test-threads=1`.
+//! Run one at a time: `cargo test --release -p lfrt-tools --test tasks -- --test-threads=1`.
 
 mod util;
 

@@ -112,7 +112,7 @@ pub(crate) fn fifo_allowed(test: &str, priority: u8) -> Option<RtLock> {
         }
         return None;
     }
-    let f = File::create("/tmp/lfrt-rt-tests.lock").expect("create the RT test lock file");
+    let f = File::create("/tmp/lfrt-tools.lock").expect("create the RT test lock file");
     fd::lock_exclusive(&f).expect("flock on the RT test lock");
     Some(RtLock(f))
 }

@@ -5,7 +5,7 @@ O=${O:-/tmp/pass}
 mkdir -p $O
 NEW=/work/main/target/release
 OLD=/work/old/target/release
-L=/tmp/lfrt-rt-tests.lock
+L=/tmp/lfrt-tools.lock
 NEWE=/work/main/target/release/deps/echo-d28c251745980ab9
 OLDE=/work/old/target/release/deps/echo-d28c251745980ab9
 NEWS=/work/main/target/release/deps/sockperf-e18324d2c4dd42c8

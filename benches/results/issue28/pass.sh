@@ -3,7 +3,7 @@
 set -u
 O=${O:-/tmp/apass}
 mkdir -p $O
-L=/tmp/lfrt-rt-tests.lock
+L=/tmp/lfrt-tools.lock
 PRE=${PRE:-/tmp/tasks-pre28}
 NEW=${NEW:-/tmp/tasks-new28}
 echo "start $(date -u +%H:%M:%S) $(uptime)" > $O/log

@@ -10,7 +10,7 @@
 //! one socket per port with `sendmmsg`/`recvmmsg`. Every report gives the generator's own CPU
 //! share and flags `GEN-SATURATED` above 80 %.
 
-use rt_tests::loadgen;
+use lfrt_tools::loadgen;
 
 fn main() -> std::process::ExitCode {
     loadgen::cli_main()

@@ -8,9 +8,9 @@ use std::os::fd::AsRawFd;
 /// real-time tests disturb each other and can starve the test harness itself.
 pub struct RtLock(File);
 
-/// Takes the machine-wide RT test lock (`flock` on /tmp/lfrt-rt-tests.lock); released on drop.
+/// Takes the machine-wide RT test lock (`flock` on /tmp/lfrt-tools.lock); released on drop.
 pub fn rt_lock() -> RtLock {
-    let f = File::create("/tmp/lfrt-rt-tests.lock").expect("create lock file");
+    let f = File::create("/tmp/lfrt-tools.lock").expect("create lock file");
     // SAFETY: valid fd; flock has no memory-safety preconditions.
     let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
     assert_eq!(rc, 0, "flock");
