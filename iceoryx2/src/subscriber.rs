@@ -23,7 +23,7 @@ use iceoryx2::prelude::{FileDescriptorBased, PortFactory as _, ZeroCopySend};
 use lfrt::{Context, Disposition, Event, EventHandler, Registry, Token};
 use std::fmt;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -417,31 +417,15 @@ where
 /// A gate: a new epoll set (nonblocking, as lfrt requires of a source) holding `members` for
 /// readability, level-triggered, so it is readable exactly when one of them is.
 fn gate(members: [BorrowedFd<'_>; 2]) -> io::Result<OwnedFd> {
-    let check = |rc: libc::c_int| {
-        if rc < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(rc)
-        }
-    };
-    // SAFETY: plain system call; the result is checked.
-    let fd = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
-    // SAFETY: `fd` was just created and nothing else owns it.
-    let gate = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: fcntl on an fd this function owns; the results are checked.
-    let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
-    // SAFETY: as above.
-    check(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) })?;
-    for (i, member) in members.iter().enumerate() {
-        let mut event = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: i as u64,
-        };
-        // SAFETY: `fd` is the epoll set and `member` an open fd; `event` is a valid
-        // epoll_event that the kernel only reads.
-        check(unsafe { libc::epoll_ctl(fd, libc::EPOLL_CTL_ADD, member.as_raw_fd(), &mut event) })?;
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+    let flags = OFlag::from_bits_retain(fcntl(&epoll.0, FcntlArg::F_GETFL)?);
+    fcntl(&epoll.0, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    for (i, member) in members.into_iter().enumerate() {
+        epoll.add(member, EpollEvent::new(EpollFlags::EPOLLIN, i as u64))?;
     }
-    Ok(gate)
+    Ok(epoll.0)
 }
 
 /// What a turn reads and receives: the iceoryx2 ports ([`IoxPort`]), or a test's stand-in.

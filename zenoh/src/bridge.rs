@@ -18,6 +18,7 @@ use crate::slots::Slots;
 use crate::{links, threads, zenoh_error, Error, MAX_KEY_BYTES, PRIORITIES};
 use crossbeam_queue::ArrayQueue;
 use lfrt::inbox::{Inbox, Order, Poster};
+use lfrt::task::time::now_ns;
 use lfrt::{Context, PiMutex, Policy, Runtime};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -301,17 +302,6 @@ impl Forwarder {
             }
         }
     }
-}
-
-/// `CLOCK_MONOTONIC` now, in ns (a vDSO call: no system call, no allocation).
-pub(crate) fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Gives a delivered slot back even if the handler panics.
