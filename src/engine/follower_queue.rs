@@ -1,7 +1,7 @@
 //! The follower queue: which waiting thread is promoted next.
 //!
-//! A max-heap of `(key, thread)` entries, one per queued thread, allocated once for all the
-//! threads of a pool (no allocation afterwards). One ordering mechanism serves all three
+//! A max-heap of the queued threads by key, allocated once for all the threads of a pool (no
+//! allocation afterwards). One ordering mechanism serves all three
 //! protocols of the pattern's implementation activity 5.2; only the key differs:
 //!
 //! | [`Promotion`] | key                        | effect                                      |
@@ -15,15 +15,12 @@
 //!
 //! Besides "pop the best", the bound variant (`bound/table.rs`) takes a *named* thread out of
 //! the queue (its reply arrived, its connection failed, its deadline passed) and, rarely, the
-//! best thread that satisfies a condition. So the heap is **indexed**: `pos[thread]` is the
-//! thread's entry index, kept up to date by every move, and a thread is queued at most once
-//! (pushing it again keeps its place). Hand-written (real-time constraint): removing a named
-//! thread must be O(log n) with no allocation and no hashing while the protocol's PI lock is
-//! held; `std`'s and `heapless`' `BinaryHeap` cannot remove an arbitrary entry, and the indexed
-//! priority queues on crates.io find entries through hash maps. (`heapless::Vec` does not fit
-//! the storage either: a bound pool queues up to `bound::MAX_WAITERS` threads, a number known
-//! only at run time, so the capacity is set once in [`FollowerQueue::new`]; the crate is no
-//! longer a dependency.)
+//! best thread that satisfies a condition. So the queue is an indexed heap with one id per
+//! thread ([`IndexedHeap`], `sync/indexed_heap.rs`: removal by id in O(log n), no allocation
+//! after [`FollowerQueue::new`], no hashing, which is why it is hand-written), and a thread is
+//! queued at most once (pushing it again keeps its place).
+
+use crate::sync::indexed_heap::IndexedHeap;
 
 /// The most threads one group may have (validated by the configuration).
 pub const MAX_GROUP_THREADS: usize = 64;
@@ -49,35 +46,22 @@ pub enum Promotion {
     Concurrent,
 }
 
-/// `pos` value of a thread that is not queued.
-const NOT_QUEUED: u32 = u32::MAX;
-
-#[derive(Debug, Clone, Copy)]
-struct Entry {
-    /// `(priority, order)`: the largest is promoted first. Unique (`order` never repeats).
-    key: (u8, u64),
-    thread: u16,
-}
-
 /// Followers waiting to lead, ordered by the pool's [`Promotion`] protocol.
 #[derive(Debug)]
 pub(crate) struct FollowerQueue {
-    /// A binary max-heap by `key`: `heap[0]` is promoted next. Capacity: one entry per thread,
-    /// so pushes never reallocate.
-    heap: Vec<Entry>,
-    /// `pos[t]`: the index of thread `t`'s entry in `heap`, or `NOT_QUEUED`.
-    pos: Box<[u32]>,
+    /// Thread ids by `(priority, order)`: the largest is promoted first. Unique (`order` never
+    /// repeats).
+    heap: IndexedHeap<(u8, u64)>,
     promotion: Promotion,
     arrivals: u64,
 }
 
 impl FollowerQueue {
-    /// A queue for threads `0..threads` (allocates both arrays now, never later).
+    /// A queue for threads `0..threads` (allocates its heap now, never later).
     pub(crate) fn new(threads: usize, promotion: Promotion) -> FollowerQueue {
         assert!(threads <= 1 << 16, "thread ids are 16 bits");
         FollowerQueue {
-            heap: Vec::with_capacity(threads),
-            pos: vec![NOT_QUEUED; threads].into_boxed_slice(),
+            heap: IndexedHeap::new(threads),
             promotion,
             arrivals: 0,
         }
@@ -89,59 +73,45 @@ impl FollowerQueue {
     /// # Panics
     /// If `thread` is not below the `threads` given to `new`.
     pub(crate) fn push(&mut self, thread: u16, priority: u8) -> bool {
-        if self.pos[thread as usize] != NOT_QUEUED {
-            return false;
-        }
-        self.arrivals += 1;
+        let arrival = self.arrivals + 1;
         let key = match self.promotion {
             // A concurrent group never queues a thread; the bound pool does not offer it.
-            Promotion::Priority | Promotion::Concurrent => (priority, self.arrivals),
-            Promotion::Lifo => (0, self.arrivals),
-            Promotion::Fifo => (0, u64::MAX - self.arrivals),
+            Promotion::Priority | Promotion::Concurrent => (priority, arrival),
+            Promotion::Lifo => (0, arrival),
+            Promotion::Fifo => (0, u64::MAX - arrival),
         };
-        // At most one entry per thread (checked above): the push never reallocates.
-        debug_assert!(self.heap.len() < self.heap.capacity());
-        self.heap.push(Entry { key, thread });
-        self.sift_up(self.heap.len() - 1);
-        true
+        let pushed = self.heap.push(u32::from(thread), key);
+        if pushed {
+            self.arrivals = arrival;
+        }
+        pushed
     }
 
     /// Removes and returns the follower to promote next.
     pub(crate) fn pop(&mut self) -> Option<u16> {
-        if self.heap.is_empty() {
-            None
-        } else {
-            Some(self.remove_at(0))
-        }
+        self.heap.pop().map(|t| t as u16)
     }
 
     /// Takes `thread` out of the queue. Returns whether it was queued. O(log n).
     pub(crate) fn remove(&mut self, thread: u16) -> bool {
-        match self.pos[thread as usize] {
-            NOT_QUEUED => false,
-            i => {
-                self.remove_at(i as usize);
-                true
-            }
-        }
+        self.heap.remove(u32::from(thread))
     }
 
     /// Removes and returns the best follower for which `pred` holds. O(n): a scan of the
     /// queued entries (the bound variant's deferral of an unbound event, a rare path).
     pub(crate) fn pop_where(&mut self, mut pred: impl FnMut(u16) -> bool) -> Option<u16> {
-        let i = self
+        let (best, _) = self
             .heap
             .iter()
-            .enumerate()
-            .filter(|(_, e)| pred(e.thread))
-            .max_by_key(|(_, e)| e.key)?
-            .0;
-        Some(self.remove_at(i))
+            .filter(|&(t, _)| pred(t as u16))
+            .max_by_key(|&(_, key)| key)?;
+        self.heap.remove(best);
+        Some(best as u16)
     }
 
     /// Whether `thread` is queued.
     pub(crate) fn contains(&self, thread: u16) -> bool {
-        self.pos[thread as usize] != NOT_QUEUED
+        self.heap.contains(u32::from(thread))
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -150,61 +120,6 @@ impl FollowerQueue {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.heap.is_empty()
-    }
-
-    /// Removes the entry at index `i` and returns its thread: the last entry fills the hole
-    /// and moves up or down to its place.
-    fn remove_at(&mut self, i: usize) -> u16 {
-        let gone = self.heap.swap_remove(i);
-        self.pos[gone.thread as usize] = NOT_QUEUED;
-        if i < self.heap.len() && self.sift_up(i) == i {
-            self.sift_down(i);
-        }
-        gone.thread
-    }
-
-    /// Moves the entry at `i` up while it outranks its parent; returns its final index.
-    fn sift_up(&mut self, mut i: usize) -> usize {
-        let e = self.heap[i];
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            if self.heap[parent].key > e.key {
-                break;
-            }
-            self.place(i, self.heap[parent]);
-            i = parent;
-        }
-        self.place(i, e);
-        i
-    }
-
-    /// Moves the entry at `i` down while a child outranks it.
-    fn sift_down(&mut self, mut i: usize) {
-        let e = self.heap[i];
-        let n = self.heap.len();
-        loop {
-            let left = 2 * i + 1;
-            if left >= n {
-                break;
-            }
-            let right = left + 1;
-            let child = if right < n && self.heap[right].key > self.heap[left].key {
-                right
-            } else {
-                left
-            };
-            if self.heap[child].key < e.key {
-                break;
-            }
-            self.place(i, self.heap[child]);
-            i = child;
-        }
-        self.place(i, e);
-    }
-
-    fn place(&mut self, i: usize, e: Entry) {
-        self.heap[i] = e;
-        self.pos[e.thread as usize] = i as u32;
     }
 }
 
@@ -222,14 +137,7 @@ mod tests {
 
     /// The heap order and the index agree (every test below checks it after each step).
     fn check(q: &FollowerQueue) {
-        for (i, e) in q.heap.iter().enumerate() {
-            assert_eq!(q.pos[e.thread as usize], i as u32, "stale index");
-            if i > 0 {
-                assert!(q.heap[(i - 1) / 2].key > e.key, "heap order broken at {i}");
-            }
-        }
-        let queued = q.pos.iter().filter(|&&p| p != NOT_QUEUED).count();
-        assert_eq!(queued, q.heap.len());
+        q.heap.check();
     }
 
     #[test]

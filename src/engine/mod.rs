@@ -8,8 +8,8 @@
 //!   demotion and restore ([`slot`]), its set-up ([`thread`]), its dispatch loops
 //!   ([`dispatch`]), lane borrowing ([`borrow`], and the lender's turn in `lend.rs`) and the
 //!   overrun watchdog ([`watchdog`]).
-//! * **May use:** `sys` (system calls), `sync` (PI mutex, parker, the loom shim), `observe`
-//!   (counters and telemetry) and `error`.
+//! * **May use:** `sys` (system calls), `sync` (PI mutex, parker, the indexed heap, the loom
+//!   shim), `observe` (counters and telemetry) and `error`.
 //! * **Must never use:** `config` (the engine takes its own plain parameters), `sources`,
 //!   `runtime` or the tools crate. Sources are written against [`handler::EventHandler`]; the
 //!   engine does not know any one of them.

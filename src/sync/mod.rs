@@ -2,7 +2,8 @@
 //!
 //! * **Owns:** the priority-inheritance mutex ([`pi_mutex`]), the per-thread futex parker
 //!   ([`parker`]), the bounded queue no thread waits in ([`queue`]), the doorbell that wakes a
-//!   queue's consumer ([`doorbell`]) and the loom shim below.
+//!   queue's consumer ([`doorbell`]), the indexed heap the follower queue and the task
+//!   layer's timers order their entries with ([`indexed_heap`]) and the loom shim below.
 //! * **May use:** `sys` only. **Must never use:** anything above it.
 //!
 //! Normally: the PI mutex and a futex parker. Under `--cfg loom`: loom's model-checked
@@ -11,6 +12,7 @@
 
 pub(crate) mod doorbell;
 pub(crate) mod free;
+pub(crate) mod indexed_heap;
 pub(crate) mod parker;
 pub(crate) mod pi_mutex;
 pub(crate) mod queue;

@@ -7,7 +7,7 @@
 //!   and awaiting (`spawn.rs`, `join.rs`), the turns (`turn.rs`), building a lane's executor
 //!   (`lane.rs`), the timer entries (`timers.rs`) and lane time ([`time`]).
 //! * **May use:** the engine's handler interface (`engine::handler`, and the handles'
-//!   `engine::word::Token`), `sync` (its queue, doorbell and loom shim: every atomic of a
+//!   `engine::word::Token`), `sync` (queue, doorbell, indexed heap, loom shim: every atomic of a
 //!   protocol goes through it), `sys`, `observe` and `error`. **Must never use:** `config`,
 //!   `runtime`, `sources` or the engine's internals; the runtime builds an executor for each
 //!   group with `max_tasks > 0` and registers its two handlers with the group, like any

@@ -3,9 +3,11 @@
 //! polled with, which a combinator (`FuturesUnordered`, a `select` over a task set) may have
 //! wrapped, so that the combinator sees the wake and polls the future again.
 //!
-//! An indexed binary min-heap by instant over a preallocated pool of entries (`max_tasks ×
-//! TIMERS_PER_TASK`). Arming, re-arming, cancelling and taking the earliest due entry cost
-//! O(log n) in the entries armed, never a scan of the pool.
+//! An indexed min-heap by instant over a preallocated pool of entries (`max_tasks ×
+//! TIMERS_PER_TASK`): [`IndexedHeap`] (`sync/indexed_heap.rs`) with one id per entry, keyed
+//! by `Reverse(instant)`; its ids that are not queued are the free entries. Arming,
+//! re-arming, cancelling and taking the earliest due entry cost O(log n) in the entries
+//! armed, never a scan of the pool, and allocate nothing.
 //!
 //! A future keeps its entry's [`TimerId`] (index and generation) while it waits: polled again,
 //! it re-arms the same entry (and replaces its waker only if the new one would not wake the
@@ -15,14 +17,14 @@
 //!
 //! Not thread-safe by itself: the executor keeps it under its timer lock.
 
+use std::cmp::Reverse;
 use std::task::Waker;
+
+use crate::sync::indexed_heap::IndexedHeap;
 
 /// Timer entries a lane has per task slot: the `lfrt::task::time` futures and retries its tasks can
 /// wait on at once (a `select` of four sleeps in every task at once fits).
 pub const TIMERS_PER_TASK: usize = 4;
-
-/// No heap position: the entry is free.
-const FREE: u32 = u32::MAX;
 
 /// An armed entry, as the future that armed it holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,33 +36,25 @@ pub(crate) struct TimerId {
 /// The timer entries of one lane (module docs).
 #[derive(Debug)]
 pub(crate) struct Timers {
-    /// Entry indices in heap order: `at` of a parent ≤ `at` of its children.
-    heap: Vec<u32>,
-    /// Per entry: its position in `heap`, [`FREE`] if it is free.
-    pos: Box<[u32]>,
-    at: Box<[u64]>,
+    /// The armed entries by instant, earliest on top; the others are free.
+    heap: IndexedHeap<Reverse<u64>>,
     gen: Box<[u32]>,
     wakers: Box<[Option<Waker>]>,
-    /// Free entry indices.
-    free: Vec<u32>,
 }
 
 impl Timers {
     /// A pool of `entries` entries (all free), allocated now.
     pub(crate) fn new(entries: usize) -> Timers {
         Timers {
-            heap: Vec::with_capacity(entries),
-            pos: vec![FREE; entries].into_boxed_slice(),
-            at: vec![0; entries].into_boxed_slice(),
+            heap: IndexedHeap::new(entries),
             gen: vec![0; entries].into_boxed_slice(),
             wakers: (0..entries).map(|_| None).collect(),
-            free: (0..entries as u32).rev().collect(),
         }
     }
 
     /// Bytes [`new`](Self::new) allocates per entry.
     pub(crate) const BYTES_PER_ENTRY: usize =
-        3 * size_of::<u32>() + size_of::<u64>() + size_of::<u32>() + size_of::<Option<Waker>>();
+        IndexedHeap::<Reverse<u64>>::BYTES_PER_ID + size_of::<u32>() + size_of::<Option<Waker>>();
 
     /// Arms `id`'s entry (`None`: a new one) for `at_ns`, to wake `waker`. Returns the entry's
     /// id, or `None` if the pool is full (and `id` was not armed). A waker that would wake the
@@ -77,23 +71,16 @@ impl Timers {
                 if !self.wakers[e].as_ref().is_some_and(|w| w.will_wake(waker)) {
                     self.wakers[e] = Some(waker.clone());
                 }
-                self.at[e] = at_ns;
-                let p = self.sift_up(self.pos[e] as usize);
-                self.sift_down(p);
+                self.heap.update(i.index, Reverse(at_ns));
                 i
             }
             None => {
-                let index = self.free.pop()?;
-                let e = index as usize;
-                self.at[e] = at_ns;
-                self.wakers[e] = Some(waker.clone());
-                self.pos[e] = self.heap.len() as u32;
-                // Within capacity: one heap entry per pool entry at most.
-                self.heap.push(index);
-                self.sift_up(self.heap.len() - 1);
+                let index = self.heap.vacant()?;
+                self.wakers[index as usize] = Some(waker.clone());
+                self.heap.push(index, Reverse(at_ns));
                 TimerId {
                     index,
-                    gen: self.gen[e],
+                    gen: self.gen[index as usize],
                 }
             }
         };
@@ -106,22 +93,23 @@ impl Timers {
         if !self.is_armed(id) {
             return None;
         }
-        let p = self.pos[id.index as usize] as usize;
-        Some(self.remove_at(p))
+        self.heap.remove(id.index);
+        Some(self.free(id.index))
     }
 
     /// The earliest armed instant.
     pub(crate) fn earliest(&self) -> Option<u64> {
-        self.heap.first().map(|&e| self.at[e as usize])
+        self.heap.peek().map(|(_, &Reverse(at))| at)
     }
 
     /// Takes the earliest entry if it is due at `now_ns`: its waker (the entry is freed).
     pub(crate) fn pop_due(&mut self, now_ns: u64) -> Option<Waker> {
-        let &top = self.heap.first()?;
-        if self.at[top as usize] > now_ns {
+        let (top, &Reverse(at)) = self.heap.peek()?;
+        if at > now_ns {
             return None;
         }
-        Some(self.remove_at(0))
+        self.heap.pop();
+        Some(self.free(top))
     }
 
     /// Entries armed (tests).
@@ -131,68 +119,15 @@ impl Timers {
     }
 
     fn is_armed(&self, id: TimerId) -> bool {
-        let e = id.index as usize;
-        e < self.pos.len() && self.pos[e] != FREE && self.gen[e] == id.gen
+        self.heap.contains(id.index) && self.gen[id.index as usize] == id.gen
     }
 
-    /// Takes the entry at heap position `p` out, frees it (its generation moves on) and returns
-    /// its waker.
-    fn remove_at(&mut self, p: usize) -> Waker {
-        let e = self.heap[p];
-        let last = self.heap.pop().expect("not empty");
-        if last != e {
-            self.heap[p] = last;
-            self.pos[last as usize] = p as u32;
-            let p = self.sift_up(p);
-            self.sift_down(p);
-        }
-        let i = e as usize;
-        self.pos[i] = FREE;
+    /// Frees entry `index`, just taken out of the heap: its generation moves on (so its old id
+    /// touches nothing of its next owner), and its waker is returned.
+    fn free(&mut self, index: u32) -> Waker {
+        let i = index as usize;
         self.gen[i] = self.gen[i].wrapping_add(1);
-        self.free.push(e);
         self.wakers[i].take().expect("an armed entry has a waker")
-    }
-
-    fn key(&self, p: usize) -> u64 {
-        self.at[self.heap[p] as usize]
-    }
-
-    fn swap(&mut self, a: usize, b: usize) {
-        self.heap.swap(a, b);
-        self.pos[self.heap[a] as usize] = a as u32;
-        self.pos[self.heap[b] as usize] = b as u32;
-    }
-
-    /// Moves the entry at `p` up to its place; returns where it ended.
-    fn sift_up(&mut self, mut p: usize) -> usize {
-        while p > 0 {
-            let parent = (p - 1) / 2;
-            if self.key(parent) <= self.key(p) {
-                break;
-            }
-            self.swap(p, parent);
-            p = parent;
-        }
-        p
-    }
-
-    /// Moves the entry at `p` down to its place.
-    fn sift_down(&mut self, mut p: usize) {
-        loop {
-            let (l, r) = (2 * p + 1, 2 * p + 2);
-            let mut least = p;
-            if l < self.heap.len() && self.key(l) < self.key(least) {
-                least = l;
-            }
-            if r < self.heap.len() && self.key(r) < self.key(least) {
-                least = r;
-            }
-            if least == p {
-                return;
-            }
-            self.swap(p, least);
-            p = least;
-        }
     }
 }
 
