@@ -99,7 +99,7 @@ mod sync;
 
 pub mod bound;
 pub mod task;
-pub use observe::telemetry;
+pub use observe::{telemetry, window};
 pub use sources::{band, handlers, inbox, stream, timer};
 
 #[cfg(feature = "toml")]

@@ -55,6 +55,7 @@ pub(crate) mod reuseport;
 pub(crate) mod sched;
 #[cfg_attr(not(feature = "tools"), allow(unreachable_pub))]
 pub(crate) mod signal;
+pub(crate) mod tracefs;
 
 /// Nanoseconds on `CLOCK_MONOTONIC`, the clock every lfrt timestamp and timer uses
 /// (`lfrt::task::time`'s deadlines, callback timers' instants,
