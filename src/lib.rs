@@ -73,7 +73,7 @@
 //! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]); as a runtime group: [`GroupConfig::bound`] ([`BoundGroup`], TOML `[group.bound]`), [`Lane::bound_pool`] |
 //! | share state across lanes | [`PiMutex`], [`PiMutexGuard`] (priority inheritance) |
 //! | observe | [`GroupMetrics`], [`telemetry`] (latency histograms), [`CountingAlloc`], [`thread_allocations`], [`counting_alloc_active`], [`WARMUP_DISPATCHES`] |
-//! | measuring (feature `tools`) | `os`: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits; `handlers::cpu_work`. The tools crate's hooks, not a service's API |
+//! | measuring (feature `tools`) | `os`: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits, a private ftrace instance (`KernelTrace`); `handlers::cpu_work`. The tools crate's hooks, not a service's API |
 //!
 //! The measuring side — the `lfrt` command (`check`, `run`, `cyclic`, `inversion`, `plot`,
 //! `doctor`), the Half-Sync/Half-Reactive baseline, the load generator, benchmarks, examples
@@ -99,7 +99,7 @@ mod sync;
 
 pub mod bound;
 pub mod task;
-pub use observe::telemetry;
+pub use observe::{telemetry, window};
 pub use sources::{band, handlers, inbox, stream, timer};
 
 #[cfg(feature = "toml")]
@@ -129,9 +129,9 @@ pub use sync::pi_mutex::{PiMutex, PiMutexGuard};
 ///
 /// The few Linux facilities the tools and tests share with the runtime: scheduling and its
 /// read-back, affinity, termination signals, the monotonic and thread CPU clocks, resource
-/// usage, and the memory limits a configuration is checked against. They are the same functions
-/// the runtime itself uses, so a harness sets a thread's policy and reads it back exactly as a
-/// pool thread does.
+/// usage, the memory limits a configuration is checked against, and the kernel half of the
+/// flight recorder (a private ftrace instance). They are the same functions the runtime itself
+/// uses, so a harness sets a thread's policy and reads it back exactly as a pool thread does.
 #[cfg(feature = "tools")]
 pub mod os {
     pub use crate::sys::mem::{
@@ -144,5 +144,6 @@ pub mod os {
         RtPrivilege, Sched,
     };
     pub use crate::sys::signal::{block_termination, wait_termination};
+    pub use crate::sys::tracefs::KernelTrace;
     pub use crate::sys::{gettid, now_ns};
 }

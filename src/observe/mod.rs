@@ -9,3 +9,4 @@
 pub(crate) mod alloc_count;
 pub(crate) mod metrics;
 pub mod telemetry;
+pub mod window;

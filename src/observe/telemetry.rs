@@ -36,7 +36,7 @@ pub const HIST_MAX_NS: u64 = 10_000_000_000;
 pub const MAX_TIMER_HISTOGRAMS: usize = 256;
 
 /// One dispatch, as seen by the pool thread that ran it. All times are `CLOCK_MONOTONIC` ns.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Sample {
     /// Group index.
     pub group: u16,

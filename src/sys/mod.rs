@@ -42,8 +42,9 @@ macro_rules! os_example {
 pub(crate) mod epoll;
 pub(crate) mod fd;
 pub(crate) mod futex;
-// The `pub` items of these four (and `gettid`) are what `lfrt::os` re-exports with the `tools`
-// feature; without it nothing outside the crate reaches them. The workspace's clippy run builds
+// The `pub` items of these five (and `gettid`) are what `lfrt::os` re-exports with the `tools`
+// feature; without it nothing outside the crate reaches them (but tracefs's event types, which
+// `lfrt::window` re-exports either way). The workspace's clippy run builds
 // with `tools` (the tools crate turns it on), and there `unreachable_pub` checks them all.
 #[cfg_attr(not(feature = "tools"), allow(unreachable_pub))]
 pub(crate) mod mem;
@@ -55,6 +56,8 @@ pub(crate) mod reuseport;
 pub(crate) mod sched;
 #[cfg_attr(not(feature = "tools"), allow(unreachable_pub))]
 pub(crate) mod signal;
+#[cfg_attr(not(feature = "tools"), allow(unreachable_pub))]
+pub(crate) mod tracefs;
 
 /// Nanoseconds on `CLOCK_MONOTONIC`, the clock every lfrt timestamp and timer uses
 /// (`lfrt::task::time`'s deadlines, callback timers' instants,
