@@ -173,12 +173,12 @@ print("ratios lfrt/cyclictest (all threads): " + " ".join(
 print("latency_us cyclictest: " + " ".join(f"{k}={us(ca[k])}" for k in ("avg", "p99", "p999", "max")))
 print("latency_us lfrt:       " + " ".join(f"{k}={us(la[k])}" for k in ("avg", "p99", "p999", "max")))
 
-# The highest-priority lfrt group against all cyclictest threads (cyclictest runs every thread
+# The highest-priority lfrt lane against all cyclictest threads (cyclictest runs every thread
 # at one priority when -h is given).
-top = max(lf["groups"], key=lambda g: g["priority"])
+top = max(lf["lanes"], key=lambda g: g["priority"])
 lg = stats([lft[i] for i in top["timers"]])
 print()
-print(f"lfrt group '{top['name']}' (priority {top['priority']}, {top['pool_threads']} pool threads): "
+print(f"lfrt lane '{top['name']}' (priority {top['priority']}, {top['pool_threads']} pool threads): "
       f"avg ratio {ratio(lg['avg'], stats(ctt)['avg'])}, p99 ratio {ratio(lg['p99'], stats(ctt)['p99'])} (target <= 1.2)")
 w, d = top["wake"], top["dispatch"]
 print(f"lfrt split (us)  wake = expiry -> leader awake: avg {w['avg']/1000:.1f} p99 {w['p99']/1000:.1f} max {w['max']/1000:.1f};"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Issue 13 "cost growth": how lfrt's dispatch cost grows with the handles in a group and with the
-# number of groups, in one run.
+# Issue 13 "cost growth": how lfrt's dispatch cost grows with the handles in a lane and with the
+# number of lanes, in one run.
 #
 # Usage: scripts/cost-growth.sh [--quick]
-#   (a) handles per group: 1, 16, 256 and 4096 timers (lfrt cyclic) and UDP sockets (lfrt run +
-#       lfrt-loadgen, open loop) in one 2-thread SCHED_FIFO 80 group, at a fixed total rate
+#   (a) handles per lane: 1, 16, 256 and 4096 timers (lfrt cyclic) and UDP sockets (lfrt run +
+#       lfrt-loadgen, open loop) in one 2-thread SCHED_FIFO 80 lane, at a fixed total rate
 #       (RATE events/s: each timer's period is N / RATE), in both promotion modes (priority,
 #       concurrent); then a saturation sweep (256 timers, rising total rate) that stops at the
-#       first rate with overruns, to find the most timer events/s a 2-thread group sustains.
-#   (b) groups: 1, 2, 4 and 8 groups of 2 threads at distinct SCHED_FIFO priorities (80, 79, ...),
+#       first rate with overruns, to find the most timer events/s a 2-thread lane sustains.
+#   (b) lanes: 1, 2, 4 and 8 lanes of 2 threads at distinct SCHED_FIFO priorities (80, 79, ...),
 #       16 timers each, the same total rate (lfrt cyclic --config).
 #   Each table gives dispatch latency (timers: expected expiry -> handler entry; sockets: the
 #   runtime's leader wake-up -> handler entry, and the generator's RTT) avg/p99 and the server
@@ -17,7 +17,7 @@
 #
 # Bounded: every cell runs a few seconds (--quick: about 1 s) and ends by itself (-l loops,
 # with -D as a backstop); each cell takes the machine-wide RT lock (/tmp/lfrt-tools.lock)
-# for itself. At RATE the group is mostly idle. A saturation step does keep both CPUs busy at
+# for itself. At RATE the lane is mostly idle. A saturation step does keep both CPUs busy at
 # SCHED_FIFO, by design, but for 0.5 s only: its timers close themselves after -l dispatches
 # (the -D backstop runs on a time-shared thread, which the kernel's 95 % RT throttle still
 # lets run), and a 1 s pause follows each step.
@@ -88,8 +88,8 @@ def ratio_cells(cpu_ev, base, size):
 def loops_for(interval_us, secs):
     return max(1, int(secs * 1e6 / interval_us))
 
-# ---- (a) timers per group -------------------------------------------------------------------
-print(f"\n## (a) timers in one 2-thread SCHED_FIFO {PRIO} group, total {rate} events/s, {CELL_S:g} s per cell")
+# ---- (a) timers per lane -------------------------------------------------------------------
+print(f"\n## (a) timers in one 2-thread SCHED_FIFO {PRIO} lane, total {rate} events/s, {CELL_S:g} s per cell")
 print(f"# command per cell: {lfrt} cyclic -q -N --json=F -p {PRIO} --pool-threads 2 --promotion MODE -t N -d 0 -i N*1e6/{rate} -l LOOPS -D BACKSTOP")
 print(f"{'mode':<10} {'timers':>6} {'period_us':>9} {'events':>8} {'missed':>7} {'avg_us':>7} {'p99_us':>7} {'cpu_us/ev':>9} {'ratio':>6} {'log2+1':>8} {'':>5}")
 for mode in MODES:
@@ -99,14 +99,14 @@ for mode in MODES:
         loops = loops_for(interval, CELL_S)
         doc, cpu, _ = run_cyclic(f"timers-{mode}-{n}", ["-p", str(PRIO), "--pool-threads", "2", "--promotion", mode,
                                   "-t", str(n), "-d", "0", "-i", str(interval), "-l", str(loops), "-D", f"{CELL_S + 5:g}s"])
-        g = doc["groups"][0]
+        g = doc["lanes"][0]
         cpu_ev = cpu * 1e6 / max(1, g["dispatched"])
         base = base or cpu_ev
         print(f"{mode:<10} {n:>6} {interval:>9} {g['dispatched']:>8} {g['missed_periods']:>7} {g['avg']/1000:>7.1f} "
               f"{g['p99']/1000:>7.1f} {cpu_ev:>9.2f} {ratio_cells(cpu_ev, base, n)}")
 
 # ---- (a) saturation ---------------------------------------------------------------------------
-print(f"\n## (a) saturation: {SAT_TIMERS} timers in one 2-thread SCHED_FIFO {PRIO} group, total rate rising, {SAT_STEP_S} s per step "
+print(f"\n## (a) saturation: {SAT_TIMERS} timers in one 2-thread SCHED_FIFO {PRIO} lane, total rate rising, {SAT_STEP_S} s per step "
       f"(stops at the first step with overruns > 0.1 % of the expected events; target >= 250 k/s)")
 print(f"{'mode':<10} {'rate/s':>8} {'served/s':>9} {'missed':>8} {'avg_us':>7} {'p99_us':>8} {'cpu_us/ev':>9}")
 for mode in MODES:
@@ -116,7 +116,7 @@ for mode in MODES:
         loops = loops_for(interval, SAT_STEP_S)
         doc, cpu, _ = run_cyclic(f"saturation-{mode}-{r}", ["-p", str(PRIO), "--pool-threads", "2", "--promotion", mode,
                                   "-t", str(SAT_TIMERS), "-d", "0", "-i", str(interval), "-l", str(loops), "-D", "3s"])
-        g = doc["groups"][0]
+        g = doc["lanes"][0]
         expected = SAT_TIMERS * loops
         # Expirations served in their own period, per second of the nominal run (loops x
         # interval): a dispatch that finds k expirations counts once and k-1 missed periods.
@@ -130,15 +130,15 @@ for mode in MODES:
     print(f"# {mode}: highest total rate without overruns: {best} events/s"
           + ("" if best else f" (overruns already at {SAT_RATES[0]})"))
 
-# ---- (a) sockets per group ------------------------------------------------------------------
+# ---- (a) sockets per lane ------------------------------------------------------------------
 def echo_config(path, n, mode):
     with open(path, "w") as f:
         f.write('[runtime]\nrt = "required"\nlock_memory = false\n\n')
-        f.write(f'[[group]]\nname = "echo"\npriority = {PRIO}\nthreads = 2\npromotion = "{mode}"\nmax_handles = {n}\n')
+        f.write(f'[[lane]]\nname = "echo"\npriority = {PRIO}\nthreads = 2\npromotion = "{mode}"\nmax_handles = {n}\n')
         for k in range(n):
-            f.write(f'\n[[group.handler]]\nkind = "udp-echo"\nbind = "127.0.0.1:{PORT_BASE + k}"\n')
+            f.write(f'\n[[lane.handler]]\nkind = "udp-echo"\nbind = "127.0.0.1:{PORT_BASE + k}"\n')
 
-print(f"\n## (a) UDP sockets in one 2-thread SCHED_FIFO {PRIO} group (lfrt run), lfrt-loadgen open loop {rate} msgs/s "
+print(f"\n## (a) UDP sockets in one 2-thread SCHED_FIFO {PRIO} lane (lfrt run), lfrt-loadgen open loop {rate} msgs/s "
       f"in total over the N ports, 64 B, {CELL_S:g} s per cell")
 print(f"# command per cell: {lfrt} run F.toml -D T --json S.json & {loadgen} --mode open --rate {rate} --ports {PORT_BASE}-{PORT_BASE}+N-1 --size 64 --duration {CELL_S:g}s --json G.json")
 print(f"{'mode':<10} {'sockets':>7} {'msgs':>8} {'lost':>6} {'late':>6} {'disp_avg':>8} {'disp_p99':>8} {'rtt_avg':>8} {'rtt_p99':>8} {'fair':>5} "
@@ -161,7 +161,7 @@ for mode in MODES:
         if grc != 0 or src != 0:
             sys.exit(f"sockets {mode} {n}: loadgen rc {grc}: {gen.stderr.read().decode()}\nserver rc {src}: {srv.stderr.read().decode()}")
         s, g = json.load(open(sj)), json.load(open(gj))
-        lat = s["groups"][0]["latency_ns"]
+        lat = s["lanes"][0]["latency_ns"]
         msgs = max(1, g["received"])
         cpu_ev = srv_cpu * 1e6 / msgs
         base = base or cpu_ev
@@ -169,28 +169,28 @@ for mode in MODES:
               f"{g['rtt_us']['mean']:>8.1f} {g['rtt_us']['p99']:>8.1f} {g['port_fairness']:>5.2f} {gen_cpu / g['duration_s'] * 100:>5.0f} "
               f"{cpu_ev:>10.2f} {ratio_cells(cpu_ev, base, n)}")
 
-# ---- (b) groups -------------------------------------------------------------------------------
-TIMERS_PER_GROUP = 16
-print(f"\n## (b) groups: G groups x 2 threads at SCHED_FIFO {PRIO}, {PRIO-1}, ..., {TIMERS_PER_GROUP} timers each, "
+# ---- (b) lanes -------------------------------------------------------------------------------
+TIMERS_PER_LANE = 16
+print(f"\n## (b) lanes: G lanes x 2 threads at SCHED_FIFO {PRIO}, {PRIO-1}, ..., {TIMERS_PER_LANE} timers each, "
       f"total {rate} events/s, {CELL_S:g} s per cell")
 print(f"# command per cell: {lfrt} cyclic -q -N --json=F --config G.toml -l LOOPS -D BACKSTOP")
-print(f"{'groups':>6} {'period_us':>9} {'events':>8} {'missed':>7} {'cpu_us/ev':>9} {'ratio':>6} {'log2+1':>8} {'':>5}  per group avg/p99 us")
+print(f"{'lanes':>6} {'period_us':>9} {'events':>8} {'missed':>7} {'cpu_us/ev':>9} {'ratio':>6} {'log2+1':>8} {'':>5}  per lane avg/p99 us")
 base = None
 for ng in GROUPS:
-    interval = round(TIMERS_PER_GROUP * ng * 1e6 / rate)
+    interval = round(TIMERS_PER_LANE * ng * 1e6 / rate)
     loops = loops_for(interval, CELL_S)
-    cfg = os.path.join(out_dir, f"groups-{ng}.toml")
+    cfg = os.path.join(out_dir, f"lanes-{ng}.toml")
     with open(cfg, "w") as f:
         f.write('[runtime]\nrt = "required"\nlock_memory = false\n')
         for k in range(ng):
-            f.write(f'\n[[group]]\nname = "g{k}"\npriority = {PRIO - k}\nthreads = 2\nbuffer_bytes = 4096\nmax_handles = {TIMERS_PER_GROUP}\n'
-                    f'\n[[group.handler]]\nkind = "timer"\ninterval_us = {interval}\ncount = {TIMERS_PER_GROUP}\n')
-    doc, cpu, _ = run_cyclic(f"groups-{ng}", ["--config", cfg, "-l", str(loops), "-D", f"{CELL_S + 5:g}s"])
-    events = sum(g["dispatched"] for g in doc["groups"])
-    missed = sum(g["missed_periods"] for g in doc["groups"])
+            f.write(f'\n[[lane]]\nname = "g{k}"\npriority = {PRIO - k}\nthreads = 2\nbuffer_bytes = 4096\nmax_handles = {TIMERS_PER_LANE}\n'
+                    f'\n[[lane.handler]]\nkind = "timer"\ninterval_us = {interval}\ncount = {TIMERS_PER_LANE}\n')
+    doc, cpu, _ = run_cyclic(f"lanes-{ng}", ["--config", cfg, "-l", str(loops), "-D", f"{CELL_S + 5:g}s"])
+    events = sum(g["dispatched"] for g in doc["lanes"])
+    missed = sum(g["missed_periods"] for g in doc["lanes"])
     cpu_ev = cpu * 1e6 / max(1, events)
     base = base or cpu_ev
-    per = " ".join(f"{g['name']}:{g['avg']/1000:.1f}/{g['p99']/1000:.1f}" for g in doc["groups"])
+    per = " ".join(f"{g['name']}:{g['avg']/1000:.1f}/{g['p99']/1000:.1f}" for g in doc["lanes"])
     print(f"{ng:>6} {interval:>9} {events:>8} {missed:>7} {cpu_ev:>9.2f} {ratio_cells(cpu_ev, base, ng)}  {per}")
 
 print(f"\n# loadavg after: {open('/proc/loadavg').read().strip()}; wall time {time.monotonic() - t_start:.0f} s")

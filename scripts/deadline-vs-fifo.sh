@@ -78,7 +78,7 @@ print(f"{'lane':<9} {'flood':<6} {'cycles':>7} {'missed':>7} {'avg':>8} {'p99':>
 for lane_name, lane in (("fifo", LANE), ("deadline", DEADLINE + LANE)):
     for flood in (False, True):
         doc, cmd = cell(f"{lane_name}-{'flood' if flood else 'quiet'}", lane, flood)
-        g = doc["groups"][0]
+        g = doc["lanes"][0]
         assert g["policy"] == lane_name, g["policy"]
         print(f"{lane_name:<9} {'yes' if flood else 'no':<6} {g['cycles']:>7} {g['missed_periods']:>7} {g['avg']/1000:>8.1f} "
               f"{g['p99']/1000:>8.1f} {g['p999']/1000:>8.1f} {g['max']/1000:>8.1f}  {cmd}{'  + flood' if flood else ''}")

@@ -278,7 +278,7 @@ def scrape(port):
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     total = 0
     for line in text.splitlines():
-        if line.startswith("lfrt_group_dispatched_total"):
+        if line.startswith("lfrt_lane_dispatched_total"):
             total += float(line.split()[-1])
     return total
 
@@ -289,10 +289,10 @@ def echo(args):
     with tempfile.TemporaryDirectory() as tmp:
         cfg = os.path.join(tmp, "echo.toml")
         handlers = "".join(
-            f'[[group.handler]]\nkind = "udp-echo"\nbind = "127.0.0.1:{7300 + i}"\n'
+            f'[[lane.handler]]\nkind = "udp-echo"\nbind = "127.0.0.1:{7300 + i}"\n'
             for i in range(args.ports))
         with open(cfg, "w") as f:
-            f.write('[runtime]\nrt = "required"\n[[group]]\nname = "echo"\npriority = 80\n'
+            f.write('[runtime]\nrt = "required"\n[[lane]]\nname = "echo"\npriority = 80\n'
                     'policy = "fifo"\nthreads = 2\nbuffer_bytes = 2048\n' + handlers)
         run_s = args.duration + 4
         srv = subprocess.Popen(

@@ -2,12 +2,12 @@
 """Draws the module graph of the `lfrt` crate from its own paths and fails on an import circle,
 on a layer that reaches above itself, or on a layer that uses what its module doc does not allow.
 
-A node is a module file under src/ (src/engine/group.rs is `engine::group`; a folder's mod.rs is the
+A node is a module file under src/ (src/engine/lane.rs is `engine::lane`; a folder's mod.rs is the
 folder; a file's own folder holds its child modules: src/engine/leader/loom_tests.rs is
 `engine::leader::loom_tests`). An edge a -> b means a's code names an item of b: in a `use`
 declaration (grouped `use crate::{a::X, b::{c::Y}}` trees, `self`, `super::`, `super::super::` and
 child-module paths included) or as an inline path (`crate::b::f()`, `super::b::f()`, or `b::f()`
-after `use crate::b`). A path through the crate root (`crate::GroupConfig`,
+after `use crate::b`). A path through the crate root (`crate::LaneConfig`,
 `crate::handlers::UdpEcho`, `crate::os::now_ns`) is followed through lib.rs's own `use` declarations
 to the module that defines it. Comments, strings and test code (items under `#[cfg(test)]` or
 `#[cfg(all(test, …))]`, and files only such a `mod x;` declares) make no edge; code after a test
@@ -316,7 +316,7 @@ class Crate:
         return None
 
     def through_root(self, segs):
-        """Follows names the crate root re-exports (`GroupConfig` → `config::GroupConfig`)."""
+        """Follows names the crate root re-exports (`LaneConfig` → `config::LaneConfig`)."""
         for _ in range(8):
             names = getattr(self, "root_names", {})
             for k in range(len(segs), 0, -1):
@@ -456,7 +456,7 @@ def check(src, graph=False):
 CLEAN = {
     "lib.rs": """
         mod sys; mod engine; mod sources; mod config; mod runtime; mod observe;
-        pub use config::{GroupConfig, line as config_line};
+        pub use config::{LaneConfig, line as config_line};
         pub use engine::word::Token;
         pub use sources::{handlers};
         pub mod os { pub use crate::sys::now_ns; }
@@ -472,13 +472,13 @@ CLEAN = {
                          "pub trait H {}\n",
     "engine/leader.rs": """
         use crate::sys::{self};
-        // crate::config::GroupConfig in a comment is no use, nor libc::ENOENT
+        // crate::config::LaneConfig in a comment is no use, nor libc::ENOENT
         const E: &str = "nix::errno::Errno";
-        const S: &str = "crate::config::GroupConfig";
+        const S: &str = "crate::config::LaneConfig";
         const C: char = '{';
         fn f() -> [u8; 2] { let _ = sys::now_ns(); [0; 2] }
         #[cfg(test)]
-        mod tests { use crate::config::GroupConfig; use crate::runtime::R; }
+        mod tests { use crate::config::LaneConfig; use crate::runtime::R; }
         #[cfg(all(test, not(loom)))]
         fn helper() { crate::config::line(); }
         fn after() -> u64 { crate::sys::now_ns() }
@@ -493,27 +493,27 @@ CLEAN = {
     "sources/handlers.rs": "use crate::engine::{handler::H, word::Token};\nuse crate::Token as T;\n"
                            "pub struct Echo;\n",
     "sources/timer.rs": "use super::handlers::Echo;\nuse crate::os::now_ns;\n",
-    "config/mod.rs": "//! * **May use:** `sources`, `engine`, `sys`.\npub struct GroupConfig;\n"
+    "config/mod.rs": "//! * **May use:** `sources`, `engine`, `sys`.\npub struct LaneConfig;\n"
                      "pub fn line() {}\nmod check;\n#[cfg(test)]\nmod tests;\n",
-    "config/check/mod.rs": "use super::super::sources::handlers::Echo;\nuse super::GroupConfig;\n",
+    "config/check/mod.rs": "use super::super::sources::handlers::Echo;\nuse super::LaneConfig;\n",
     "config/tests.rs": "use crate::runtime::R;\n",
-    "runtime/mod.rs": "use crate::{config::GroupConfig, engine::{leader, handler::H}};\n"
+    "runtime/mod.rs": "use crate::{config::LaneConfig, engine::{leader, handler::H}};\n"
                       "pub struct R;\nfn f() { leader::run(); crate::handlers::Echo; }\n",
 }
 
 CASES = [
-    ("grouped use from the root", "engine/leader.rs", "use crate::{config::GroupConfig};",
-     "upward use: engine::leader (engine) -> config (config): config::GroupConfig"),
+    ("grouped use from the root", "engine/leader.rs", "use crate::{config::LaneConfig};",
+     "upward use: engine::leader (engine) -> config (config): config::LaneConfig"),
     ("grouped use inside a folder", "sources/timer.rs", "use crate::engine::{leader::run};",
      "not in sources's May use"),
     ("use super::", "sources/handlers.rs", "use super::timer::X;",
      "circle: sources::handlers <-> sources::timer"),
-    ("use super::super::", "engine/handler.rs", "use super::super::config::GroupConfig;",
-     "upward use: engine::handler (engine) -> config (config): config::GroupConfig"),
+    ("use super::super::", "engine/handler.rs", "use super::super::config::LaneConfig;",
+     "upward use: engine::handler (engine) -> config (config): config::LaneConfig"),
     ("inline super::super:: path", "engine/handler.rs", "fn g() { super::super::config::line(); }",
      "upward use: engine::handler (engine) -> config (config): config::line"),
-    ("root re-export of a type", "engine/leader.rs", "use crate::GroupConfig;",
-     "upward use: engine::leader (engine) -> config (config): config::GroupConfig"),
+    ("root re-export of a type", "engine/leader.rs", "use crate::LaneConfig;",
+     "upward use: engine::leader (engine) -> config (config): config::LaneConfig"),
     ("root re-export renamed, inline", "engine/leader.rs", "fn g() { crate::config_line(); }",
      "upward use: engine::leader (engine) -> config (config): config::line"),
     ("root re-export of a module", "engine/leader.rs", "fn g() { crate::handlers::Echo; }",
@@ -529,8 +529,8 @@ CASES = [
      "not in sources's May use"),
     ("a layer below that the doc does not name", "observe/metrics.rs", "use crate::error::E;",
      "not in observe's May use (sys): observe::metrics -> error: error::E"),
-    ("a renamed use", "engine/handler.rs", "use crate::config::GroupConfig as G;",
-     "upward use: engine::handler (engine) -> config (config): config::GroupConfig"),
+    ("a renamed use", "engine/handler.rs", "use crate::config::LaneConfig as G;",
+     "upward use: engine::handler (engine) -> config (config): config::LaneConfig"),
     ("a circle across files", "engine/word.rs", "use super::handler::H;",
      "circle: engine::handler <-> engine::word"),
     ("libc outside sys/", "sources/handlers.rs",

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 ///
 /// # Examples
 /// ```
-/// use lfrt::{Error, GroupConfig, Policy, Runtime, RuntimeConfig};
+/// use lfrt::{Error, LaneConfig, Policy, Runtime, RuntimeConfig};
 /// let mut cfg = RuntimeConfig::default();
-/// cfg.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
+/// cfg.lanes.push(LaneConfig::new("control", Policy::Fifo, 80));
 /// let rt = Runtime::new(cfg)?;
 /// match rt.lane("contorl") {
 ///     Err(Error::UnknownLane { name, known }) => assert_eq!((name.as_str(), &known[..]), ("contorl", &["control".to_owned()][..])),
@@ -29,15 +29,15 @@ pub enum Error {
         file: Option<PathBuf>,
         /// 1-based line of the offending value, if known.
         line: Option<usize>,
-        /// The field, as a path (`group[1].priority`, `group[0].handler[2].bind`).
+        /// The field, as a path (`lane[1].priority`, `lane[0].handler[2].bind`).
         field: String,
         /// What is wrong and what is allowed.
         message: String,
     },
     /// `rt = "required"` but the kernel will not grant the real-time policy.
     RtPermission {
-        /// The group whose threads could not be made real-time.
-        group: String,
+        /// The lane whose threads could not be made real-time.
+        lane: String,
         /// The priority that was refused.
         priority: u8,
         /// The kernel's answer.
@@ -50,8 +50,8 @@ pub enum Error {
     },
     /// A scheduling call failed for another reason.
     Sched {
-        /// The group.
-        group: String,
+        /// The lane.
+        lane: String,
         /// What was attempted.
         what: String,
         /// The kernel's answer.
@@ -59,9 +59,9 @@ pub enum Error {
     },
     /// A pool thread died (panicked) before it reported ready.
     ThreadSetup {
-        /// The thread's group.
-        group: String,
-        /// The thread's index in its group (its name is `lf-<group>-<thread>`).
+        /// The thread's lane.
+        lane: String,
+        /// The thread's index in its lane (its name is `lf-<lane>-<thread>`).
         thread: usize,
         /// The panic message.
         message: String,
@@ -73,16 +73,16 @@ pub enum Error {
         /// The kernel's answer (e.g. address in use).
         source: io::Error,
     },
-    /// A bound group could not connect to its back-end (`[group.bound] connect`).
+    /// A bound lane could not connect to its back-end (`[lane.bound] connect`).
     Connect {
-        /// The group.
-        group: String,
+        /// The lane.
+        lane: String,
         /// The back-end's address.
         addr: SocketAddr,
         /// The kernel's answer (e.g. connection refused).
         source: io::Error,
     },
-    /// Every slot of the group's handle table is in use.
+    /// Every slot of the lane's handle table is in use.
     TooManyHandles {
         /// The configured `max_handles`.
         max: usize,
@@ -108,13 +108,13 @@ pub enum Error {
     Unfinished {
         /// The deadline that passed.
         deadline: std::time::Duration,
-        /// Each unfinished handler: its group, thread and handle.
+        /// Each unfinished handler: its lane, thread and handle.
         handlers: Vec<String>,
         /// Each lane whose async tasks were not all cancelled (a task's poll was still
         /// running): its name and how many; they are cancelled when that poll returns.
         tasks: Vec<String>,
     },
-    /// [`Runtime::lane`](crate::Runtime::lane) was asked for a lane (group) the runtime does
+    /// [`Runtime::lane`](crate::Runtime::lane) was asked for a lane (lane) the runtime does
     /// not have.
     UnknownLane {
         /// The name asked for.
@@ -146,29 +146,29 @@ impl fmt::Display for Error {
                 }
                 write!(f, "invalid `{field}`: {message}")
             }
-            Error::RtPermission { group, source, have, deadline: true, .. } => write!(
+            Error::RtPermission { lane, source, have, deadline: true, .. } => write!(
                 f,
-                "group `{group}`: SCHED_DEADLINE refused ({source}); a deadline lane needs \
+                "lane `{lane}`: SCHED_DEADLINE refused ({source}); a deadline lane needs \
                  CAP_SYS_NICE, which RLIMIT_RTPRIO does not replace (this process has {have}). \
                  Grant it with `setcap cap_sys_nice+ep $(which lfrt)` or AmbientCapabilities=CAP_SYS_NICE, \
                  or use policy \"fifo\""
             ),
-            Error::RtPermission { group, priority, source, have, deadline: false } => write!(
+            Error::RtPermission { lane, priority, source, have, deadline: false } => write!(
                 f,
-                "group `{group}`: real-time priority {priority} refused ({source}); rt = \"required\" needs \
+                "lane `{lane}`: real-time priority {priority} refused ({source}); rt = \"required\" needs \
                  CAP_SYS_NICE or a soft RLIMIT_RTPRIO >= {priority} (this process has {have}). Grant it with \
                  `setcap cap_sys_nice+ep $(which lfrt)`, or `ulimit -r {priority}` / an rtprio line in \
                  /etc/security/limits.conf, or run with rt = \"best-effort\""
             ),
-            Error::Sched { group, what, source } => write!(f, "group `{group}`: {what}: {source}"),
-            Error::ThreadSetup { group, thread, message } => write!(
+            Error::Sched { lane, what, source } => write!(f, "lane `{lane}`: {what}: {source}"),
+            Error::ThreadSetup { lane, thread, message } => write!(
                 f,
-                "group `{group}`: pool thread {thread} (lf-{group}-{thread}) died during set-up: {message}"
+                "lane `{lane}`: pool thread {thread} (lf-{lane}-{thread}) died during set-up: {message}"
             ),
             Error::Bind { addr, source } => write!(f, "cannot bind {addr}: {source}"),
-            Error::Connect { group, addr, source } => write!(
+            Error::Connect { lane, addr, source } => write!(
                 f,
-                "group `{group}`: cannot connect to the back-end at {addr}: {source}"
+                "lane `{lane}`: cannot connect to the back-end at {addr}: {source}"
             ),
             Error::TooManyHandles { max } => write!(f, "handle table full: all {max} slots in use (raise max_handles)"),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
@@ -195,7 +195,7 @@ impl fmt::Display for Error {
                 Ok(())
             }
             Error::UnknownLane { name, known } => {
-                write!(f, "no lane (group) named `{name}`; the lanes are: ")?;
+                write!(f, "no lane (lane) named `{name}`; the lanes are: ")?;
                 if known.is_empty() {
                     return f.write_str("none");
                 }

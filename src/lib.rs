@@ -1,18 +1,18 @@
 //! # lfrt — a real-time, priority-aware Leader/Followers runtime for Linux
 //!
-//! A **group** is a pool of threads that take turns on one handle set (an epoll instance):
+//! A **lane** is a pool of threads that take turns on one handle set (an epoll instance):
 //! one thread, the *leader*, waits for events; when they arrive it promotes a *follower* to
 //! leader **before** processing an event itself, in its own thread, then rejoins the pool
 //! (Schmidt et al., *Leader/Followers*, POSA2). Events of one wait that the leader does not
 //! process stay in a small preallocated batch that passes on with the leader role, so nothing
 //! is copied or allocated between threads. An event waits behind another's handler only when
-//! every thread of its group is busy, or when it is one of the few quick events a leader
+//! every thread of its lane is busy, or when it is one of the few quick events a leader
 //! processes itself (deferred promotion: their handlers recently ran for less than
-//! [`promote_after_us`](GroupConfig::promote_after_us) in all; the watchdog relieves a leader
+//! [`promote_after_us`](LaneConfig::promote_after_us) in all; the watchdog relieves a leader
 //! that keeps its role past that).
 //!
-//! Several groups run at distinct `SCHED_FIFO` priorities ("lanes"): an event on a
-//! high-priority group's handles is detected and processed by that group's threads, never
+//! Several lanes run at distinct `SCHED_FIFO` priorities ("lanes"): an event on a
+//! high-priority lane's handles is detected and processed by that lane's threads, never
 //! queued behind low-priority work.
 //!
 //! ## Real-time contract
@@ -25,12 +25,12 @@
 //! would block ([`Context::set_drained`]) is kept without an `epoll_ctl`. Pool threads pre-fault
 //! their stacks and buffers before the first event, and `lock_memory` pins everything with
 //! `mlockall`. The runtime counts allocations and minor faults on pool threads after warm-up and
-//! reports them ([`GroupMetrics`]).
+//! reports them ([`LaneMetrics`]).
 //!
 //! ## Quick start
 //! ```no_run
 //! use lfrt::{
-//!     Context, Disposition, Event, EventHandler, GroupConfig, Policy, Runtime, RuntimeConfig,
+//!     Context, Disposition, Event, EventHandler, LaneConfig, Policy, Runtime, RuntimeConfig,
 //! };
 //! use std::net::UdpSocket;
 //! use std::os::fd::{AsFd, BorrowedFd};
@@ -49,7 +49,7 @@
 //! }
 //!
 //! let mut rt = Runtime::new(RuntimeConfig::default())?;
-//! let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+//! let control = rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
 //! let sock = UdpSocket::bind("127.0.0.1:7000").unwrap();
 //! sock.set_nonblocking(true).unwrap();
 //! control.registry().register(Box::new(Echo(sock)))?;
@@ -63,16 +63,16 @@
 //!
 //! | purpose | items |
 //! |---|---|
-//! | run groups | [`Runtime`] (`new`, `add_group`, `lane`, `start`, `metrics`, `metrics_handle`, `stopper`, `wait`, `shutdown`, `shutdown_within`), [`Lane`] (a group's typed handle: `registry`, `bound_pool`), [`Stopper`], [`MetricsHandle`], [`StartReport`], [`SHUTDOWN_TIMEOUT`] |
-//! | configure | [`RuntimeConfig`], [`GroupConfig`], [`HandlerConfig`], [`BandConfig`] (`[[band]]`), [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_GROUP_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`, `config_line` (where a field is written); errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`GroupMemory`], [`Bytes`] |
+//! | run lanes | [`Runtime`] (`new`, `add_lane`, `lane`, `start`, `metrics`, `metrics_handle`, `stopper`, `wait`, `shutdown`, `shutdown_within`), [`Lane`] (a lane's typed handle: `registry`, `bound_pool`), [`Stopper`], [`MetricsHandle`], [`StartReport`], [`SHUTDOWN_TIMEOUT`] |
+//! | configure | [`RuntimeConfig`], [`LaneConfig`], [`HandlerConfig`], [`BandConfig`] (`[[band]]`), [`Policy`], [`RtMode`], [`Promotion`], [`OnOverrun`], [`MAX_LANE_THREADS`]; from TOML (default feature `toml`): `load_config`, `parse_config`, `config_line` (where a field is written); errors: [`Error`], [`Invalid`], [`Section`]; memory plan: [`LaneMemory`], [`Bytes`] |
 //! | write handlers | [`EventHandler`], [`Event`], [`Interest`], [`Disposition`], [`Context`] (thread-specific storage), [`Registry`], [`Token`], [`Incident`] |
 //! | event sources | [`timer`] (callback timers: periodic or one-shot, cancel and re-arm from any thread), [`Timer`] (timerfd), [`Notifier`] (eventfd), [`inbox`] (hand a value to a lane), [`DatagramBatch`]/[`Datagram`] (`recvmmsg`/`sendmmsg` from thread-specific storage, [`DATAGRAM_BATCH`] slots; only the datagrams a handler marks with [`Datagram::answer`] are answered) |
-//! | async tasks | [`Lane::spawn`], [`task`] ([`task::Spawner`], [`task::JoinHandle`], channels and reply slots for tokio or any thread), [`task::time`] (`sleep_until`, `interval` on the lane's timerfd; [`task::time::now_ns`], the clock of every timer), [`task::net`] (UDP, TCP listener and stream on the lane's handle set); sizes: [`GroupConfig::max_tasks`], [`GroupConfig::task_bytes`] |
+//! | async tasks | [`Lane::spawn`], [`task`] ([`task::Spawner`], [`task::JoinHandle`], channels and reply slots for tokio or any thread), [`task::time`] (`sleep_until`, `interval` on the lane's timerfd; [`task::time::now_ns`], the clock of every timer), [`task::net`] (UDP, TCP listener and stream on the lane's handle set); sizes: [`LaneConfig::max_tasks`], [`LaneConfig::task_bytes`] |
 //! | streams | [`stream`]: length-prefixed frames over TCP ([`stream::Framed`]): per-connection read and write state, bounded preallocated buffers ([`stream::Limits`]), back-pressure, half-close and reset handling |
 //! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer |
-//! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]); as a runtime group: [`GroupConfig::bound`] ([`BoundGroup`], TOML `[group.bound]`), [`Lane::bound_pool`] |
+//! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]); as a runtime lane: [`LaneConfig::bound`] ([`BoundLane`], TOML `[lane.bound]`), [`Lane::bound_pool`] |
 //! | share state across lanes | [`PiMutex`], [`PiMutexGuard`] (priority inheritance) |
-//! | observe | [`GroupMetrics`], [`telemetry`] (latency histograms), [`CountingAlloc`], [`thread_allocations`], [`counting_alloc_active`], [`WARMUP_DISPATCHES`] |
+//! | observe | [`LaneMetrics`], [`telemetry`] (latency histograms), [`CountingAlloc`], [`thread_allocations`], [`counting_alloc_active`], [`WARMUP_DISPATCHES`] |
 //! | measuring (feature `tools`) | `os`: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits, a private ftrace instance (`KernelTrace`); `handlers::cpu_work`. The tools crate's hooks, not a service's API |
 //!
 //! The measuring side — the `lfrt` command (`check`, `run`, `cyclic`, `inversion`, `plot`,
@@ -106,11 +106,11 @@ pub use sources::{band, handlers, inbox, stream, timer};
 pub use config::{line as config_line, load as load_config, parse as parse_config};
 pub use config::{BandClassify, BandConfig, BandHandler, BandPlan};
 pub use config::{
-    BoundGroup, Bytes, Deadline, GroupConfig, GroupMemory, HandlerConfig, Invalid, OnOverrun,
-    Policy, RtMode, RuntimeConfig, Section,
+    BoundLane, Bytes, Deadline, HandlerConfig, Invalid, LaneConfig, LaneMemory, OnOverrun, Policy,
+    RtMode, RuntimeConfig, Section,
 };
 pub use engine::dispatch::WARMUP_DISPATCHES;
-pub use engine::follower_queue::{Promotion, MAX_GROUP_THREADS};
+pub use engine::follower_queue::{Promotion, MAX_LANE_THREADS};
 pub use engine::handler::{
     Context, Datagram, DatagramBatch, Disposition, Event, EventHandler, Interest, Registry,
     DATAGRAM_BATCH,
@@ -120,7 +120,7 @@ pub use error::Error;
 pub use observe::alloc_count::{
     is_active as counting_alloc_active, thread_allocations, CountingAlloc,
 };
-pub use observe::metrics::{GroupMetrics, Incident};
+pub use observe::metrics::{Incident, LaneMetrics};
 pub use runtime::{Lane, MetricsHandle, Runtime, StartReport, Stopper, SHUTDOWN_TIMEOUT};
 pub use sources::source::{Notifier, Timer};
 pub use sync::pi_mutex::{PiMutex, PiMutexGuard};

@@ -33,7 +33,7 @@
 static ALLOC: lfrt::CountingAlloc = lfrt::CountingAlloc;
 
 use lfrt::{
-    Context, Disposition, Event, EventHandler, GroupConfig, Policy, RtMode, Runtime, RuntimeConfig,
+    Context, Disposition, Event, EventHandler, LaneConfig, Policy, RtMode, Runtime, RuntimeConfig,
 };
 use lfrt_iceoryx2::{LaneSubscriber, Publisher, SubscriberOptions};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -113,13 +113,13 @@ impl EventHandler for Floor {
 
 fn runtime() -> Runtime {
     let lane = |name: &str, prio| {
-        let mut g = GroupConfig::new(name, Policy::Fifo, prio);
+        let mut g = LaneConfig::new(name, Policy::Fifo, prio);
         g.threads = 1;
         g
     };
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
-        groups: vec![lane("high", 80), lane("low", 20)],
+        lanes: vec![lane("high", 80), lane("low", 20)],
         ..RuntimeConfig::default()
     })
     .expect("runtime")

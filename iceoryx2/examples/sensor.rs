@@ -8,7 +8,7 @@
 #[global_allocator]
 static ALLOC: lfrt::CountingAlloc = lfrt::CountingAlloc;
 
-use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig};
+use lfrt::{LaneConfig, Policy, RtMode, Runtime, RuntimeConfig};
 use lfrt_iceoryx2::iceoryx2::prelude::ZeroCopySend;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -34,11 +34,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let count: u64 = 2000;
-    let mut control = GroupConfig::new("control", Policy::Fifo, 80);
+    let mut control = LaneConfig::new("control", Policy::Fifo, 80);
     control.threads = 1;
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
-        groups: vec![control],
+        lanes: vec![control],
         ..RuntimeConfig::default()
     })?;
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/sensor.toml");

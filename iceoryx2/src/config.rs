@@ -20,7 +20,7 @@ const MAX_SAMPLES_PER_TURN: i64 = 65_536;
 pub struct SubscriberConfig {
     /// The iceoryx2 service name (`service = "sensor/imu"`).
     pub service: String,
-    /// The lane (lfrt group) whose threads serve it (`lane = "control"`).
+    /// The lane (lfrt lane) whose threads serve it (`lane = "control"`).
     pub lane: String,
     /// Most samples one turn hands to the handler before the handle is re-armed
     /// (`samples_per_turn`, default 16, 1 to 65536).

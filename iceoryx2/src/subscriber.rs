@@ -171,11 +171,11 @@ impl SubscriberStats {
 ///
 /// # Examples
 /// ```no_run
-/// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+/// use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
 /// use lfrt_iceoryx2::{LaneSubscriber, SubscriberOptions};
 ///
 /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-/// let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+/// let control = rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
 /// let node = lfrt_iceoryx2::node()?;
 /// let options = SubscriberOptions { buffer: Some(64), ..SubscriberOptions::default() };
 /// let (sub, stats) = LaneSubscriber::open(&node, "sensor/imu", options, |v: &u64, _ctx| {
@@ -595,7 +595,7 @@ where
 mod tests {
     use super::*;
     use crate::Publisher;
-    use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig};
+    use lfrt::{LaneConfig, Policy, RtMode, Runtime, RuntimeConfig};
     use std::collections::VecDeque;
     use std::sync::atomic::AtomicU64;
     use std::time::{Duration, Instant};
@@ -840,7 +840,7 @@ mod tests {
         .unwrap();
         let mut rt = Runtime::new(RuntimeConfig {
             rt: RtMode::BestEffort,
-            groups: vec![GroupConfig::new("lane", Policy::Other, 0)],
+            lanes: vec![LaneConfig::new("lane", Policy::Other, 0)],
             ..RuntimeConfig::default()
         })
         .unwrap();

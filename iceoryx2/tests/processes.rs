@@ -8,7 +8,7 @@
 #[path = "../../rt-tests/tests/util/mod.rs"]
 mod util;
 
-use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig};
+use lfrt::{LaneConfig, Policy, RtMode, Runtime, RuntimeConfig};
 use lfrt_iceoryx2::iceoryx2::prelude::ZeroCopySend;
 use lfrt_iceoryx2::{LaneSubscriber, SubscriberOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -69,11 +69,11 @@ fn a_dead_publisher_is_counted_without_spinning_and_a_restarted_one_is_served() 
     }
     let _l = util::rt_lock();
     let service = format!("lfrt-test/dead-publisher/{}", std::process::id());
-    let mut g = GroupConfig::new("control", Policy::Fifo, 20);
+    let mut g = LaneConfig::new("control", Policy::Fifo, 20);
     g.threads = 1;
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
-        groups: vec![g],
+        lanes: vec![g],
         ..RuntimeConfig::default()
     })
     .unwrap();
@@ -189,11 +189,11 @@ fn a_dead_subscriber_is_not_counted_as_a_dead_publisher() {
     }
     let _l = util::rt_lock();
     let service = format!("lfrt-test/dead-subscriber/{}", std::process::id());
-    let mut g = GroupConfig::new("control", Policy::Fifo, 20);
+    let mut g = LaneConfig::new("control", Policy::Fifo, 20);
     g.threads = 1;
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
-        groups: vec![g],
+        lanes: vec![g],
         ..RuntimeConfig::default()
     })
     .unwrap();

@@ -11,7 +11,7 @@ mod util;
 #[global_allocator]
 static ALLOC: lfrt::CountingAlloc = lfrt::CountingAlloc;
 
-use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig, WARMUP_DISPATCHES};
+use lfrt::{LaneConfig, Policy, RtMode, Runtime, RuntimeConfig, WARMUP_DISPATCHES};
 use lfrt_iceoryx2::{Error, LaneSubscriber, Publisher, SubscriberOptions};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -31,12 +31,12 @@ fn opts(samples_per_turn: usize, create: bool) -> SubscriberOptions {
 }
 
 fn lane(threads: usize) -> Runtime {
-    let mut g = GroupConfig::new("control", Policy::Fifo, 20);
+    let mut g = LaneConfig::new("control", Policy::Fifo, 20);
     g.threads = threads;
     g.buffer_bytes = 2048;
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
-        groups: vec![g],
+        lanes: vec![g],
         ..RuntimeConfig::default()
     })
     .unwrap()
@@ -252,7 +252,7 @@ fn an_unknown_lane_points_at_its_line() {
         .to_string();
     assert_eq!(
         err,
-        "4: subscriber[0].lane: no lane (group) named `contrl`; the lanes are: `control`"
+        "4: subscriber[0].lane: no lane (lane) named `contrl`; the lanes are: `control`"
     );
 }
 

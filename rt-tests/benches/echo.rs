@@ -1,5 +1,5 @@
 //! Throughput and overhead of one UDP echo service under three architectures, measured side
-//! by side in one run: an lfrt Leader/Followers group, the Half-Sync/Half-Reactive pool
+//! by side in one run: an lfrt Leader/Followers lane, the Half-Sync/Half-Reactive pool
 //! (`lfrt_tools::hsha`), and a tokio multi-thread runtime with the same number of threads. lfrt runs
 //! three times: `lfrt-cc` is `lfrt` with `promotion = "concurrent"` (no leader: every idle
 //! thread waits in `epoll_wait`, issue 13); `lfrt` with its built-in `UdpEcho` (one `recvmmsg`/`sendmmsg` per event) and
@@ -84,7 +84,7 @@ struct Opts {
     gen_threads: usize,
     /// Client shapes to run each cell with (the first is the headline).
     clients: Vec<Clients>,
-    /// The lfrt groups' `promote_after_us` (deferred promotion); `None`: the default.
+    /// The lfrt lanes' `promote_after_us` (deferred promotion); `None`: the default.
     promote_after_us: Option<u64>,
 }
 
@@ -114,7 +114,7 @@ enum Arch {
     Lfrt,
     /// `Lfrt` with `promotion = "concurrent"`: no leader, no hand-off per event.
     LfrtConcurrent,
-    /// The same lfrt group with a handler that makes one `recvfrom` and one `sendto` per
+    /// The same lfrt lane with a handler that makes one `recvfrom` and one `sendto` per
     /// datagram, as HS/HA and tokio do: the difference to `Lfrt` is syscall batching alone.
     LfrtPerDatagram,
     Hsha,
@@ -262,7 +262,7 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
             } else {
                 lfrt::Policy::Other
             };
-            let mut g = lfrt::GroupConfig::new("echo", policy, o.fifo.unwrap_or(0));
+            let mut g = lfrt::LaneConfig::new("echo", policy, o.fifo.unwrap_or(0));
             g.threads = o.threads;
             if arch == Arch::LfrtConcurrent {
                 g.promotion = lfrt::Promotion::Concurrent;
@@ -275,7 +275,7 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
             let cfg = lfrt::RuntimeConfig {
                 rt: lfrt::RtMode::BestEffort,
                 lock_memory: false,
-                groups: vec![g],
+                lanes: vec![g],
                 bands: Vec::new(),
             };
             let mut rt = lfrt::Runtime::new(cfg).expect("runtime");
@@ -297,7 +297,7 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
                     // Server-side split from the runtime's telemetry: leader awake -> handler
                     // entry (promotion + demultiplexing) and handler entry -> return (service).
                     let (disp, serv, arr) = rt.telemetry().with(|r| {
-                        let g = &r.groups[0];
+                        let g = &r.lanes[0];
                         (
                             lfrt::telemetry::LatencySummary::of(&g.dispatch),
                             lfrt::telemetry::LatencySummary::of(&g.service),

@@ -161,14 +161,14 @@ fn start(arch: Arch, o: &Opts) -> Stop {
     sock.set_nonblocking(true).unwrap();
     match arch {
         Arch::Lfrt => {
-            let mut g = lfrt::GroupConfig::new("sockperf", lfrt::Policy::Fifo, o.fifo);
+            let mut g = lfrt::LaneConfig::new("sockperf", lfrt::Policy::Fifo, o.fifo);
             g.threads = o.threads;
             g.buffer_bytes = o.size.max(2048);
             g.cpus = o.pin.then(|| vec![SERVER_CPU]);
             let cfg = lfrt::RuntimeConfig {
                 rt: lfrt::RtMode::Required,
                 lock_memory: false,
-                groups: vec![g],
+                lanes: vec![g],
                 bands: Vec::new(),
             };
             let mut rt = lfrt::Runtime::new(cfg).expect("runtime");

@@ -45,7 +45,7 @@
 
 use lfrt::task::JoinHandle;
 use lfrt::timer::{CallbackTimer, Expiry};
-use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig};
+use lfrt::{LaneConfig, Policy, RtMode, Runtime, RuntimeConfig};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
@@ -92,10 +92,10 @@ fn report(name: &str, all: &[Vec<u64>], alloc: String) {
 }
 
 fn lanes(spec: &[(&str, u8)], threads: usize, max_tasks: usize) -> Runtime {
-    let groups = spec
+    let lanes = spec
         .iter()
         .map(|&(n, p)| {
-            let mut g = GroupConfig::new(n, if p > 0 { Policy::Fifo } else { Policy::Other }, p);
+            let mut g = LaneConfig::new(n, if p > 0 { Policy::Fifo } else { Policy::Other }, p);
             g.threads = threads;
             g.buffer_bytes = 2048;
             g.max_tasks = max_tasks;
@@ -105,13 +105,13 @@ fn lanes(spec: &[(&str, u8)], threads: usize, max_tasks: usize) -> Runtime {
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: true,
-        groups,
+        lanes,
         bands: Vec::new(),
     })
     .unwrap()
 }
 
-fn allocs(m: &[lfrt::GroupMetrics]) -> String {
+fn allocs(m: &[lfrt::LaneMetrics]) -> String {
     m.iter()
         .map(|g| g.pool_allocations.map_or("-".into(), |n| n.to_string()))
         .collect::<Vec<_>>()
@@ -481,7 +481,7 @@ fn echo_server(kind: EchoServer, o: &EchoOpts) -> Running {
     match kind {
         EchoServer::AsyncLane | EchoServer::HandlerLane => {
             let async_ = kind == EchoServer::AsyncLane;
-            let mut g = GroupConfig::new(
+            let mut g = LaneConfig::new(
                 "echo",
                 if o.prio > 0 {
                     Policy::Fifo
@@ -498,7 +498,7 @@ fn echo_server(kind: EchoServer, o: &EchoOpts) -> Running {
             let mut rt = Runtime::new(RuntimeConfig {
                 rt: RtMode::BestEffort,
                 lock_memory: true,
-                groups: vec![g],
+                lanes: vec![g],
                 bands: Vec::new(),
             })
             .unwrap();

@@ -20,7 +20,7 @@
 //! ```
 
 use lfrt::task::{channel, Receiver, ReplySender, ReplySlots, Sender};
-use lfrt::{Context, Disposition, Event, EventHandler, GroupConfig, Policy, RtMode, Runtime};
+use lfrt::{Context, Disposition, Event, EventHandler, LaneConfig, Policy, RtMode, Runtime};
 use lfrt::{MetricsHandle, RuntimeConfig, Stopper};
 use std::net::UdpSocket;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -176,7 +176,7 @@ struct Service {
 
 fn service() -> Result<Service, Box<dyn std::error::Error>> {
     let lane = |name: &str, priority| {
-        let mut g = GroupConfig::new(name, Policy::Fifo, priority);
+        let mut g = LaneConfig::new(name, Policy::Fifo, priority);
         g.threads = 1;
         g.buffer_bytes = 2048;
         g.max_tasks = 4;
@@ -186,8 +186,8 @@ fn service() -> Result<Service, Box<dyn std::error::Error>> {
         rt: RtMode::BestEffort,
         ..RuntimeConfig::default()
     })?;
-    let control = rt.add_group(lane("control", 90))?;
-    let feed_lane = rt.add_group(lane("feed", 60))?;
+    let control = rt.add_lane(lane("control", 90))?;
+    let feed_lane = rt.add_lane(lane("feed", 60))?;
     let (metrics, stopper) = (rt.metrics_handle(), rt.stopper());
     let stats = Arc::new(ControlStats::default());
     let (to_control, commands) = channel::<Command>(64);

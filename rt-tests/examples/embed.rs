@@ -3,13 +3,13 @@
 //! ```text
 //! cargo run --release --example embed
 //! ```
-//! Serves an "uppercase" UDP service on 127.0.0.1 (ephemeral port) in a low-priority group and
-//! a 1 ms timer in a high-priority group, sends itself 1000 requests, prints the metrics and
+//! Serves an "uppercase" UDP service on 127.0.0.1 (ephemeral port) in a low-priority lane and
+//! a 1 ms timer in a high-priority lane, sends itself 1000 requests, prints the metrics and
 //! stops (about 1 s). Without CAP_SYS_NICE it runs at normal priority (best-effort).
 
 use lfrt::handlers::PeriodicTimer;
 use lfrt::{
-    Context, Disposition, Event, EventHandler, GroupConfig, Policy, Promotion, RtMode, Runtime,
+    Context, Disposition, Event, EventHandler, LaneConfig, Policy, Promotion, RtMode, Runtime,
     RuntimeConfig, Timer,
 };
 use std::net::UdpSocket;
@@ -50,17 +50,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cfg = RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        groups: Vec::new(), // added below, each returning its Lane
+        lanes: Vec::new(), // added below, each returning its Lane
         bands: Vec::new(),
     };
     let mut rt = Runtime::new(cfg)?;
-    let mut control = GroupConfig::new("control", Policy::Fifo, 80);
+    let mut control = LaneConfig::new("control", Policy::Fifo, 80);
     control.threads = 1;
-    let control = rt.add_group(control)?;
-    let mut service = GroupConfig::new("service", Policy::Fifo, 40);
+    let control = rt.add_lane(control)?;
+    let mut service = LaneConfig::new("service", Policy::Fifo, 40);
     service.threads = 2;
     service.promotion = Promotion::Lifo;
-    let service = rt.add_group(service)?;
+    let service = rt.add_lane(service)?;
 
     let socket = UdpSocket::bind("127.0.0.1:0")?;
     socket.set_nonblocking(true)?;
@@ -87,7 +87,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ok += usize::from(buf[..n] == *msg.to_uppercase().as_bytes());
     }
     std::thread::sleep(Duration::from_millis(200));
-    let timer_latency = rt.telemetry().group_latency(0);
+    let timer_latency = rt.telemetry().lane_latency(0);
     for m in rt.shutdown()? {
         println!(
             "{:<8} prio {:>2}: {} dispatched, {} promotions, {} with no follower, {} allocations after warm-up",

@@ -1,23 +1,23 @@
 //! The pattern paper's OLTP example, on loopback, in one process:
 //!
 //! ```text
-//!  clients ──TCP──► front-end (bound group: N threads) ══ ONE multiplexed TCP connection ══► back-end (lfrt group)
+//!  clients ──TCP──► front-end (bound lane: N threads) ══ ONE multiplexed TCP connection ══► back-end (lfrt lane)
 //!  (built-in load)   thread takes a client request,                                         unbound Leader/Followers:
 //!                    forwards it, waits for ITS reply                                       any thread answers any frame
 //!                    (follower or leader: hand-off),
 //!                    answers the client
 //! ```
 //!
-//! * **Back-end**: an unbound lfrt [`Runtime`] group with a TCP listener. Each connection's
+//! * **Back-end**: an unbound lfrt [`Runtime`] lane with a TCP listener. Each connection's
 //!   handler reads every complete request frame it has, optionally reorders them (`--reorder`
 //!   reverse|random: replies then come back in a different order than the requests went out,
 //!   as they do in real multi-tier systems), does `--work-us` of busy work per request and
 //!   answers with the same request id.
-//! * **Front-end**: a **bound group** of the same [`Runtime`] ([`GroupConfig::bound`]): the
+//! * **Front-end**: a **bound lane** of the same [`Runtime`] ([`LaneConfig::bound`]): the
 //!   runtime connects it to the back-end (ONE TCP connection), spawns its threads at SCHED_FIFO
-//!   `--front-priority` like any group's, and they `serve` its [`BoundPool`]
+//!   `--front-priority` like any lane's, and they `serve` its [`BoundPool`]
 //!   ([`Lane::bound_pool`]). Client connections are unbound handles of the pool (hybrid
-//!   associations), registered on the group's registry. A handler forwards each client request
+//!   associations), registered on the lane's registry. A handler forwards each client request
 //!   with its own [`Waiter`] and blocks in `join` (as a follower, or as the leader reading the
 //!   connection and handing replies to the other waiters), then answers the client.
 //! * **Clients**: `--clients` threads, each with its own TCP connection, closed loop: send one
@@ -39,7 +39,7 @@ use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
 use lfrt::bound::{decode_header, encode_header, BoundPool, Promotion, Waiter, HEADER_LEN};
 use lfrt::{
-    BoundGroup, Context, Disposition, Event, EventHandler, GroupConfig, Interest, Policy, Runtime,
+    BoundLane, Context, Disposition, Event, EventHandler, Interest, LaneConfig, Policy, Runtime,
     RuntimeConfig,
 };
 use std::io::{self, Read, Write};
@@ -71,7 +71,7 @@ struct Args {
     /// SCHED_FIFO priority of the front-end's threads (1..=99).
     #[arg(long, default_value_t = 10)]
     front_priority: u8,
-    /// Back-end (unbound lfrt group) threads.
+    /// Back-end (unbound lfrt lane) threads.
     #[arg(short = 'b', long, default_value_t = 2)]
     backend_threads: usize,
     /// Busy work per request in the back-end (µs).
@@ -111,9 +111,9 @@ fn transact(value: u64) -> u64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Back-end: an unbound lfrt group.
+// Back-end: an unbound lfrt lane.
 
-/// Accepts front-end connections into the group.
+/// Accepts front-end connections into the lane.
 struct BackendListener {
     listener: TcpListener,
     reorder: Reorder,
@@ -418,17 +418,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
 
-    // Back-end: an unbound group; its listener exists before the front-end connects to it.
+    // Back-end: an unbound lane; its listener exists before the front-end connects to it.
     let backend = TcpListener::bind("127.0.0.1:0")?;
     backend.set_nonblocking(true)?;
     let backend_addr = backend.local_addr()?;
-    let mut back = GroupConfig::new("backend", Policy::Other, 0);
+    let mut back = LaneConfig::new("backend", Policy::Other, 0);
     back.threads = args.backend_threads;
     back.max_handles = 16;
 
-    // Front-end: a bound group over ONE connection to the back-end; client connections are
+    // Front-end: a bound lane over ONE connection to the back-end; client connections are
     // its unbound handles, each with a waiter of its own.
-    let mut front = GroupConfig::new("front", Policy::Fifo, args.front_priority);
+    let mut front = LaneConfig::new("front", Policy::Fifo, args.front_priority);
     front.threads = args.frontend_threads;
     front.promotion = match args.promotion {
         Promo::Fifo => Promotion::Fifo,
@@ -437,14 +437,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     front.max_handles = args.clients + 1;
     front.buffer_bytes = 256;
-    front.bound = Some(BoundGroup {
+    front.bound = Some(BoundLane {
         max_waiters: args.frontend_threads + args.clients + 1,
         max_body: 256,
-        ..BoundGroup::new(backend_addr)
+        ..BoundLane::new(backend_addr)
     });
 
     let mut rt = Runtime::new(RuntimeConfig {
-        groups: vec![back, front],
+        lanes: vec![back, front],
         ..RuntimeConfig::default()
     })?;
     let accepted = Arc::new(AtomicU64::new(0));
@@ -459,7 +459,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = rt
         .lane("front")?
         .bound_pool()
-        .expect("`front` is a bound group");
+        .expect("`front` is a bound lane");
     let front = TcpListener::bind("127.0.0.1:0")?;
     front.set_nonblocking(true)?;
     let front_addr = front.local_addr()?;
@@ -475,11 +475,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(pool);
 
     println!(
-        "# back-end: lfrt group, {} threads, reorder {:?}, work {} us, on {backend_addr}",
+        "# back-end: lfrt lane, {} threads, reorder {:?}, work {} us, on {backend_addr}",
         args.backend_threads, args.reorder, args.work_us
     );
     println!(
-        "# front-end: bound group, {} threads ({}{}), promotion {:?}, one connection to the back-end; {} clients x {} requests",
+        "# front-end: bound lane, {} threads ({}{}), promotion {:?}, one connection to the back-end; {} clients x {} requests",
         args.frontend_threads,
         front_sched.join(", "),
         if report.rt_applied { "" } else { "; SCHED_FIFO refused: time-shared" },
@@ -514,9 +514,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let elapsed = started.elapsed();
 
-    // Stops both groups: the front-end's threads leave the pool, its handlers are closed.
+    // Stops both lanes: the front-end's threads leave the pool, its handlers are closed.
     let metrics = rt.shutdown()?;
-    let stats = metrics[1].bound.expect("`front` is a bound group");
+    let stats = metrics[1].bound.expect("`front` is a bound lane");
     let backend_dispatched = metrics[0].dispatched;
 
     let done = total.ok + total.mismatched;

@@ -9,7 +9,7 @@
 //! given seconds (default 3), then the built-in client sends `stop` to the admin endpoint.
 
 use lfrt::timer::{CallbackTimer, Expiry};
-use lfrt::{Context, Disposition, Event, EventHandler, GroupConfig, Policy, Runtime, Stopper};
+use lfrt::{Context, Disposition, Event, EventHandler, LaneConfig, Policy, Runtime, Stopper};
 use lfrt::{MetricsHandle, RuntimeConfig};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, UdpSocket};
@@ -59,14 +59,14 @@ impl EventHandler for Admin {
 
 fn service() -> Result<(Runtime, u16, u16), Box<dyn std::error::Error>> {
     let lane = |name: &str, policy, priority, threads| {
-        let mut g = GroupConfig::new(name, policy, priority);
+        let mut g = LaneConfig::new(name, policy, priority);
         g.threads = threads;
         g
     };
     let mut rt = Runtime::new(RuntimeConfig::default())?;
-    let control = rt.add_group(lane("control", Policy::Fifo, 90, 1))?;
-    let feed_lane = rt.add_group(lane("feed", Policy::Fifo, 60, 2))?;
-    let admin_lane = rt.add_group(lane("admin", Policy::Other, 0, 1))?;
+    let control = rt.add_lane(lane("control", Policy::Fifo, 90, 1))?;
+    let feed_lane = rt.add_lane(lane("feed", Policy::Fifo, 60, 2))?;
+    let admin_lane = rt.add_lane(lane("admin", Policy::Other, 0, 1))?;
     let (tick, _) = CallbackTimer::periodic(
         Expiry::After(Duration::from_millis(1)),
         Duration::from_millis(1),

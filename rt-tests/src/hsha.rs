@@ -519,7 +519,7 @@ fn setup(cfg: &HshaConfig, sched: Sched, tx: &std::sync::mpsc::Sender<Ready>) ->
                 let prio = cfg.priority.unwrap_or(0);
                 let err = if e.raw_os_error() == Some(libc_eperm()) {
                     Error::RtPermission {
-                        group: "hsha".into(),
+                        lane: "hsha".into(),
                         priority: prio,
                         source: e,
                         have,
@@ -527,7 +527,7 @@ fn setup(cfg: &HshaConfig, sched: Sched, tx: &std::sync::mpsc::Sender<Ready>) ->
                     }
                 } else {
                     Error::Sched {
-                        group: "hsha".into(),
+                        lane: "hsha".into(),
                         what: format!("setting {sched:?}"),
                         source: e,
                     }
@@ -541,7 +541,7 @@ fn setup(cfg: &HshaConfig, sched: Sched, tx: &std::sync::mpsc::Sender<Ready>) ->
     if let Some(cpus) = &cfg.cpus {
         if let Err(e) = os::set_current_affinity(cpus) {
             let _ = tx.send(Ready::Failed(Error::Sched {
-                group: "hsha".into(),
+                lane: "hsha".into(),
                 what: format!("pinning to CPUs {cpus:?}"),
                 source: e,
             }));

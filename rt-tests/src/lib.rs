@@ -5,7 +5,7 @@
 //! It holds the `lfrt` command's subcommands and everything a comparison needs that a service
 //! must never compile:
 //!
-//! * [`cyclic`]: `lfrt cyclic`, cyclictest's options and output through a Leader/Followers group;
+//! * [`cyclic`]: `lfrt cyclic`, cyclictest's options and output through a Leader/Followers lane;
 //! * [`doctor`]: `lfrt doctor`, what this machine and process can do for real time, and whether a
 //!   configuration can run here as intended;
 //! * [`duration`]: the one duration syntax of every command (cyclictest's `30`, `30s`, `10m`, `1h`);
@@ -36,7 +36,7 @@ pub mod plot;
 pub mod progress;
 pub mod service;
 
-/// A pool hygiene counter of [`lfrt::GroupMetrics`] (`pool_allocations`, `pool_minor_faults`)
+/// A pool hygiene counter of [`lfrt::LaneMetrics`] (`pool_allocations`, `pool_minor_faults`)
 /// as the text reports print it: `-` when it was not measured (no pool thread reached its
 /// warm-up, or no counting allocator), so a printed `0` is always a measurement.
 pub fn measured(v: Option<u64>) -> String {

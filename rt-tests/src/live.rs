@@ -17,7 +17,7 @@
 //! happens there. The mutex is a plain one: only non-RT threads take it.
 
 use hdrhistogram::Histogram;
-use lfrt::GroupMetrics;
+use lfrt::LaneMetrics;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -34,7 +34,7 @@ const BUCKETS_S: [f64; 19] = [
     0.2, 0.5, 1.0,
 ];
 
-/// The latency histogram of one group in Prometheus' shape.
+/// The latency histogram of one lane in Prometheus' shape.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PromHistogram {
     /// Sum of all values (s): the hdrhistogram's mean (bucket midpoints) × count.
@@ -74,27 +74,27 @@ impl PromHistogram {
     }
 }
 
-/// One group at one instant.
+/// One lane at one instant.
 #[derive(Debug, Clone)]
-pub struct GroupSnapshot {
+pub struct LaneSnapshot {
     /// The runtime's counters and gauges.
-    pub metrics: GroupMetrics,
+    pub metrics: LaneMetrics,
     /// Dispatch latency (origin or leader wake-up → handler entry) since the start.
     pub latency: PromHistogram,
     /// 99th percentile of that latency (ns), as the final summary computes it.
     pub p99_ns: u64,
-    /// Kernel receive of a stamped datagram → handler entry (empty for groups whose handlers
+    /// Kernel receive of a stamped datagram → handler entry (empty for lanes whose handlers
     /// take none).
     pub arrival: PromHistogram,
 }
 
-/// Every group at one instant, and when.
+/// Every lane at one instant, and when.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Seconds since the runtime started.
     pub uptime_s: f64,
-    /// Per group, in configuration order.
-    pub groups: Vec<GroupSnapshot>,
+    /// Per lane, in configuration order.
+    pub lanes: Vec<LaneSnapshot>,
 }
 
 impl Snapshot {
@@ -103,7 +103,7 @@ impl Snapshot {
         let metrics = rt.metrics();
         let (latency, p99, arrival) = rt.telemetry().with(|r| {
             let mut out = (Vec::new(), Vec::new(), Vec::new());
-            for h in &r.groups {
+            for h in &r.lanes {
                 out.0.push(PromHistogram::of(&h.latency));
                 out.1
                     .push(lfrt::telemetry::LatencySummary::of(&h.latency).p99_ns);
@@ -113,10 +113,10 @@ impl Snapshot {
         });
         Snapshot {
             uptime_s: uptime.as_secs_f64(),
-            groups: metrics
+            lanes: metrics
                 .into_iter()
                 .enumerate()
-                .map(|(gi, metrics)| GroupSnapshot {
+                .map(|(gi, metrics)| LaneSnapshot {
                     metrics,
                     latency: latency.get(gi).cloned().unwrap_or_default(),
                     p99_ns: p99.get(gi).copied().unwrap_or(0),
@@ -130,8 +130,8 @@ impl Snapshot {
 /// The snapshot the main thread publishes and the exporter reads.
 pub type Shared = Arc<Mutex<Snapshot>>;
 
-/// Work the runtime dropped or refused, per group: the sum shown as `drops` in the status.
-pub fn drops(m: &GroupMetrics) -> u64 {
+/// Work the runtime dropped or refused, per lane: the sum shown as `drops` in the status.
+pub fn drops(m: &LaneMetrics) -> u64 {
     m.accept_exhausted
         + m.connections_refused
         + m.frames_oversize
@@ -149,8 +149,8 @@ pub fn drops(m: &GroupMetrics) -> u64 {
 #[derive(Debug)]
 struct SnapshotCollector(Shared);
 
-/// A counter of [`GroupMetrics`]: name (without `lfrt_group_` and `_total`), help, field.
-type CounterOf = (&'static str, &'static str, fn(&GroupMetrics) -> u64);
+/// A counter of [`LaneMetrics`]: name (without `lfrt_lane_` and `_total`), help, field.
+type CounterOf = (&'static str, &'static str, fn(&LaneMetrics) -> u64);
 
 const COUNTERS: [CounterOf; 28] = [
     ("dispatched", "Events dispatched to handlers", |m| {
@@ -291,8 +291,8 @@ const COUNTERS: [CounterOf; 28] = [
     ),
 ];
 
-/// A counter of [`TaskStats`](lfrt::task::TaskStats), for groups with a task table: name
-/// (without `lfrt_group_tasks_` and `_total`), help, field.
+/// A counter of [`TaskStats`](lfrt::task::TaskStats), for lanes with a task table: name
+/// (without `lfrt_lane_tasks_` and `_total`), help, field.
 type TaskCounterOf = (
     &'static str,
     &'static str,
@@ -352,22 +352,22 @@ impl Collector for SnapshotCollector {
             m.encode_gauge(&snap.uptime_s)?;
         }
         for (name, help, get) in COUNTERS {
-            let full = format!("lfrt_group_{name}");
+            let full = format!("lfrt_lane_{name}");
             let mut m = enc.encode_descriptor(&full, help, None, MetricType::Counter)?;
-            for g in &snap.groups {
-                let labels = [("group", g.metrics.name.as_str())];
+            for g in &snap.lanes {
+                let labels = [("lane", g.metrics.name.as_str())];
                 m.encode_family(&labels)?
                     .encode_counter::<NoLabelSet, _, f64>(&get(&g.metrics), None)?;
             }
         }
-        // Only groups with a task table have these (a family with no sample is left out).
-        if snap.groups.iter().any(|g| g.metrics.tasks.is_some()) {
+        // Only lanes with a task table have these (a family with no sample is left out).
+        if snap.lanes.iter().any(|g| g.metrics.tasks.is_some()) {
             for (name, help, get) in TASK_COUNTERS {
-                let full = format!("lfrt_group_tasks_{name}");
+                let full = format!("lfrt_lane_tasks_{name}");
                 let mut m = enc.encode_descriptor(&full, help, None, MetricType::Counter)?;
-                for g in &snap.groups {
+                for g in &snap.lanes {
                     if let Some(t) = &g.metrics.tasks {
-                        let labels = [("group", g.metrics.name.as_str())];
+                        let labels = [("lane", g.metrics.name.as_str())];
                         m.encode_family(&labels)?
                             .encode_counter::<NoLabelSet, _, f64>(&get(t), None)?;
                     }
@@ -376,13 +376,13 @@ impl Collector for SnapshotCollector {
         }
         {
             let mut m = enc.encode_descriptor(
-                "lfrt_group_dispatch_latency",
+                "lfrt_lane_dispatch_latency",
                 "Latency from an event's origin (a timer's due time, else the leader's wake-up) to handler entry",
                 Some(&Unit::Seconds),
                 MetricType::Histogram,
             )?;
-            for g in &snap.groups {
-                let labels = [("group", g.metrics.name.as_str())];
+            for g in &snap.lanes {
+                let labels = [("lane", g.metrics.name.as_str())];
                 let l = &g.latency;
                 m.encode_family(&labels)?
                     .encode_histogram::<NoLabelSet>(l.sum_s, l.count, &l.buckets, None)?;
@@ -390,13 +390,13 @@ impl Collector for SnapshotCollector {
         }
         {
             let mut m = enc.encode_descriptor(
-                "lfrt_group_arrival_latency",
+                "lfrt_lane_arrival_latency",
                 "Latency from the kernel's receive of a datagram (SO_TIMESTAMPNS) to handler entry",
                 Some(&Unit::Seconds),
                 MetricType::Histogram,
             )?;
-            for g in &snap.groups {
-                let labels = [("group", g.metrics.name.as_str())];
+            for g in &snap.lanes {
+                let labels = [("lane", g.metrics.name.as_str())];
                 let l = &g.arrival;
                 m.encode_family(&labels)?
                     .encode_histogram::<NoLabelSet>(l.sum_s, l.count, &l.buckets, None)?;
@@ -404,13 +404,13 @@ impl Collector for SnapshotCollector {
         }
         {
             let mut m = enc.encode_descriptor(
-                "lfrt_group_configured_priority",
-                "The group's configured priority",
+                "lfrt_lane_configured_priority",
+                "The lane's configured priority",
                 None,
                 MetricType::Gauge,
             )?;
-            for g in &snap.groups {
-                let labels = [("group", g.metrics.name.as_str())];
+            for g in &snap.lanes {
+                let labels = [("lane", g.metrics.name.as_str())];
                 m.encode_family(&labels)?
                     .encode_gauge(&i64::from(g.metrics.priority))?;
             }
@@ -423,11 +423,11 @@ impl Collector for SnapshotCollector {
                 None,
                 MetricType::Info,
             )?;
-            for g in &snap.groups {
+            for g in &snap.lanes {
                 for (t, sched) in g.metrics.kernel_sched.iter().enumerate() {
                     let thread = t.to_string();
                     let labels = [
-                        ("group", g.metrics.name.as_str()),
+                        ("lane", g.metrics.name.as_str()),
                         ("thread", thread.as_str()),
                         ("sched", sched.as_str()),
                     ];
@@ -535,7 +535,7 @@ fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     stream.flush()
 }
 
-/// The status block `lfrt run` prints each second, as cyclictest does: one line per group.
+/// The status block `lfrt run` prints each second, as cyclictest does: one line per lane.
 #[derive(Debug)]
 pub struct Status {
     /// Move the cursor back over the previous block and overwrite it (a terminal).
@@ -554,7 +554,7 @@ impl Status {
     ///
     /// ```text
     /// # status t=3.0s
-    /// group           events/s     p99_us      drops
+    /// lane           events/s     p99_us      drops
     /// control           1000.0       61.2          0
     /// ```
     ///
@@ -572,11 +572,11 @@ impl Status {
         let _ = writeln!(
             s,
             "{:<12} {:>12} {:>10} {:>10}",
-            "group", "events/s", "p99_us", "drops"
+            "lane", "events/s", "p99_us", "drops"
         );
-        for g in &now.groups {
+        for g in &now.lanes {
             let before = prev
-                .groups
+                .lanes
                 .iter()
                 .find(|p| p.metrics.name == g.metrics.name)
                 .map_or(0, |p| p.metrics.dispatched);
@@ -590,7 +590,7 @@ impl Status {
                 drops(&g.metrics)
             );
         }
-        self.lines = 2 + now.groups.len();
+        self.lines = 2 + now.lanes.len();
         s
     }
 }
@@ -620,15 +620,15 @@ mod tests {
     }
 
     /// A lane's task counters reach the exposition (one family per counter, a sample for each
-    /// group with a task table only) and its refusals count in the status block's drops.
+    /// lane with a task table only) and its refusals count in the status block's drops.
     #[test]
-    fn task_counters_are_exported_for_groups_with_a_task_table() {
-        use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    fn task_counters_are_exported_for_lanes_with_a_task_table() {
+        use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
         let mut rt = Runtime::new(RuntimeConfig::default()).unwrap();
-        let mut g = GroupConfig::new("tasks", Policy::Other, 0);
+        let mut g = LaneConfig::new("tasks", Policy::Other, 0);
         g.max_tasks = 2;
-        let lane = rt.add_group(g).unwrap();
-        rt.add_group(GroupConfig::new("plain", Policy::Other, 0))
+        let lane = rt.add_lane(g).unwrap();
+        rt.add_lane(LaneConfig::new("plain", Policy::Other, 0))
             .unwrap();
         // Not started: the tasks wait in the table; a third spawn finds it full.
         let held: Vec<_> = (0..2).map(|_| lane.spawn(async {}).unwrap()).collect();
@@ -640,9 +640,9 @@ mod tests {
         assert_eq!(drops(&metrics[0]), 1);
         let shared: Shared = Arc::new(Mutex::new(Snapshot {
             uptime_s: 1.0,
-            groups: metrics
+            lanes: metrics
                 .into_iter()
-                .map(|metrics| GroupSnapshot {
+                .map(|metrics| LaneSnapshot {
                     metrics,
                     latency: PromHistogram::default(),
                     p99_ns: 0,
@@ -652,15 +652,15 @@ mod tests {
         }));
         let text = encode(&shared);
         assert!(
-            text.contains("lfrt_group_tasks_spawned_total{group=\"tasks\"} 2\n"),
+            text.contains("lfrt_lane_tasks_spawned_total{lane=\"tasks\"} 2\n"),
             "{text}"
         );
         assert!(
-            text.contains("lfrt_group_tasks_refused_full_total{group=\"tasks\"} 1\n"),
+            text.contains("lfrt_lane_tasks_refused_full_total{lane=\"tasks\"} 1\n"),
             "{text}"
         );
         assert!(
-            !text.contains("lfrt_group_tasks_spawned_total{group=\"plain\"}"),
+            !text.contains("lfrt_lane_tasks_spawned_total{lane=\"plain\"}"),
             "{text}"
         );
         drop(held);

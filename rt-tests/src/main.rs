@@ -1,7 +1,7 @@
 //! The `lfrt` command: check and run configurations, and the measurement harnesses.
 
 use clap::{CommandFactory, Parser, Subcommand};
-use lfrt::GroupMetrics;
+use lfrt::LaneMetrics;
 use lfrt_tools::measured;
 use lfrt_tools::overrides::{Override, OverrideSource, Provenance};
 use std::path::PathBuf;
@@ -24,7 +24,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Validate a configuration and print the plan (groups, priorities, threads, CPUs, handlers,
+    /// Validate a configuration and print the plan (lanes, priorities, threads, CPUs, handlers,
     /// preallocated memory, rate warnings).
     Check {
         /// Configuration file (TOML); default: $LFRT_CONFIG.
@@ -52,13 +52,13 @@ enum Cmd {
         /// file).
         #[arg(long, value_name = "ADDR")]
         metrics: Option<std::net::SocketAddr>,
-        /// Print a status block every second (events/s, p99, drops per group) even when stdout
+        /// Print a status block every second (events/s, p99, drops per lane) even when stdout
         /// is not a terminal; on a terminal it is on by default and redrawn in place.
         #[arg(long)]
         status: bool,
     },
     /// Draw results as SVG or PNG: the latency histogram of an lfrt cyclic or cyclictest JSON,
-    /// or of each group of an lfrt run JSON (two such files are overlaid), or high p99 against N
+    /// or of each lane of an lfrt run JSON (two such files are overlaid), or high p99 against N
     /// of an lfrt inversion JSON; the kind is told from the content.
     Plot {
         /// One result JSON, or two latency JSONs to overlay (e.g. cyclictest's and lfrt's).
@@ -80,7 +80,7 @@ enum Cmd {
     /// Kernel preemption, RT privileges and limits, the RT throttle, CPUs and power settings:
     /// one line per finding, ok/warn/fail, and under each that is not ok the fix.
     #[command(
-        after_help = "With CONFIG, its needs are checked too: each group's policy and \
+        after_help = "With CONFIG, its needs are checked too: each lane's policy and \
         priority against the RT privilege, its CPUs, and with lock_memory the memory to lock.\n\n\
         Exit status: 0 when CONFIG (without one: SCHED_FIFO at some priority) can run as \
         intended; 1 when it cannot (a `fail` finding); 3 when it runs but not as intended \
@@ -111,9 +111,9 @@ enum Cmd {
 /// Overrides of the file's values, without editing it.
 #[derive(clap::Args)]
 struct SetArgs {
-    /// Override a value of the file: `--set group.control.priority=90`, `--set group.bulk.cpus=[1]`,
+    /// Override a value of the file: `--set lane.control.priority=90`, `--set lane.bulk.cpus=[1]`,
     /// `--set runtime.rt=required`, `--set band[0].bind=127.0.0.1:7100` (PATH is runtime.KEY,
-    /// group.NAME.KEY, group.NAME.handler[I].KEY, group.NAME.bound.KEY or band[I].KEY, I from 0;
+    /// lane.NAME.KEY, lane.NAME.handler[I].KEY, lane.NAME.bound.KEY or band[I].KEY, I from 0;
     /// VALUE a TOML value, or a string). Repeatable. Precedence: --set over LFRT_SET over the file; LFRT_SET holds
     /// overrides separated by `;` or newlines.
     #[arg(long = "set", value_name = "PATH=VALUE")]
@@ -246,7 +246,7 @@ fn check(config: Option<PathBuf>, set: &SetArgs) -> Result<(), Box<dyn std::erro
 /// `udp-echo`'s batches) traffic sent with a forged source address at a third party.
 /// A warning, not an error: a benchmark across machines needs it.
 fn warn_exposed(cfg: &lfrt::RuntimeConfig) {
-    for (gi, g) in cfg.groups.iter().enumerate() {
+    for (gi, g) in cfg.lanes.iter().enumerate() {
         for (hi, h) in g.handlers.iter().enumerate() {
             let (kind, bind) = match h {
                 lfrt::HandlerConfig::UdpEcho { bind, .. } => ("udp-echo", bind),
@@ -255,7 +255,7 @@ fn warn_exposed(cfg: &lfrt::RuntimeConfig) {
             };
             if !bind.ip().is_loopback() {
                 eprintln!(
-                    "lfrt: warning: group[{gi}].handler[{hi}] ({kind}, group `{}`) binds {bind}, \
+                    "lfrt: warning: lane[{gi}].handler[{hi}] ({kind}, lane `{}`) binds {bind}, \
                      not a loopback address: it echoes to anyone who can reach it{}. \
                      Bind 127.0.0.1 unless this is intended.",
                     g.name,
@@ -282,8 +282,8 @@ fn warn_exposed(cfg: &lfrt::RuntimeConfig) {
 
 /// The plan's line for a `[[band]]`: `band 127.0.0.1:7000 dscp 46->control default->bulk
 /// (2 sockets, SO_REUSEPORT + cBPF) handler udp-echo work_us=0`.
-fn band_line(b: &lfrt::BandConfig, groups: &[lfrt::GroupConfig]) -> String {
-    let Ok(p) = b.plan(groups) else {
+fn band_line(b: &lfrt::BandConfig, lanes: &[lfrt::LaneConfig]) -> String {
+    let Ok(p) = b.plan(lanes) else {
         return format!("band {} (invalid)", b.bind);
     };
     let what = match p.bands.classify {
@@ -315,8 +315,8 @@ fn band_line(b: &lfrt::BandConfig, groups: &[lfrt::GroupConfig]) -> String {
 /// latency, so the plan warns at about half of it.
 const MAX_EVENTS_PER_THREAD: f64 = 100_000.0;
 
-/// What `check` prints and `run` prints before it starts: every group's settings, handlers and
-/// preallocated memory, the total against the machine, and warnings for timer rates a group's
+/// What `check` prints and `run` prints before it starts: every lane's settings, handlers and
+/// preallocated memory, the total against the machine, and warnings for timer rates a lane's
 /// threads cannot serve.
 fn plan(cfg: &lfrt::RuntimeConfig) -> String {
     use std::fmt::Write;
@@ -331,20 +331,20 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
         if privilege.cap_sys_nice { "yes" } else { "no" },
         privilege.rlimit_rtprio
     );
-    let mut order: Vec<&lfrt::GroupConfig> = cfg.groups.iter().collect();
+    let mut order: Vec<&lfrt::LaneConfig> = cfg.lanes.iter().collect();
     order.sort_by_key(|g| std::cmp::Reverse(g.priority));
     for g in order {
         let prios: Vec<u8> = (0..g.threads).map(|i| g.thread_priority(i)).collect();
-        let group_cpus = g.cpus.clone().unwrap_or_else(|| cpus.clone());
+        let lane_cpus = g.cpus.clone().unwrap_or_else(|| cpus.clone());
         let _ = writeln!(
             s,
-            "group {:<12} policy={:?} priority={:<3} threads={} thread_priorities={:?} cpus={:?} promotion={:?} buffer_bytes={} max_handles={} budget_us={}",
+            "lane {:<12} policy={:?} priority={:<3} threads={} thread_priorities={:?} cpus={:?} promotion={:?} buffer_bytes={} max_handles={} budget_us={}",
             g.name,
             g.policy,
             g.priority,
             g.threads,
             prios,
-            group_cpus,
+            lane_cpus,
             g.promotion,
             g.buffer_bytes,
             g.max_handles,
@@ -392,19 +392,19 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
                 }
             };
         }
-        // Threads beyond the group's CPUs cannot serve events at the same time.
-        let parallel = g.threads.min(group_cpus.len()).max(1);
+        // Threads beyond the lane's CPUs cannot serve events at the same time.
+        let parallel = g.threads.min(lane_cpus.len()).max(1);
         let rate = g.timer_events_per_sec();
         if rate / parallel as f64 > MAX_EVENTS_PER_THREAD {
             let _ = writeln!(
                 s,
-                "  warning: the timers deliver {rate:.0} events/s, {:.0}/s for each of the {parallel} thread(s) that can run at once: more than the {MAX_EVENTS_PER_THREAD:.0}/s a pool thread can serve; lengthen interval_us, or spread the timers over more threads, CPUs or groups",
+                "  warning: the timers deliver {rate:.0} events/s, {:.0}/s for each of the {parallel} thread(s) that can run at once: more than the {MAX_EVENTS_PER_THREAD:.0}/s a pool thread can serve; lengthen interval_us, or spread the timers over more threads, CPUs or lanes",
                 rate / parallel as f64
             );
         }
     }
     for b in &cfg.bands {
-        let _ = writeln!(s, "{}", band_line(b, &cfg.groups));
+        let _ = writeln!(s, "{}", band_line(b, &cfg.lanes));
     }
     let total = cfg.preallocated_bytes();
     let memlock = lfrt::os::MemLock::probe();
@@ -519,7 +519,7 @@ fn run(
     );
     println!(
         "{:<12} {:>4} {:>4} {:>10} {:>10} {:>10} {:>7} {:>8} {:>8} {:>11} {:>11} {:>10} {:>10}",
-        "group",
+        "lane",
         "prio",
         "thr",
         "dispatched",
@@ -535,7 +535,7 @@ fn run(
     );
     let mut out = Vec::new();
     for (gi, m) in metrics.iter().enumerate() {
-        let lat = rt.telemetry().group_latency(gi);
+        let lat = rt.telemetry().lane_latency(gi);
         println!(
             "{:<12} {:>4} {:>4} {:>10} {:>10} {:>10} {:>7} {:>8} {:>8} {:>11} {:>11} {:>10.1} {:>10.1}",
             m.name,
@@ -553,21 +553,21 @@ fn run(
             lat.p99_ns as f64 / 1000.0
         );
         let histogram = rt.telemetry().with(|r| {
-            r.groups.get(gi).map(|h| {
+            r.lanes.get(gi).map(|h| {
                 lfrt_tools::plot::latency_histogram(&h.latency, lfrt_tools::plot::RUN_BUCKET_NS)
             })
         });
-        // Kernel receive → handler entry, for groups whose handlers take stamped datagrams.
-        let arrival = rt.telemetry().group_arrival(gi);
+        // Kernel receive → handler entry, for lanes whose handlers take stamped datagrams.
+        let arrival = rt.telemetry().lane_arrival(gi);
         out.push(serde_json::json!({
             "metrics": m, "latency_ns": lat, "latency_histogram": histogram,
             "arrival_ns": (arrival.count > 0).then_some(arrival),
         }));
     }
     // The latency a datagram's sender sees, from the kernel's receive (SO_TIMESTAMPNS): printed
-    // for each group whose handlers took stamped datagrams.
+    // for each lane whose handlers took stamped datagrams.
     for (gi, m) in metrics.iter().enumerate() {
-        let a = rt.telemetry().group_arrival(gi);
+        let a = rt.telemetry().lane_arrival(gi);
         if a.count > 0 {
             println!(
                 "{:<12} arrival (kernel receive -> handler entry, {} dispatches): p50 {:.1} us  \
@@ -585,7 +585,7 @@ fn run(
     for m in &metrics {
         println!("{:<12} kernel: {}", m.name, m.kernel_sched.join(", "));
     }
-    // Work the handlers dropped or deferred: printed only for a group where something was.
+    // Work the handlers dropped or deferred: printed only for a lane where something was.
     for m in &metrics {
         let stream = m.frames_oversize
             + m.connections_reset
@@ -617,7 +617,7 @@ fn run(
             );
         }
     }
-    // Async tasks: printed for each group with a task table.
+    // Async tasks: printed for each lane with a task table.
     for m in &metrics {
         if let Some(t) = &m.tasks {
             println!(
@@ -635,9 +635,9 @@ fn run(
             );
         }
     }
-    // Over the groups that measured (`-`/null: no pool thread reached its warm-up).
-    let pool_allocations = GroupMetrics::sum_measured(metrics.iter().map(|m| m.pool_allocations));
-    let pool_minor_faults = GroupMetrics::sum_measured(metrics.iter().map(|m| m.pool_minor_faults));
+    // Over the lanes that measured (`-`/null: no pool thread reached its warm-up).
+    let pool_allocations = LaneMetrics::sum_measured(metrics.iter().map(|m| m.pool_allocations));
+    let pool_minor_faults = LaneMetrics::sum_measured(metrics.iter().map(|m| m.pool_minor_faults));
     println!(
         "pool_allocations={} pool_minor_faults={}",
         measured(pool_allocations),
@@ -647,7 +647,7 @@ fn run(
         let v = serde_json::json!({
             "duration_s": elapsed.as_secs_f64(),
             "rt_applied": report.rt_applied,
-            "groups": out,
+            "lanes": out,
             "pool_allocations": pool_allocations,
             "pool_minor_faults": pool_minor_faults,
         });

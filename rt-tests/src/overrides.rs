@@ -5,7 +5,7 @@
 //! The overrides edit the file's TOML document, which is then read by lfrt's own loader
 //! ([`lfrt::parse_config`]: the same deserializer and validation as a file). Errors are pointed
 //! back at their cause: an error in an overridden value names the override
-//! (``invalid `--set group.a.priority=900`: 900: must be 1..=99``), any other error the file and
+//! (``invalid `--set lane.a.priority=900`: 900: must be 1..=99``), any other error the file and
 //! its line there ([`lfrt::config_line`]), as [`lfrt::load_config`]'s do.
 //!
 //! `[runtime] metrics = "127.0.0.1:9464"` says where `lfrt run` serves live metrics in
@@ -15,13 +15,13 @@
 //!
 //! `PATH` is one of
 //! * `runtime.KEY`;
-//! * `group.NAME.KEY`, `NAME` the `name` of a `[[group]]`;
-//! * `group.NAME.handler[I].KEY`, `I` the index of one of its `[[group.handler]]`s (from 0);
-//! * `group.NAME.bound.KEY`, a key of its `[group.bound]` table;
+//! * `lane.NAME.KEY`, `NAME` the `name` of a `[[lane]]`;
+//! * `lane.NAME.handler[I].KEY`, `I` the index of one of its `[[lane.handler]]`s (from 0);
+//! * `lane.NAME.bound.KEY`, a key of its `[lane.bound]` table;
 //! * `band[I].KEY`, `I` the index of a `[[band]]` (from 0; bands have no names).
 //!
 //! Only tables the file has can be edited: a new handler, bound table or band would need all of
-//! its fields (and a bound table changes what the group is). `VALUE` is a TOML value (`90`,
+//! its fields (and a bound table changes what the lane is). `VALUE` is a TOML value (`90`,
 //! `[1]`, `"rr"`), or, if it does not parse as one, a string (`policy=rr`).
 
 use lfrt::{Error, HandlerConfig, RuntimeConfig};
@@ -67,8 +67,8 @@ pub struct Override {
 }
 
 impl Override {
-    /// How errors and the plan name it: `--set group.a.priority=90`,
-    /// `LFRT_SET group.a.priority=90`, or `--metrics 127.0.0.1:9464` for a shorthand flag.
+    /// How errors and the plan name it: `--set lane.a.priority=90`,
+    /// `LFRT_SET lane.a.priority=90`, or `--metrics 127.0.0.1:9464` for a shorthand flag.
     pub fn label(&self) -> String {
         match self.source {
             OverrideSource::Env => format!("LFRT_SET {}", self.text),
@@ -84,7 +84,7 @@ impl Override {
 /// Where one overridden value came from, for the plan.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Provenance {
-    /// The value's path as errors name it: `group[0].priority`.
+    /// The value's path as errors name it: `lane[0].priority`.
     pub path: String,
     /// The override that set it last.
     pub set_by: Override,
@@ -98,7 +98,7 @@ pub struct Provenance {
 ///
 /// # Errors
 /// As [`lfrt::load_config`], plus an override that is not `PATH=VALUE`, names no existing
-/// group, handler, bound table or band, or sets a value the configuration refuses, and a
+/// lane, handler, bound table or band, or sets a value the configuration refuses, and a
 /// metrics address `run` could not serve ([`Loaded::metrics`]).
 pub fn load(file: &Path, overrides: &[Override]) -> Result<Loaded, Error> {
     let in_file = |line: Option<usize>, field: String, message: String| Error::Config {
@@ -139,6 +139,22 @@ pub fn load(file: &Path, overrides: &[Override]) -> Result<Loaded, Error> {
             })
         }
     };
+    // A file that still writes `[[group]]`: lfrt's loader reads it as `[[lane]]` (and refuses
+    // both at once); overrides name lanes by the new key.
+    if doc.contains_key("group") && !doc.contains_key("lane") {
+        if let Some(lanes) = doc.remove("group") {
+            tracing::warn!("`[[group]]` is deprecated, write `[[lane]]`; read as `[[lane]]`");
+            doc.insert("lane".into(), lanes);
+        }
+    } else if doc.contains_key("group") {
+        return lfrt::parse_config(&src)
+            .map_err(of_file)
+            .map(|config| Loaded {
+                config,
+                metrics: None,
+                provenance: Vec::new(),
+            });
+    }
     // Path as errors name it, and the override that set it last.
     let mut applied: Vec<(String, Override)> = Vec::new();
     for o in overrides {
@@ -215,12 +231,12 @@ fn metrics_address(value: &toml::Value, cfg: &RuntimeConfig) -> Result<SocketAdd
     let exporter = TcpListener::bind(addr).map_err(|e| format!("cannot bind {addr}: {e}"))?;
     // `run` listens on it beside every tcp-echo handler; lfrt's validation has just bound each
     // handler's address alone, so one that fails while the exporter listens collides with it.
-    for (gi, g) in cfg.groups.iter().enumerate() {
+    for (gi, g) in cfg.lanes.iter().enumerate() {
         for (hi, h) in g.handlers.iter().enumerate() {
             if let HandlerConfig::TcpEcho { bind, .. } = h {
                 if let Err(e) = TcpListener::bind(bind) {
                     return Err(format!(
-                        "{addr} collides with {bind} of `group[{gi}].handler[{hi}].bind` ({e})"
+                        "{addr} collides with {bind} of `lane[{gi}].handler[{hi}].bind` ({e})"
                     ));
                 }
             }
@@ -240,18 +256,22 @@ fn index(part: &str, item: &str) -> Result<usize, String> {
 }
 
 /// Applies `PATH=VALUE` to the document; returns the path as errors name it
-/// (`group[0].handler[1].bind`).
+/// (`lane[0].handler[1].bind`).
 fn apply(doc: &mut toml::Table, text: &str) -> Result<String, String> {
     let (path, value) = text
         .split_once('=')
-        .ok_or("expected PATH=VALUE, like group.control.priority=90")?;
+        .ok_or("expected PATH=VALUE, like lane.control.priority=90")?;
     let value = value.trim();
     // A TOML value, else the text as a string (`policy=rr`).
     let value = toml::from_str::<toml::Table>(&format!("v = {value}"))
         .ok()
         .and_then(|mut t| t.remove("v"))
         .unwrap_or_else(|| toml::Value::String(value.to_string()));
-    let parts: Vec<&str> = path.trim().split('.').collect();
+    let mut parts: Vec<&str> = path.trim().split('.').collect();
+    if parts.first() == Some(&"group") {
+        tracing::warn!("`--set group.…` is deprecated, write `lane.…`");
+        parts[0] = "lane";
+    }
     match parts.as_slice() {
         ["runtime", key] => {
             let runtime = doc
@@ -263,31 +283,31 @@ fn apply(doc: &mut toml::Table, text: &str) -> Result<String, String> {
             t.insert(key.to_string(), value);
             Ok(format!("runtime.{key}"))
         }
-        ["group", name, key] => {
-            let (gi, g) = named_group(doc, name)?;
+        ["lane", name, key] => {
+            let (gi, g) = named_lane(doc, name)?;
             g.insert(key.to_string(), value);
-            Ok(format!("group[{gi}].{key}"))
+            Ok(format!("lane[{gi}].{key}"))
         }
-        ["group", name, "bound", key] => {
-            let (gi, g) = named_group(doc, name)?;
+        ["lane", name, "bound", key] => {
+            let (gi, g) = named_lane(doc, name)?;
             let bound = g
                 .get_mut("bound")
                 .and_then(toml::Value::as_table_mut)
-                .ok_or_else(|| format!("group `{name}` has no [group.bound] table"))?;
+                .ok_or_else(|| format!("lane `{name}` has no [lane.bound] table"))?;
             bound.insert(key.to_string(), value);
-            Ok(format!("group[{gi}].bound.{key}"))
+            Ok(format!("lane[{gi}].bound.{key}"))
         }
-        ["group", name, handler, key] if handler.starts_with("handler") => {
+        ["lane", name, handler, key] if handler.starts_with("handler") => {
             let hi = index(handler, "handler")?;
-            let (gi, g) = named_group(doc, name)?;
+            let (gi, g) = named_lane(doc, name)?;
             let h = nth_table(g, "handler", hi).map_err(|count| {
                 format!(
-                    "group `{name}` has {count} [[group.handler]] table(s); handler[{hi}] \
+                    "lane `{name}` has {count} [[lane.handler]] table(s); handler[{hi}] \
                      is not one of them"
                 )
             })?;
             h.insert(key.to_string(), value);
-            Ok(format!("group[{gi}].handler[{hi}].{key}"))
+            Ok(format!("lane[{gi}].handler[{hi}].{key}"))
         }
         [band, key] if band.starts_with("band") => {
             let bi = index(band, "band")?;
@@ -298,8 +318,8 @@ fn apply(doc: &mut toml::Table, text: &str) -> Result<String, String> {
             Ok(format!("band[{bi}].{key}"))
         }
         _ => Err(format!(
-            "`{path}`: give runtime.KEY, group.NAME.KEY, group.NAME.handler[I].KEY, \
-             group.NAME.bound.KEY or band[I].KEY (NAME a [[group]]'s name, I an index from 0)"
+            "`{path}`: give runtime.KEY, lane.NAME.KEY, lane.NAME.handler[I].KEY, \
+             lane.NAME.bound.KEY or band[I].KEY (NAME a [[lane]]'s name, I an index from 0)"
         )),
     }
 }
@@ -321,20 +341,20 @@ fn nth_table<'a>(
         .ok_or(count)
 }
 
-/// The `[[group]]` table named `name`, with its index.
-fn named_group<'a>(
+/// The `[[lane]]` table named `name`, with its index.
+fn named_lane<'a>(
     doc: &'a mut toml::Table,
     name: &str,
 ) -> Result<(usize, &'a mut toml::Table), String> {
-    let groups = doc
-        .get_mut("group")
+    let lanes = doc
+        .get_mut("lane")
         .and_then(toml::Value::as_array_mut)
-        .ok_or("the file has no [[group]]")?;
-    let (gi, g) = groups
+        .ok_or("the file has no [[lane]]")?;
+    let (gi, g) = lanes
         .iter_mut()
         .enumerate()
         .find(|(_, g)| g.get("name").and_then(toml::Value::as_str) == Some(name))
-        .ok_or_else(|| format!("no [[group]] named `{name}` in the file"))?;
-    let t = g.as_table_mut().ok_or("a [[group]] that is not a table")?;
+        .ok_or_else(|| format!("no [[lane]] named `{name}` in the file"))?;
+    let t = g.as_table_mut().ok_or("a [[lane]] that is not a table")?;
     Ok((gi, t))
 }

@@ -81,7 +81,7 @@ enum Handle {
     Timer(Timer),
 }
 
-/// Runs a [`Service`] on an lfrt group: an [`EventHandler`] for one UDP socket or one timer.
+/// Runs a [`Service`] on an lfrt lane: an [`EventHandler`] for one UDP socket or one timer.
 ///
 /// For a socket, each event reads up to `batch` datagrams (one `recv_from` each, into the pool
 /// thread's preallocated buffer) and serves each one; the handle is then re-armed. For a timer,

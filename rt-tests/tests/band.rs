@@ -28,13 +28,13 @@ fn config(dscp_port: u16, byte_port: u16) -> String {
 [runtime]
 rt = "best-effort"
 
-[[group]]
+[[lane]]
 name = "control"
 priority = 30
 threads = 2
 buffer_bytes = 2048
 
-[[group]]
+[[lane]]
 name = "bulk"
 priority = 20
 threads = 1

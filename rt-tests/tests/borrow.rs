@@ -23,20 +23,20 @@ const LOW: u8 = 20;
 /// `low_threads`; `high` borrows from `low` up to `max_borrowed` threads if given.
 /// `rt` is the real-time mode.
 fn lanes(rt: RtMode, low_threads: usize, max_borrowed: Option<usize>) -> Runtime {
-    let mut high = GroupConfig::new("high", Policy::Fifo, HIGH);
+    let mut high = LaneConfig::new("high", Policy::Fifo, HIGH);
     high.threads = 1;
     high.buffer_bytes = 2048;
     if let Some(m) = max_borrowed {
         high.borrow_from = vec!["low".into()];
         high.max_borrowed = Some(m);
     }
-    let mut low = GroupConfig::new("low", Policy::Fifo, LOW);
+    let mut low = LaneConfig::new("low", Policy::Fifo, LOW);
     low.threads = low_threads;
     low.buffer_bytes = 2048;
     Runtime::new(RuntimeConfig {
         rt,
         lock_memory: false,
-        groups: vec![high, low],
+        lanes: vec![high, low],
         bands: Vec::new(),
     })
     .unwrap()
@@ -118,7 +118,7 @@ impl EventHandler for Probe {
             if sched != Sched::Fifo(HIGH) {
                 *s.wrong_sched.lock().unwrap() = Some(sched);
             }
-            if ctx.priority() != HIGH || ctx.group() != 0 {
+            if ctx.priority() != HIGH || ctx.lane() != 0 {
                 s.wrong_context.store(true, SeqCst);
             }
             let mut t = s.lent_tids.lock().unwrap();
@@ -239,7 +239,7 @@ impl Rig {
 
     /// What the handlers recorded and the final metrics: no overlap, the borrowing lane named
     /// in every lent context, no caught panic, every lent dispatch counted on both sides.
-    fn check(&self, m: &[GroupMetrics]) {
+    fn check(&self, m: &[LaneMetrics]) {
         assert!(
             !self.seen.overlap.load(SeqCst),
             "a handle ran on two threads"
@@ -255,8 +255,8 @@ impl Rig {
         self.seen.own.load(SeqCst) + self.seen.lent.load(SeqCst)
     }
 
-    /// Every lent dispatch saw `Context::thread_index() = MAX_GROUP_THREADS × (1 + lender's
-    /// group) + its own index in the lender` (the low lane is group 1), which no thread of the
+    /// Every lent dispatch saw `Context::thread_index() = MAX_LANE_THREADS × (1 + lender's
+    /// lane) + its own index in the lender` (the low lane is lane 1), which no thread of the
     /// borrowing lane (indices below its `threads`) has; distinct lent threads saw distinct
     /// indices. Returns the lent threads' own indices in the low lane.
     fn lent_indices_follow_the_formula(&self) -> Vec<usize> {
@@ -278,7 +278,7 @@ impl Rig {
                 .unwrap_or_else(|| panic!("lent tid {tid} is not a low-lane thread"));
             assert_eq!(
                 index,
-                MAX_GROUP_THREADS * (1 + 1) + i,
+                MAX_LANE_THREADS * (1 + 1) + i,
                 "lent thread lf-low-{i} (tid {tid}): {indices:?}"
             );
             assert!(
@@ -361,7 +361,7 @@ fn a_busy_lane_borrows_a_lower_thread_at_its_own_priority() {
 
 /// Issue #20 defect 7, with the aliasing case forced: the low lane has one thread, so the lent
 /// thread is `lf-low-0`, whose own index (0) is the index of the borrowing lane's only thread.
-/// Its lent dispatches see `MAX_GROUP_THREADS × 2 + 0` instead, never 0.
+/// Its lent dispatches see `MAX_LANE_THREADS × 2 + 0` instead, never 0.
 #[test]
 fn a_lent_thread_0_never_shows_a_borrower_thread_index() {
     let _l = util::rt_lock();
@@ -584,9 +584,9 @@ fn a_refused_raise_is_counted_and_said_once() {
 /// `n` lanes `l0` (FIFO 50) … `l{n-1}`, each borrowing from the next lower one: the longest
 /// borrowing chain of `n` lanes. `l0`, at its top, has a `tcp-echo` handler on `echo`.
 fn chain(n: usize, echo: std::net::SocketAddr) -> RuntimeConfig {
-    let groups = (0..n)
+    let lanes = (0..n)
         .map(|i| {
-            let mut g = GroupConfig::new(format!("l{i}"), Policy::Fifo, 50 - i as u8);
+            let mut g = LaneConfig::new(format!("l{i}"), Policy::Fifo, 50 - i as u8);
             g.threads = 1;
             g.buffer_bytes = 2048;
             if i + 1 < n {
@@ -604,7 +604,7 @@ fn chain(n: usize, echo: std::net::SocketAddr) -> RuntimeConfig {
         .collect();
     RuntimeConfig {
         rt: RtMode::BestEffort,
-        groups,
+        lanes,
         ..Default::default()
     }
 }
@@ -672,7 +672,7 @@ fn a_chain_one_lane_deeper_is_refused_naming_the_limit() {
     };
     let msg = e.to_string();
     assert!(
-        msg.contains("group[0].borrow_from")
+        msg.contains("lane[0].borrow_from")
             && msg.contains("5 lanes deep")
             && msg.contains("at most 4 lanes")
             && msg.contains("EP_MAX_NESTS"),

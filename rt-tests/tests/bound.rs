@@ -2,7 +2,7 @@
 //!
 //! The back-end is an in-test thread on loopback speaking the frame format. Every check is
 //! deterministic: deadlines and `wait_until` bounds are liveness limits (seconds), never timing
-//! assertions. The pool tests use no SCHED_FIFO; the tests of bound groups inside the runtime
+//! assertions. The pool tests use no SCHED_FIFO; the tests of bound lanes inside the runtime
 //! (the last section) do, under `util::rt_lock` and `util::rt_allowed`.
 
 mod util;
@@ -819,9 +819,9 @@ fn timeouts_do_not_confuse_later_replies() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Bound groups inside the runtime (`GroupConfig::bound`, `[group.bound]`).
+// Bound lanes inside the runtime (`LaneConfig::bound`, `[lane.bound]`).
 
-/// A back-end on loopback for a runtime's bound group: accepts one connection (within
+/// A back-end on loopback for a runtime's bound lane: accepts one connection (within
 /// `LIVENESS`), then answers every request frame with its body reversed until EOF and returns
 /// how many frames it read. With `held`, it answers nothing and sends each request's id there.
 fn loopback_backend(
@@ -836,7 +836,7 @@ fn loopback_backend(
             match l.accept() {
                 Ok((s, _)) => break s,
                 Err(_) if Instant::now() < end => std::thread::sleep(Duration::from_millis(1)),
-                Err(e) => panic!("no connection from the bound group: {e}"),
+                Err(e) => panic!("no connection from the bound lane: {e}"),
             }
         };
         s.set_nonblocking(false).unwrap();
@@ -861,16 +861,16 @@ fn loopback_backend(
     (addr, h)
 }
 
-/// A FIFO bound group `front` connected to `addr`.
-fn bound_group(addr: std::net::SocketAddr, priority: u8, threads: usize) -> lfrt::GroupConfig {
-    let mut g = lfrt::GroupConfig::new("front", lfrt::Policy::Fifo, priority);
+/// A FIFO bound lane `front` connected to `addr`.
+fn bound_lane(addr: std::net::SocketAddr, priority: u8, threads: usize) -> lfrt::LaneConfig {
+    let mut g = lfrt::LaneConfig::new("front", lfrt::Policy::Fifo, priority);
     g.threads = threads;
     g.max_handles = 16;
     g.buffer_bytes = 256;
-    g.bound = Some(lfrt::BoundGroup {
+    g.bound = Some(lfrt::BoundLane {
         max_waiters: 16,
         max_body: 64,
-        ..lfrt::BoundGroup::new(addr)
+        ..lfrt::BoundLane::new(addr)
     });
     g
 }
@@ -883,13 +883,13 @@ struct Relay {
     sock: UdpSocket,
     pool: BoundPool,
     waiter: Waiter,
-    /// The bound group's index and its threads' tids, by thread index.
-    group: usize,
+    /// The bound lane's index and its threads' tids, by thread index.
+    lane: usize,
     runtime_threads: Vec<i32>,
     also: i32,
     on_runtime: Arc<AtomicU64>,
     strangers: Arc<AtomicU64>,
-    /// Dispatches on a runtime thread whose `Context` names another group or thread.
+    /// Dispatches on a runtime thread whose `Context` names another lane or thread.
     misplaced: Arc<AtomicU64>,
     calls: u32,
     allocs: Arc<AtomicU64>,
@@ -903,8 +903,7 @@ impl EventHandler for Relay {
         let tid = lfrt::os::gettid();
         if self.runtime_threads.contains(&tid) {
             self.on_runtime.fetch_add(1, Relaxed);
-            if ctx.group() != self.group
-                || self.runtime_threads.get(ctx.thread_index()) != Some(&tid)
+            if ctx.lane() != self.lane || self.runtime_threads.get(ctx.thread_index()) != Some(&tid)
             {
                 self.misplaced.fetch_add(1, Relaxed);
             }
@@ -941,9 +940,9 @@ struct RelayCounts {
     allocs: Arc<AtomicU64>,
 }
 
-/// Registers one `Relay` per UDP socket on the group `front` of a started runtime (`also`: a
+/// Registers one `Relay` per UDP socket on the lane `front` of a started runtime (`also`: a
 /// thread besides the runtime's that may run them: a caller of the pool, whose `join` runs
-/// the group's handlers inline while it leads); returns the sockets' addresses.
+/// the lane's handlers inline while it leads); returns the sockets' addresses.
 fn relays(
     rt: &lfrt::Runtime,
     n: usize,
@@ -951,16 +950,16 @@ fn relays(
     counts: &RelayCounts,
 ) -> Vec<std::net::SocketAddr> {
     let pool = rt.lane("front").unwrap().bound_pool().unwrap();
-    let group = rt
+    let lane = rt
         .config()
-        .groups
+        .lanes
         .iter()
         .position(|g| g.name == "front")
         .unwrap();
     let runtime_threads: Vec<i32> = rt
         .thread_ids()
         .into_iter()
-        .filter(|&(g, _, _)| g == group)
+        .filter(|&(g, _, _)| g == lane)
         .map(|(_, _, t)| t)
         .collect();
     (0..n)
@@ -975,7 +974,7 @@ fn relays(
                     sock,
                     waiter: pool.waiter().unwrap(),
                     pool: pool.clone(),
-                    group,
+                    lane,
                     runtime_threads: runtime_threads.clone(),
                     also,
                     misplaced: counts.misplaced.clone(),
@@ -990,21 +989,21 @@ fn relays(
         .collect()
 }
 
-/// The runtime spawns a bound group's threads like any group's: policy, per-thread priority
+/// The runtime spawns a bound lane's threads like any lane's: policy, per-thread priority
 /// and affinity as configured, read back from the kernel; they all join the pool (one leads,
 /// the other follows); shutdown from idle stops them and closes the connection.
 #[test]
-fn bound_group_threads_run_at_their_policy_priority_and_cpus() {
+fn bound_lane_threads_run_at_their_policy_priority_and_cpus() {
     let _l = util::rt_lock();
     if !util::rt_allowed(
-        "bound_group_threads_run_at_their_policy_priority_and_cpus",
+        "bound_lane_threads_run_at_their_policy_priority_and_cpus",
         30,
     ) {
         return;
     }
     let last = *lfrt::os::available_cpus().last().unwrap();
     let (addr, be) = loopback_backend(None);
-    let mut g = bound_group(addr, 30, 2);
+    let mut g = bound_lane(addr, 30, 2);
     g.thread_priorities = Some(vec![30, 25]);
     g.cpus = Some(vec![last]);
     let mut rt = util::runtime(lfrt::RtMode::Required, false, vec![g]);
@@ -1034,31 +1033,31 @@ fn bound_group_threads_run_at_their_policy_priority_and_cpus() {
     assert_eq!(be.join().unwrap(), 0, "the connection closed, nothing sent");
 }
 
-/// Requests from clients reach handlers of the bound group that run on the runtime's own
+/// Requests from clients reach handlers of the bound lane that run on the runtime's own
 /// threads, and each is forwarded and answered exactly once; an outside thread calls the same
 /// pool meanwhile. Counted on both ends: frames the back-end read, replies the pool delivered,
 /// each client's replies in order (a lost or duplicated reply would break the sequence). The
-/// bound group is the runtime's second, after an idle unbound one: its handlers' `Context`
+/// bound lane is the runtime's second, after an idle unbound one: its handlers' `Context`
 /// names it and their thread.
 #[test]
-fn requests_through_a_runtime_bound_group_arrive_exactly_once() {
+fn requests_through_a_runtime_bound_lane_arrive_exactly_once() {
     const CLIENTS: usize = 4;
     const PER_CLIENT: u32 = 300;
     const OUTSIDE: u32 = 200;
     let _l = util::rt_lock();
     if !util::rt_allowed(
-        "requests_through_a_runtime_bound_group_arrive_exactly_once",
+        "requests_through_a_runtime_bound_lane_arrive_exactly_once",
         20,
     ) {
         return;
     }
     let (addr, be) = loopback_backend(None);
-    let mut idle = lfrt::GroupConfig::new("idle", lfrt::Policy::Fifo, 10);
+    let mut idle = lfrt::LaneConfig::new("idle", lfrt::Policy::Fifo, 10);
     idle.threads = 1;
     let mut rt = util::runtime(
         lfrt::RtMode::Required,
         false,
-        vec![idle, bound_group(addr, 20, 3)],
+        vec![idle, bound_lane(addr, 20, 3)],
     );
     rt.start().unwrap();
     let counts = RelayCounts::default();
@@ -1092,7 +1091,7 @@ fn requests_through_a_runtime_bound_group_arrive_exactly_once() {
     let m = rt.shutdown_within(Duration::from_secs(5)).unwrap();
     let total = CLIENTS as u64 * u64::from(PER_CLIENT) + u64::from(OUTSIDE);
     assert_eq!(be.join().unwrap(), total, "frames the back-end read");
-    assert_eq!(m[0].bound, None, "the unbound group");
+    assert_eq!(m[0].bound, None, "the unbound lane");
     let m = &m[1];
     let s = m.bound.unwrap();
     assert_eq!((s.replies, s.late, s.unknown), (total, 0, 0), "{s:?}");
@@ -1108,7 +1107,7 @@ fn requests_through_a_runtime_bound_group_arrive_exactly_once() {
     assert_eq!(
         counts.misplaced.load(Relaxed),
         0,
-        "a Context named another group or thread"
+        "a Context named another lane or thread"
     );
     assert!(m.dispatched > 0 && m.dispatched == s.dispatched, "{m:?}");
     assert_eq!(m.kernel_sched, ["fifo 20"; 3]);
@@ -1123,18 +1122,14 @@ fn requests_through_a_runtime_bound_group_arrive_exactly_once() {
 /// with `Shutdown` at once (the handler answers `error`), the threads return well within the
 /// deadline, and the back-end sees the connection close.
 #[test]
-fn bound_group_shuts_down_mid_request() {
+fn bound_lane_shuts_down_mid_request() {
     let _l = util::rt_lock();
-    if !util::rt_allowed("bound_group_shuts_down_mid_request", 20) {
+    if !util::rt_allowed("bound_lane_shuts_down_mid_request", 20) {
         return;
     }
     let (held_tx, held) = mpsc::channel();
     let (addr, be) = loopback_backend(Some(held_tx));
-    let mut rt = util::runtime(
-        lfrt::RtMode::Required,
-        false,
-        vec![bound_group(addr, 20, 2)],
-    );
+    let mut rt = util::runtime(lfrt::RtMode::Required, false, vec![bound_lane(addr, 20, 2)]);
     rt.start().unwrap();
     let counts = RelayCounts::default();
     let to = relays(&rt, 1, 0, &counts)[0];
@@ -1159,23 +1154,23 @@ fn bound_group_shuts_down_mid_request() {
     );
 }
 
-/// A bound group whose back-end does not listen fails `Runtime::new`, naming the group and
+/// A bound lane whose back-end does not listen fails `Runtime::new`, naming the lane and
 /// the address; nothing is started.
 #[test]
-fn bound_group_without_a_back_end_is_an_error_naming_it() {
+fn bound_lane_without_a_back_end_is_an_error_naming_it() {
     let addr = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap(); // closed again: nothing listens there
     let err = lfrt::Runtime::new(lfrt::RuntimeConfig {
-        groups: vec![bound_group(addr, 20, 1)],
+        lanes: vec![bound_lane(addr, 20, 1)],
         ..lfrt::RuntimeConfig::default()
     })
     .unwrap_err();
     assert!(matches!(err, lfrt::Error::Connect { .. }), "{err:?}");
     let text = err.to_string();
     assert!(
-        text.contains("group `front`") && text.contains(&addr.to_string()),
+        text.contains("lane `front`") && text.contains(&addr.to_string()),
         "{text}"
     );
 }
@@ -1188,115 +1183,115 @@ fn toml_file(name: &str, body: &str) -> std::path::PathBuf {
     p
 }
 
-const BOUND_TOML: &str = "[[group]]\nname = \"front\"\npriority = 20\nthreads = 2\n\
-    [group.bound]\nconnect = \"127.0.0.1:7100\"\nmax_waiters = 8\nmax_body = 512\n";
+const BOUND_TOML: &str = "[[lane]]\nname = \"front\"\npriority = 20\nthreads = 2\n\
+    [lane.bound]\nconnect = \"127.0.0.1:7100\"\nmax_waiters = 8\nmax_body = 512\n";
 
-/// `[group.bound]` is read into `GroupConfig::bound` (defaults for what is left out, in the
+/// `[lane.bound]` is read into `LaneConfig::bound` (defaults for what is left out, in the
 /// table or inline), and every bad field is refused naming file, line and field: wrong values
-/// of its own keys, unknown and missing keys, group settings a bound pool cannot honour.
+/// of its own keys, unknown and missing keys, lane settings a bound pool cannot honour.
 #[test]
-fn toml_bound_group_is_parsed_and_bad_fields_are_named() {
+fn toml_bound_lane_is_parsed_and_bad_fields_are_named() {
     let cfg = lfrt::parse_config(BOUND_TOML).unwrap();
     assert_eq!(
-        cfg.groups[0].bound,
-        Some(lfrt::BoundGroup {
+        cfg.lanes[0].bound,
+        Some(lfrt::BoundLane {
             max_waiters: 8,
             max_body: 512,
-            ..lfrt::BoundGroup::new("127.0.0.1:7100".parse().unwrap())
+            ..lfrt::BoundLane::new("127.0.0.1:7100".parse().unwrap())
         })
     );
     let inline =
-        "[[group]]\nname = \"front\"\npriority = 20\nbound = { connect = \"127.0.0.1:7100\" }\n";
+        "[[lane]]\nname = \"front\"\npriority = 20\nbound = { connect = \"127.0.0.1:7100\" }\n";
     assert_eq!(
-        lfrt::parse_config(inline).unwrap().groups[0].bound,
-        Some(lfrt::BoundGroup::new("127.0.0.1:7100".parse().unwrap()))
+        lfrt::parse_config(inline).unwrap().lanes[0].bound,
+        Some(lfrt::BoundLane::new("127.0.0.1:7100".parse().unwrap()))
     );
     assert_eq!(
-        lfrt::parse_config("[[group]]\nname = \"g\"\npriority = 20\n")
+        lfrt::parse_config("[[lane]]\nname = \"g\"\npriority = 20\n")
             .unwrap()
-            .groups[0]
+            .lanes[0]
             .bound,
         None
     );
 
-    let head = "[[group]]\nname = \"front\"\npriority = 20\nthreads = 2\n";
+    let head = "[[lane]]\nname = \"front\"\npriority = 20\nthreads = 2\n";
     let cases: &[(&str, &str, usize, &str, &str)] = &[
-        // (file name, body after the group's keys, line, field, part of the message)
+        // (file name, body after the lane's keys, line, field, part of the message)
         (
             "addr.toml",
-            "[group.bound]\nconnect = \"localhost\"\n",
+            "[lane.bound]\nconnect = \"localhost\"\n",
             6,
-            "group[0].bound.connect",
+            "lane[0].bound.connect",
             "not an address",
         ),
         (
             "wild.toml",
-            "[group.bound]\nconnect = \"0.0.0.0:7100\"\n",
+            "[lane.bound]\nconnect = \"0.0.0.0:7100\"\n",
             6,
-            "group[0].bound.connect",
+            "lane[0].bound.connect",
             "no wildcard",
         ),
         (
             "port0.toml",
-            "[group.bound]\nconnect = \"127.0.0.1:0\"\n",
+            "[lane.bound]\nconnect = \"127.0.0.1:0\"\n",
             6,
-            "group[0].bound.connect",
+            "lane[0].bound.connect",
             "no port 0",
         ),
         (
             "missing.toml",
-            "[group.bound]\nmax_waiters = 8\n",
+            "[lane.bound]\nmax_waiters = 8\n",
             5,
-            "group[0].bound.connect",
+            "lane[0].bound.connect",
             "missing field",
         ),
         (
             "unknown.toml",
-            "[group.bound]\nconnect = \"127.0.0.1:7100\"\ncolour = 1\n",
+            "[lane.bound]\nconnect = \"127.0.0.1:7100\"\ncolour = 1\n",
             7,
-            "group[0].bound.colour",
+            "lane[0].bound.colour",
             "unknown field",
         ),
         (
             "waiters.toml",
-            "[group.bound]\nconnect = \"127.0.0.1:7100\"\nmax_waiters = 1\n",
+            "[lane.bound]\nconnect = \"127.0.0.1:7100\"\nmax_waiters = 1\n",
             7,
-            "group[0].bound.max_waiters",
+            "lane[0].bound.max_waiters",
             "for 2 threads",
         ),
         (
             "body.toml",
-            "[group.bound]\nconnect = \"127.0.0.1:7100\"\nmax_body = 0\n",
+            "[lane.bound]\nconnect = \"127.0.0.1:7100\"\nmax_body = 0\n",
             7,
-            "group[0].bound.max_body",
+            "lane[0].bound.max_body",
             "not in 1..=",
         ),
         (
             "nesting.toml",
             "bound = { connect = \"127.0.0.1:7100\", max_nesting = 0 }\n",
             5,
-            "group[0].bound.max_nesting",
+            "lane[0].bound.max_nesting",
             "at least 1",
         ),
         (
             "type.toml",
             "bound = { connect = \"127.0.0.1:7100\", max_body = \"big\" }\n",
             5,
-            "group[0].bound.max_body",
+            "lane[0].bound.max_body",
             "invalid type",
         ),
         (
             "concurrent.toml",
-            "promotion = \"concurrent\"\n[group.bound]\nconnect = \"127.0.0.1:7100\"\n",
+            "promotion = \"concurrent\"\n[lane.bound]\nconnect = \"127.0.0.1:7100\"\n",
             5,
-            "group[0].promotion",
+            "lane[0].promotion",
             "concurrent",
         ),
         (
             "budget.toml",
-            "budget_us = 100\n[group.bound]\nconnect = \"127.0.0.1:7100\"\n",
+            "budget_us = 100\n[lane.bound]\nconnect = \"127.0.0.1:7100\"\n",
             5,
-            "group[0].budget_us",
+            "lane[0].budget_us",
             "watchdog",
         ),
     ];
@@ -1321,10 +1316,10 @@ fn toml_bound_group_is_parsed_and_bad_fields_are_named() {
     }
 }
 
-/// `lfrt check` refuses an invalid bound group as `run` would (exit 2, file:line:field) and
+/// `lfrt check` refuses an invalid bound lane as `run` would (exit 2, file:line:field) and
 /// accepts the shipped one, printing its bound settings in the plan without connecting.
 #[test]
-fn lfrt_check_validates_bound_groups() {
+fn lfrt_check_validates_bound_lanes() {
     let lfrt = || {
         let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_lfrt"));
         c.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
@@ -1332,7 +1327,7 @@ fn lfrt_check_validates_bound_groups() {
     };
     let bad = toml_file(
         "check.toml",
-        "[[group]]\nname = \"front\"\npriority = 20\nthreads = 4\n[group.bound]\nconnect = \"127.0.0.1:7100\"\nmax_waiters = 2\n",
+        "[[lane]]\nname = \"front\"\npriority = 20\nthreads = 4\n[lane.bound]\nconnect = \"127.0.0.1:7100\"\nmax_waiters = 2\n",
     );
     for cmd in ["check", "run"] {
         let out = lfrt().arg(cmd).arg(&bad).output().unwrap();
@@ -1340,7 +1335,7 @@ fn lfrt_check_validates_bound_groups() {
         assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
         assert!(
             err.contains(&format!("{}:7:", bad.display()))
-                && err.contains("group[0].bound.max_waiters"),
+                && err.contains("lane[0].bound.max_waiters"),
             "{cmd}: {err}"
         );
     }
@@ -1362,7 +1357,7 @@ fn lfrt_check_validates_bound_groups() {
 
 /// Issue #20 defect 7: a standalone pool took `Promotion::Concurrent` silently, although its
 /// threads share one connection that only the leader reads. Refused, naming the field, as a
-/// bound group's configuration is.
+/// bound lane's configuration is.
 #[test]
 fn a_standalone_pool_refuses_concurrent_promotion() {
     let (a, _b) = pair();
@@ -1403,21 +1398,17 @@ impl EventHandler for Sleeper {
     }
 }
 
-/// Issue #20 defect 7: a bound group's handler still running at the shutdown deadline was not
+/// Issue #20 defect 7: a bound lane's handler still running at the shutdown deadline was not
 /// named in `Error::Unfinished` (its threads did not stamp their dispatches); it is now, as a
-/// Leader/Followers group's is.
+/// Leader/Followers lane's is.
 #[test]
-fn shutdown_within_names_a_stuck_bound_group_handler() {
+fn shutdown_within_names_a_stuck_bound_lane_handler() {
     let _l = util::rt_lock();
-    if !util::rt_allowed("shutdown_within_names_a_stuck_bound_group_handler", 20) {
+    if !util::rt_allowed("shutdown_within_names_a_stuck_bound_lane_handler", 20) {
         return;
     }
     let (addr, _be) = loopback_backend(None);
-    let mut rt = util::runtime(
-        lfrt::RtMode::Required,
-        false,
-        vec![bound_group(addr, 20, 1)],
-    );
+    let mut rt = util::runtime(lfrt::RtMode::Required, false, vec![bound_lane(addr, 20, 1)]);
     let running = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let bell = lfrt::Notifier::new().unwrap();
     let ring = bell.as_fd().try_clone_to_owned().unwrap();
@@ -1435,7 +1426,7 @@ fn shutdown_within_names_a_stuck_bound_group_handler() {
     assert!(util::wait_until(10, || running.load(Relaxed)));
     match rt.shutdown_within(Duration::from_millis(50)) {
         Err(lfrt::Error::Unfinished { handlers, .. }) => {
-            let want = format!("group `front` thread lf-front-0 handle {}", token.index());
+            let want = format!("lane `front` thread lf-front-0 handle {}", token.index());
             assert_eq!(handlers.len(), 1, "{handlers:?}");
             assert!(handlers[0].contains(&want), "{handlers:?}");
         }

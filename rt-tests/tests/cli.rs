@@ -30,7 +30,7 @@ fn check_prints_the_plan_for_shipped_configs() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            text.contains("group") && text.contains("priority=") && text.contains("handler"),
+            text.contains("lane") && text.contains("priority=") && text.contains("handler"),
             "{text}"
         );
     }
@@ -40,16 +40,16 @@ fn check_prints_the_plan_for_shipped_configs() {
 fn bad_config_names_file_line_and_field_and_exits_2() {
     let p = tmp(
         "bad.toml",
-        "[[group]]\nname = \"a\"\npriority = 150\nthreads = 1\n",
+        "[[lane]]\nname = \"a\"\npriority = 150\nthreads = 1\n",
     );
     let out = lfrt().arg("check").arg(&p).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
     assert!(err.contains(&format!("{}:3:", p.display())), "{err}");
-    assert!(err.contains("group[0].priority"), "{err}");
+    assert!(err.contains("lane[0].priority"), "{err}");
     let p = tmp(
         "typo.toml",
-        "[[group]]\nname = \"a\"\npriority = 50\nwokers = 1\n",
+        "[[lane]]\nname = \"a\"\npriority = 50\nwokers = 1\n",
     );
     let out = lfrt().arg("run").arg(&p).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -80,12 +80,12 @@ fn free_port() -> u16 {
 fn wrong_type_names_file_line_and_field() {
     let p = tmp(
         "type.toml",
-        "[[group]]\nname = \"a\"\npriority = 50\n\nthreads = \"two\"\n",
+        "[[lane]]\nname = \"a\"\npriority = 50\n\nthreads = \"two\"\n",
     );
     let (code, _, err) = check(&p);
     assert_eq!(code, Some(2), "{err}");
     assert!(
-        err.contains(&format!("{}:5: invalid `group[0].threads`: ", p.display())),
+        err.contains(&format!("{}:5: invalid `lane[0].threads`: ", p.display())),
         "{err}"
     );
 }
@@ -98,15 +98,15 @@ fn check_refuses_a_wildcard_and_a_specific_address_on_one_port() {
     let p = tmp(
         "wildcard.toml",
         &format!(
-            "[[group]]\nname = \"a\"\npriority = 50\n[[group.handler]]\nkind = \"udp-echo\"\nbind = \"0.0.0.0:{port}\"\n\n\
-             [[group]]\nname = \"b\"\npriority = 40\n[[group.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:{port}\"\n"
+            "[[lane]]\nname = \"a\"\npriority = 50\n[[lane.handler]]\nkind = \"udp-echo\"\nbind = \"0.0.0.0:{port}\"\n\n\
+             [[lane]]\nname = \"b\"\npriority = 40\n[[lane.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:{port}\"\n"
         ),
     );
     let (code, _, err) = check(&p);
     assert_eq!(code, Some(2), "{err}");
     assert!(
         err.contains(&format!(
-            "{}:13: invalid `group[1].handler[0].bind`: ",
+            "{}:13: invalid `lane[1].handler[0].bind`: ",
             p.display()
         )),
         "{err}"
@@ -119,16 +119,16 @@ fn check_refuses_a_wildcard_and_a_specific_address_on_one_port() {
 fn check_accepts_several_ephemeral_ports() {
     let p = tmp(
         "ephemeral.toml",
-        "[[group]]\nname = \"a\"\npriority = 50\n\
-         [[group.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:0\"\n\
-         [[group.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:0\"\n",
+        "[[lane]]\nname = \"a\"\npriority = 50\n\
+         [[lane.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:0\"\n\
+         [[lane.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:0\"\n",
     );
     let (code, out, err) = check(&p);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out.matches("handler udp-echo").count(), 2, "{out}");
 }
 
-/// Hardening item 5: the plan shows what each group preallocates and the total.
+/// Hardening item 5: the plan shows what each lane preallocates and the total.
 #[test]
 fn plan_shows_preallocated_memory() {
     let (code, out, err) = check(std::path::Path::new("configs/default.toml"));
@@ -136,7 +136,7 @@ fn plan_shows_preallocated_memory() {
     assert_eq!(
         out.matches("  memory ").count(),
         2,
-        "one line per group: {out}"
+        "one line per lane: {out}"
     );
     assert!(out.contains("preallocated in total"), "{out}");
     assert!(out.contains("MemTotal"), "{out}");
@@ -151,27 +151,27 @@ fn check_refuses_a_plan_larger_than_memory() {
         .find_map(|l| l.strip_prefix("MemTotal:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
-    // Each group: 64 threads × 18 buffers of 64 MiB ≈ 72 GiB.
-    let per_group = 64 * 18 * (64u64 << 20);
-    let groups = (kib * 1024 / per_group + 1) as usize;
+    // Each lane: 64 threads × 18 buffers of 64 MiB ≈ 72 GiB.
+    let per_lane = 64 * 18 * (64u64 << 20);
+    let lanes = (kib * 1024 / per_lane + 1) as usize;
     assert!(
-        groups < 99,
+        lanes < 99,
         "a machine with {kib} kB: the test cannot outgrow it"
     );
     let mut body = String::from("[runtime]\nrt = \"best-effort\"\n");
-    for g in 0..groups {
+    for g in 0..lanes {
         body += &format!(
-            "\n[[group]]\nname = \"g{g}\"\npriority = {}\nthreads = 64\nbuffer_bytes = 67108864\n",
+            "\n[[lane]]\nname = \"g{g}\"\npriority = {}\nthreads = 64\nbuffer_bytes = 67108864\n",
             99 - g
         );
     }
     let p = tmp("huge.toml", &body);
     let (code, _, err) = check(&p);
     assert_eq!(code, Some(2), "{err}");
-    // The first group is the largest (all are equal); its buffers are its largest share.
+    // The first lane is the largest (all are equal); its buffers are its largest share.
     assert!(
         err.contains(&format!(
-            "{}:8: invalid `group[0].buffer_bytes`: ",
+            "{}:8: invalid `lane[0].buffer_bytes`: ",
             p.display()
         )),
         "{err}"
@@ -185,7 +185,7 @@ fn check_refuses_a_plan_larger_than_memory() {
 fn check_refuses_lock_memory_beyond_rlimit_memlock() {
     let p = tmp(
         "memlock.toml",
-        "[runtime]\nrt = \"required\"\nlock_memory = true\n[[group]]\nname = \"a\"\npriority = 50\nthreads = 1\n",
+        "[runtime]\nrt = \"required\"\nlock_memory = true\n[[lane]]\nname = \"a\"\npriority = 50\nthreads = 1\n",
     );
     let test = "check_refuses_lock_memory_beyond_rlimit_memlock";
     if !util::tools_installed(test, &["prlimit", "setpriv"]) {
@@ -212,7 +212,7 @@ fn check_refuses_lock_memory_beyond_rlimit_memlock() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
         err.contains(&format!(
-            "{}:4: invalid `group[0].buffer_bytes`: ",
+            "{}:4: invalid `lane[0].buffer_bytes`: ",
             p.display()
         )) && err.contains("RLIMIT_MEMLOCK"),
         "{err}"
@@ -220,7 +220,7 @@ fn check_refuses_lock_memory_beyond_rlimit_memlock() {
     // Without lock_memory the limit does not matter.
     let p = tmp(
         "no-memlock.toml",
-        "[runtime]\nlock_memory = false\n[[group]]\nname = \"a\"\npriority = 50\nthreads = 1\n",
+        "[runtime]\nlock_memory = false\n[[lane]]\nname = \"a\"\npriority = 50\nthreads = 1\n",
     );
     let out = limited(&p);
     assert_eq!(
@@ -238,8 +238,8 @@ fn check_refuses_lock_memory_beyond_rlimit_memlock() {
 fn plan_warns_about_timer_rates_a_thread_cannot_serve() {
     let p = tmp(
         "rate.toml",
-        "[[group]]\nname = \"a\"\npriority = 50\nthreads = 1\n\
-         [[group.handler]]\nkind = \"timer\"\ninterval_us = 50\ncount = 256\n",
+        "[[lane]]\nname = \"a\"\npriority = 50\nthreads = 1\n\
+         [[lane.handler]]\nkind = \"timer\"\ninterval_us = 50\ncount = 256\n",
     );
     let (code, out, err) = check(&p);
     assert_eq!(code, Some(0), "{err}");
@@ -372,8 +372,8 @@ fn the_service_units_rights_are_exactly_enough() {
     let _l = util::rt_lock();
     let conf = tmp(
         "service-rights.toml",
-        "[runtime]\nrt = \"required\"\nlock_memory = true\n\n[[group]]\nname = \"control\"\n\
-         priority = 80\nthreads = 2\n\n[[group.handler]]\nkind = \"timer\"\ninterval_us = 1000\n",
+        "[runtime]\nrt = \"required\"\nlock_memory = true\n\n[[lane]]\nname = \"control\"\n\
+         priority = 80\nthreads = 2\n\n[[lane.handler]]\nkind = \"timer\"\ninterval_us = 1000\n",
     );
     // World-readable for the unprivileged user.
     let _ = std::fs::set_permissions(&conf, std::os::unix::fs::PermissionsExt::from_mode(0o644));
@@ -417,12 +417,12 @@ fn the_service_units_rights_are_exactly_enough() {
 /// neither total nor has a default, at the band's line; a valid band appears in the plan.
 #[test]
 fn check_refuses_a_bad_band_and_prints_a_good_one() {
-    let groups = "[[group]]\nname = \"control\"\npriority = 80\n\n\
-                  [[group]]\nname = \"bulk\"\npriority = 20\n\n";
+    let lanes = "[[lane]]\nname = \"control\"\npriority = 80\n\n\
+                  [[lane]]\nname = \"bulk\"\npriority = 20\n\n";
     let p = tmp(
         "band-lane.toml",
         &format!(
-            "{groups}[[band]]\nbind = \"127.0.0.1:0\"\n\
+            "{lanes}[[band]]\nbind = \"127.0.0.1:0\"\n\
              classify = {{ dscp = {{ 46 = \"control\", default = \"bluk\" }} }}\n"
         ),
     );
@@ -436,7 +436,7 @@ fn check_refuses_a_bad_band_and_prints_a_good_one() {
     let p = tmp(
         "band-total.toml",
         &format!(
-            "{groups}[[band]]\nbind = \"127.0.0.1:0\"\n\
+            "{lanes}[[band]]\nbind = \"127.0.0.1:0\"\n\
              classify = {{ payload_byte = {{ offset = 0, map = {{ 1 = \"control\" }} }} }}\n"
         ),
     );
@@ -450,7 +450,7 @@ fn check_refuses_a_bad_band_and_prints_a_good_one() {
     let p = tmp(
         "band-ok.toml",
         &format!(
-            "{groups}[[band]]\nbind = \"127.0.0.1:0\"\n\
+            "{lanes}[[band]]\nbind = \"127.0.0.1:0\"\n\
              classify = {{ dscp = {{ 46 = \"control\", default = \"bulk\" }} }}\n"
         ),
     );
@@ -479,7 +479,7 @@ fn a_deadline_lane_without_cap_sys_nice_is_refused_naming_it() {
     }
     let p = tmp(
         "deadline-nocap.toml",
-        "[runtime]\nrt = \"required\"\nlock_memory = false\n[[group]]\nname = \"dl\"\n\
+        "[runtime]\nrt = \"required\"\nlock_memory = false\n[[lane]]\nname = \"dl\"\n\
          policy = \"deadline\"\npriority = 10\nthreads = 1\n\
          deadline = { runtime_us = 100, deadline_us = 1000, period_us = 1000 }\n",
     );
@@ -704,7 +704,7 @@ fn check_refuses_deadline_parameters_the_kernel_refuses() {
         let p = tmp(
             name,
             &format!(
-                "[[group]]\nname = \"ctl\"\npolicy = \"deadline\"\npriority = 10\nthreads = 1\n\
+                "[[lane]]\nname = \"ctl\"\npolicy = \"deadline\"\npriority = 10\nthreads = 1\n\
                  deadline = {{ {params} }}\n"
             ),
         );
@@ -712,7 +712,7 @@ fn check_refuses_deadline_parameters_the_kernel_refuses() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{name}: {err}");
         assert!(
-            err.contains(&format!("{}:6: invalid `group[0].deadline`: ", p.display()))
+            err.contains(&format!("{}:6: invalid `lane[0].deadline`: ", p.display()))
                 && err.contains(&says),
             "{name}: wanted {says:?} in: {err}"
         );
@@ -734,7 +734,7 @@ fn check_says_a_narrowed_affinity_refuses_a_deadline_lane() {
     }
     let p = tmp(
         "dl-taskset.toml",
-        "[[group]]\nname = \"ctl\"\npolicy = \"deadline\"\npriority = 10\nthreads = 1\n\
+        "[[lane]]\nname = \"ctl\"\npolicy = \"deadline\"\npriority = 10\nthreads = 1\n\
          deadline = { runtime_us = 100, deadline_us = 1000, period_us = 1000 }\n",
     );
     let ok = lfrt().arg("check").arg(&p).output().unwrap();

@@ -6,31 +6,31 @@
 //! Properties:
 //! * (a) `parse_config` never panics, and every error is an `Error::Config` whose field is a
 //!   path as docs/configuration.md's errors name them (`toml` for syntax errors, `runtime.rt`,
-//!   `group[1].priority`, `group[0].handler[2].bind`, …) with group and handler indices that
+//!   `lane[1].priority`, `lane[0].handler[2].bind`, …) with lane and handler indices that
 //!   exist in the document, and a line inside the text. A single value of the wrong type or
 //!   range, or an unknown key, is reported at its own path.
 //! * (b) Whatever `parse_config` accepts, `Runtime::new` builds (then it is dropped), and a few
-//!   accepted configurations whose groups are all `policy = "other"` are started and shut down.
+//!   accepted configurations whose lanes are all `policy = "other"` are started and shut down.
 //!
 //! # The generator
 //! Documents follow the real grammar (src/config, configs/*.toml, docs/configuration.md):
-//! `[runtime]` with `rt` and `lock_memory`; 1 to 3 `[[group]]`s with distinct names
+//! `[runtime]` with `rt` and `lock_memory`; 1 to 3 `[[lane]]`s with distinct names
 //! and priorities, every optional key sometimes left out, `thread_priorities` inside the
-//! group's lane; 0 to 3 `[[group.handler]]`s each: `udp-echo` / `tcp-echo` bound to
+//! lane's lane; 0 to 3 `[[lane.handler]]`s each: `udp-echo` / `tcp-echo` bound to
 //! loopback and wildcard addresses (port 0, two free ports shared between handlers so that
 //! duplicates and wildcard collisions occur, IPv6 and v4-mapped forms, a port this test holds
 //! so it is in use, an address that is not local, unparseable ones) and `timer`s with interval,
-//! count and distance; sometimes a `[group.bound]` table (`connect` to a back-end this test
+//! count and distance; sometimes a `[lane.bound]` table (`connect` to a back-end this test
 //! runs, or to a wildcard, port-0 or unparseable address; `max_waiters`, `max_body`,
 //! `max_nesting`, inline or as its own table); 0 to 2 `[[band]]`s (the same addresses,
 //! `classify` by `dscp` or `payload_byte` with values in and out of range, lanes that are the
-//! document's groups or not, with or without `default`; `handler`, `work_us`). Then mutations: a key set to a value of another type, out of range, a
+//! document's lanes or not, with or without `default`; `handler`, `work_us`). Then mutations: a key set to a value of another type, out of range, a
 //! boundary value or a huge one (`Set`, on known and unknown keys of every section), a key
-//! removed, a group given another group's name, a table turned into another shape; and for
+//! removed, a lane given another lane's name, a table turned into another shape; and for
 //! (a) text mutations as well (truncation, a line duplicated or dropped, a junk line).
 //!
 //! # Bounds
-//! Values inside the valid ranges are capped by the generator: at most 4 threads per group,
+//! Values inside the valid ranges are capped by the generator: at most 4 threads per lane,
 //! `buffer_bytes` ≤ 64 KiB, `max_handles` ≤ 4096, `stack_bytes` ≤ 1 MiB, ≤ 4 timers per
 //! handler. Mutations may write the range boundaries (64 threads, `max_handles` = 2^20,
 //! `buffer_bytes` = 64 MiB, …), which validation accepts but which are not built unless the
@@ -91,7 +91,7 @@ struct Env {
     ephemeral: Vec<String>,
     /// Every address, valid or not.
     all: Vec<String>,
-    /// A back-end a bound group's `connect` reaches: a thread accepts (and drops) every
+    /// A back-end a bound lane's `connect` reaches: a thread accepts (and drops) every
     /// connection, so `Runtime::new` connects whatever the case count.
     backend: String,
     _held: (UdpSocket, TcpListener),
@@ -193,7 +193,7 @@ enum HandlerModel {
     },
 }
 
-/// A `[group.bound]` table.
+/// A `[lane.bound]` table.
 #[derive(Debug, Clone)]
 struct BoundModel {
     /// Index into the back-end and bad addresses (see `render`).
@@ -203,8 +203,8 @@ struct BoundModel {
     max_nesting: Option<i64>,
 }
 
-/// A `[[band]]` table. Lanes are indices into the document's groups (`None`: a name that is
-/// not a group's).
+/// A `[[band]]` table. Lanes are indices into the document's lanes (`None`: a name that is
+/// not a lane's).
 #[derive(Debug, Clone)]
 struct BandModel {
     bind: String,
@@ -218,12 +218,12 @@ struct BandModel {
 }
 
 #[derive(Debug, Clone)]
-struct GroupModel {
+struct LaneModel {
     policy: Option<&'static str>,
-    /// Leave `priority` out (a FIFO/RR group then has priority 0: invalid).
+    /// Leave `priority` out (a FIFO/RR lane then has priority 0: invalid).
     omit_priority: bool,
     threads: Option<i64>,
-    /// Raw draws mapped into the group's lane when rendered (only for RT groups).
+    /// Raw draws mapped into the lane's lane when rendered (only for RT lanes).
     thread_priorities: Option<Vec<u8>>,
     cpus: Option<Vec<Index>>,
     promotion: Option<&'static str>,
@@ -242,11 +242,11 @@ struct DocModel {
     runtime: bool,
     rt: Option<&'static str>,
     lock_memory: Option<bool>,
-    /// Offset into [`NAMES`]: group `i` is named `NAMES[(name_base + i) % len]` (distinct).
+    /// Offset into [`NAMES`]: lane `i` is named `NAMES[(name_base + i) % len]` (distinct).
     name_base: usize,
-    /// Distinct RT priorities, one per group (used by FIFO/RR groups).
+    /// Distinct RT priorities, one per lane (used by FIFO/RR lanes).
     priorities: Vec<u8>,
-    groups: Vec<GroupModel>,
+    lanes: Vec<LaneModel>,
     bands: Vec<BandModel>,
 }
 
@@ -333,7 +333,7 @@ fn band_model(env: &Env) -> impl Strategy<Value = BandModel> {
         )
 }
 
-fn group_model(env: &Env) -> impl Strategy<Value = GroupModel> {
+fn lane_model(env: &Env) -> impl Strategy<Value = LaneModel> {
     let policy = prop::option::weighted(
         0.8,
         prop::sample::select(vec!["fifo", "fifo", "rr", "other", "other"]),
@@ -367,7 +367,7 @@ fn group_model(env: &Env) -> impl Strategy<Value = GroupModel> {
                 (threads, thread_priorities, cpus, buffer_bytes, max_handles, stack_bytes),
                 handlers,
                 bound,
-            )| GroupModel {
+            )| LaneModel {
                 policy,
                 omit_priority,
                 threads,
@@ -393,27 +393,27 @@ fn doc_model(env: &Env) -> impl Strategy<Value = DocModel> {
         0..NAMES.len(),
         prop::sample::subsequence(vec![1u8, 10, 20, 30, 40, 50, 60, 70, 80, 90, 99], 3)
             .prop_shuffle(),
-        prop::collection::vec(group_model(env), 1..=3),
+        prop::collection::vec(lane_model(env), 1..=3),
         prop_oneof![
             3 => Just(Vec::new()),
             1 => prop::collection::vec(band_model(env), 1..=2),
         ],
     )
         .prop_map(
-            |(runtime, rt, lock_memory, name_base, priorities, groups, bands)| DocModel {
+            |(runtime, rt, lock_memory, name_base, priorities, lanes, bands)| DocModel {
                 runtime,
                 rt,
                 lock_memory,
                 name_base,
                 priorities,
-                groups,
+                lanes,
                 bands,
             },
         )
 }
 
 impl DocModel {
-    fn is_rt(g: &GroupModel) -> bool {
+    fn is_rt(g: &LaneModel) -> bool {
         g.policy != Some("other")
     }
 
@@ -430,14 +430,14 @@ impl DocModel {
             doc.insert("runtime".into(), Value::Table(rt));
         }
         let rt_prios: Vec<u8> = self
-            .groups
+            .lanes
             .iter()
             .zip(&self.priorities)
             .filter(|(g, _)| Self::is_rt(g))
             .map(|(_, &p)| p)
             .collect();
-        let mut groups = Vec::new();
-        for (i, g) in self.groups.iter().enumerate() {
+        let mut lanes = Vec::new();
+        for (i, g) in self.lanes.iter().enumerate() {
             let mut t = Table::new();
             let int = |v: i64| Value::Integer(v);
             t.insert(
@@ -504,11 +504,11 @@ impl DocModel {
             if let Some(b) = &g.bound {
                 t.insert("bound".into(), Value::Table(b.render(env)));
             }
-            groups.push(Value::Table(t));
+            lanes.push(Value::Table(t));
         }
-        doc.insert("group".into(), Value::Array(groups));
+        doc.insert("lane".into(), Value::Array(lanes));
         if !self.bands.is_empty() {
-            let names: Vec<&str> = (0..self.groups.len())
+            let names: Vec<&str> = (0..self.lanes.len())
                 .map(|i| NAMES[(self.name_base + i) % NAMES.len()])
                 .collect();
             let bands = self
@@ -521,10 +521,10 @@ impl DocModel {
         doc
     }
 
-    /// Whether the document has a bound group (its `connect` then reaches this test's
+    /// Whether the document has a bound lane (its `connect` then reaches this test's
     /// back-end, not a service: such documents are built, not started).
     fn has_bound(&self) -> bool {
-        self.groups.iter().any(|g| g.bound.is_some())
+        self.lanes.iter().any(|g| g.bound.is_some())
     }
 
     /// Whether every value the model writes is one serde reads (the binds all parse; bound
@@ -532,9 +532,9 @@ impl DocModel {
     /// only).
     fn serde_clean(&self) -> bool {
         self.bands.is_empty()
-            && self.groups.iter().all(|g| g.bound.is_none())
+            && self.lanes.iter().all(|g| g.bound.is_none())
             && self
-                .groups
+                .lanes
                 .iter()
                 .flat_map(|g| &g.handlers)
                 .all(|h| match h {
@@ -569,7 +569,7 @@ impl BoundModel {
 }
 
 impl BandModel {
-    /// `names`: the document's group names.
+    /// `names`: the document's lane names.
     fn render(&self, names: &[&str]) -> Table {
         let lane = |l: &Option<Index>| -> Value {
             match l {
@@ -657,9 +657,9 @@ impl HandlerModel {
 enum Where {
     Root,
     Runtime,
-    Group(Index),
+    Lane(Index),
     Handler(Index, Index),
-    /// A group's `[group.bound]`.
+    /// A lane's `[lane.bound]`.
     Bound(Index),
     Band(Index),
 }
@@ -670,18 +670,18 @@ enum Mutation {
     Set(Where, &'static str, Value),
     /// Removes a key.
     Remove(Where, &'static str),
-    /// Gives group `to` the name of group `from`.
+    /// Gives lane `to` the name of lane `from`.
     DupName(Index, Index),
-    /// `group = { … }` (one table instead of an array of tables).
-    GroupAsTable,
-    /// `handler = { … }` in a group.
+    /// `lane = { … }` (one table instead of an array of tables).
+    LaneAsTable,
+    /// `handler = { … }` in a lane.
     HandlerAsTable(Index),
 }
 
 /// Every key of the grammar, and a few that are not.
 const KEYS: [&str; 42] = [
     "runtime",
-    "group",
+    "lane",
     "rt",
     "lock_memory",
     "name",
@@ -721,7 +721,7 @@ const KEYS: [&str; 42] = [
     "prio",
     "interval",
     "port",
-    "groups",
+    "lanes",
     "Threads",
 ];
 
@@ -802,7 +802,7 @@ fn place() -> impl Strategy<Value = Where> {
     prop_oneof![
         1 => Just(Where::Root),
         1 => Just(Where::Runtime),
-        4 => any::<Index>().prop_map(Where::Group),
+        4 => any::<Index>().prop_map(Where::Lane),
         3 => (any::<Index>(), any::<Index>()).prop_map(|(g, h)| Where::Handler(g, h)),
         1 => any::<Index>().prop_map(Where::Bound),
         2 => any::<Index>().prop_map(Where::Band),
@@ -815,7 +815,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
             .prop_map(|(w, k, v)| Mutation::Set(w, k, v)),
         2 => (place(), prop::sample::select(KEYS.to_vec())).prop_map(|(w, k)| Mutation::Remove(w, k)),
         1 => (any::<Index>(), any::<Index>()).prop_map(|(a, b)| Mutation::DupName(a, b)),
-        1 => Just(Mutation::GroupAsTable),
+        1 => Just(Mutation::LaneAsTable),
         1 => any::<Index>().prop_map(Mutation::HandlerAsTable),
     ]
 }
@@ -823,8 +823,8 @@ fn mutation() -> impl Strategy<Value = Mutation> {
 /// The table at `w`, if the document has it (`[runtime]` is created on demand).
 fn table_at<'a>(doc: &'a mut Table, w: &Where) -> Option<(&'a mut Table, lfrt::Section)> {
     use lfrt::Section;
-    fn groups(doc: &mut Table) -> Option<&mut Vec<Value>> {
-        doc.get_mut("group")?.as_array_mut()
+    fn lanes(doc: &mut Table) -> Option<&mut Vec<Value>> {
+        doc.get_mut("lane")?.as_array_mut()
     }
     match w {
         Where::Root => Some((doc, Section::Root)),
@@ -834,13 +834,13 @@ fn table_at<'a>(doc: &'a mut Table, w: &Where) -> Option<(&'a mut Table, lfrt::S
                 .or_insert_with(|| Value::Table(Table::new()));
             rt.as_table_mut().map(|t| (t, Section::Runtime))
         }
-        Where::Group(g) => {
-            let gs = groups(doc).filter(|v| !v.is_empty())?;
+        Where::Lane(g) => {
+            let gs = lanes(doc).filter(|v| !v.is_empty())?;
             let gi = g.index(gs.len());
-            gs[gi].as_table_mut().map(|t| (t, Section::Group(gi)))
+            gs[gi].as_table_mut().map(|t| (t, Section::Lane(gi)))
         }
         Where::Handler(g, h) => {
-            let gs = groups(doc).filter(|v| !v.is_empty())?;
+            let gs = lanes(doc).filter(|v| !v.is_empty())?;
             let gi = g.index(gs.len());
             let hs = gs[gi]
                 .as_table_mut()?
@@ -852,14 +852,14 @@ fn table_at<'a>(doc: &'a mut Table, w: &Where) -> Option<(&'a mut Table, lfrt::S
                 (
                     t,
                     Section::Handler {
-                        group: gi,
+                        lane: gi,
                         handler: hi,
                     },
                 )
             })
         }
         Where::Bound(g) => {
-            let gs = groups(doc).filter(|v| !v.is_empty())?;
+            let gs = lanes(doc).filter(|v| !v.is_empty())?;
             let gi = g.index(gs.len());
             gs[gi]
                 .as_table_mut()?
@@ -893,7 +893,7 @@ impl Mutation {
                 None
             }
             Mutation::DupName(from, to) => {
-                let gs = doc.get_mut("group")?.as_array_mut()?;
+                let gs = doc.get_mut("lane")?.as_array_mut()?;
                 if gs.is_empty() {
                     return None;
                 }
@@ -902,13 +902,13 @@ impl Mutation {
                 gs[to.index(n)].as_table_mut()?.insert("name".into(), name);
                 None
             }
-            Mutation::GroupAsTable => {
-                let first = doc.get_mut("group")?.as_array_mut()?.first()?.clone();
-                doc.insert("group".into(), first);
+            Mutation::LaneAsTable => {
+                let first = doc.get_mut("lane")?.as_array_mut()?.first()?.clone();
+                doc.insert("lane".into(), first);
                 None
             }
             Mutation::HandlerAsTable(g) => {
-                let gs = doc.get_mut("group")?.as_array_mut()?;
+                let gs = doc.get_mut("lane")?.as_array_mut()?;
                 if gs.is_empty() {
                     return None;
                 }
@@ -941,24 +941,24 @@ fn serde_accepts(section: lfrt::Section, key: &str, v: &Value, kind: Option<&str
         // every default): whether an array is read depends on its items.
         (Section::Root, "runtime") if v.is_array() => return None,
         (Section::Root, "runtime") => v.is_table(),
-        (Section::Root, "group" | "band") => {
+        (Section::Root, "lane" | "band") => {
             matches!(v, Value::Array(a) if a.is_empty())
         }
         // A table or array is read field by field (`connect` missing, or in order).
-        (Section::Group(_), "bound") if v.is_table() || v.is_array() => return None,
-        (Section::Group(_), "bound") => false,
+        (Section::Lane(_), "bound") if v.is_table() || v.is_array() => return None,
+        (Section::Lane(_), "bound") => false,
         (Section::Runtime, "rt") => one_of(&["best-effort", "required"]),
         (Section::Runtime, "lock_memory") => v.is_bool(),
-        (Section::Group(_), "name") => v.is_str(),
-        (Section::Group(_), "priority") => u8v(),
-        (Section::Group(_), "policy") => one_of(&["fifo", "rr", "other"]),
-        (Section::Group(_), "promotion") => one_of(&["priority", "lifo", "fifo"]),
-        (Section::Group(_), "on_overrun") => one_of(&["report", "demote"]),
-        (Section::Group(_), "threads" | "buffer_bytes" | "max_handles" | "stack_bytes") => uint(),
-        (Section::Group(_), "budget_us") => uint(),
-        (Section::Group(_), "cpus") => int_array(i64::MAX),
-        (Section::Group(_), "thread_priorities") => int_array(255),
-        (Section::Group(_), "handler") => matches!(v, Value::Array(a) if a.is_empty()),
+        (Section::Lane(_), "name") => v.is_str(),
+        (Section::Lane(_), "priority") => u8v(),
+        (Section::Lane(_), "policy") => one_of(&["fifo", "rr", "other"]),
+        (Section::Lane(_), "promotion") => one_of(&["priority", "lifo", "fifo"]),
+        (Section::Lane(_), "on_overrun") => one_of(&["report", "demote"]),
+        (Section::Lane(_), "threads" | "buffer_bytes" | "max_handles" | "stack_bytes") => uint(),
+        (Section::Lane(_), "budget_us") => uint(),
+        (Section::Lane(_), "cpus") => int_array(i64::MAX),
+        (Section::Lane(_), "thread_priorities") => int_array(255),
+        (Section::Lane(_), "handler") => matches!(v, Value::Array(a) if a.is_empty()),
         (Section::Handler { .. }, "kind") => false,
         (Section::Handler { .. }, "bind") if kind != Some("timer") => {
             matches!(v, Value::String(s) if s.parse::<SocketAddr>().is_ok())
@@ -986,11 +986,11 @@ enum TextMutation {
 
 const JUNK: [&str; 9] = [
     "=",
-    "[[group]]",
-    "[group]",
+    "[[lane]]",
+    "[lane]",
     "name = ",
     "x = 1",
-    "[[group.handler]]",
+    "[[lane.handler]]",
     "'''",
     "threads = 1\nthreads = 2",
     "[runtime]",
@@ -1041,7 +1041,7 @@ struct Case {
 /// What a case renders to: the text, and what is known about it.
 struct Rendered {
     text: String,
-    /// The document's shape, if it still has one (no text mutation, `group` an array of
+    /// The document's shape, if it still has one (no text mutation, `lane` an array of
     /// tables).
     shape: Option<Shape>,
     /// The one error path that must be reported, if the case is a single `Set` that serde
@@ -1085,7 +1085,7 @@ impl Case {
     }
 }
 
-/// What indices exist: handlers per group, and bands.
+/// What indices exist: handlers per lane, and bands.
 #[derive(Debug, Clone, PartialEq)]
 struct Shape {
     handlers: Vec<usize>,
@@ -1093,7 +1093,7 @@ struct Shape {
 }
 
 fn shape_of(doc: &Table) -> Option<Shape> {
-    let gs = doc.get("group")?.as_array()?;
+    let gs = doc.get("lane")?.as_array()?;
     let handlers = gs
         .iter()
         .map(|g| {
@@ -1133,8 +1133,8 @@ fn case(
 // The properties.
 
 /// Whether `field` is a path as errors name them, with indices that exist (if the shape is
-/// known): `toml`, `KEY`, `runtime[.KEY]`, `group`, `group[N][.KEY]`, `group[N].handler`,
-/// `group[N].handler[M][.KEY]`, `group[N].bound[.KEY]`, `band`, `band[N][.KEY]`.
+/// known): `toml`, `KEY`, `runtime[.KEY]`, `lane`, `lane[N][.KEY]`, `lane[N].handler`,
+/// `lane[N].handler[M][.KEY]`, `lane[N].bound[.KEY]`, `band`, `band[N][.KEY]`.
 fn path_ok(field: &str, shape: Option<&Shape>) -> bool {
     fn key(s: &str) -> bool {
         !s.is_empty()
@@ -1148,15 +1148,15 @@ fn path_ok(field: &str, shape: Option<&Shape>) -> bool {
             .parse()
             .ok()
     }
-    let group_ok = |g: usize| shape.is_none_or(|s| g < s.handlers.len());
+    let lane_ok = |g: usize| shape.is_none_or(|s| g < s.handlers.len());
     let handler_ok =
         |g: usize, h: usize| shape.is_none_or(|s| g < s.handlers.len() && h < s.handlers[g]);
     let band_ok = |b: usize| shape.is_none_or(|s| b < s.bands);
     let mut parts = field.split('.');
     let first = parts.next().unwrap_or_default();
     let rest: Vec<&str> = parts.collect();
-    if let Some(gi) = indexed(first, "group") {
-        return group_ok(gi)
+    if let Some(gi) = indexed(first, "lane") {
+        return lane_ok(gi)
             && match rest.as_slice() {
                 [] => true,
                 [k] if key(k) => true,
@@ -1223,11 +1223,11 @@ fn parse_checked(r: &Rendered) -> Result<Result<RuntimeConfig, Error>, TestCaseE
     if message.trim().is_empty() {
         return fail("an empty message");
     }
-    // A document without any `group` key has no line to point at for "at least one [[group]]"
-    // (`group = []` has one: `an_empty_group_array_has_a_line`).
+    // A document without any `lane` key has no line to point at for "at least one [[lane]]"
+    // (`lane = []` has one: `an_empty_lane_array_has_a_line`).
     match line {
         Some(l) if !(1..=lines + 1).contains(l) => return fail("a line outside the text"),
-        None if field != "group" => return fail("no line"),
+        None if field != "lane" => return fail("no line"),
         _ => {}
     }
     if !e.to_string().contains(&format!("`{field}`")) {
@@ -1325,21 +1325,21 @@ fn what_check_accepts_run_builds() {
             }
         };
         accepted.fetch_add(1, Relaxed);
-        let fixed_port = cfg.groups.iter().flat_map(|g| &g.handlers).any(|h| {
+        let fixed_port = cfg.lanes.iter().flat_map(|g| &g.handlers).any(|h| {
             matches!(h, HandlerConfig::UdpEcho { bind, .. } | HandlerConfig::TcpEcho { bind, .. } if bind.port() != 0)
         });
         fixed_ports.fetch_add(usize::from(fixed_port), Relaxed);
-        let tables: u64 = cfg.groups.iter().map(|g| g.memory().handle_table).sum();
+        let tables: u64 = cfg.lanes.iter().map(|g| g.memory().handle_table).sum();
         if tables > BUILD_CAP_TABLE_BYTES {
             capped.fetch_add(1, Relaxed);
             return Ok(());
         }
-        // A bound group's back-end here accepts and drops: built, not started.
+        // A bound lane's back-end here accepts and drops: built, not started.
         let startable = !c.model.has_bound()
             && !cfg.lock_memory
-            && cfg.groups.iter().all(|g| g.policy == Policy::Other)
+            && cfg.lanes.iter().all(|g| g.policy == Policy::Other)
             && cfg.preallocated_bytes() <= START_CAP_BYTES
-            && cfg.groups.iter().map(|g| g.timer_events_per_sec()).sum::<f64>()
+            && cfg.lanes.iter().map(|g| g.timer_events_per_sec()).sum::<f64>()
                 <= START_CAP_TIMER_RATE;
         let mut rt = Runtime::new(cfg).map_err(|e| {
             TestCaseError::fail(format!(
@@ -1367,7 +1367,7 @@ fn what_check_accepts_run_builds() {
     });
     eprintln!(
         "config_fuzz (b): {cases} cases in {:.2} s: {} accepted ({} binding a fixed port; {} built \
-         by Runtime::new ({} with [[band]]s, {} with a bound group), {} over the build cap, {} \
+         by Runtime::new ({} with [[band]]s, {} with a bound lane), {} over the build cap, {} \
          also started and shut down), {} refused",
         started.elapsed().as_secs_f64(),
         accepted.load(Relaxed),
@@ -1402,14 +1402,14 @@ fn path_grammar() {
         "threads",
         "runtime",
         "runtime.rt",
-        "group",
-        "group[1]",
-        "group[0].priority",
-        "group[0].handler",
-        "group[0].handler[0]",
-        "group[0].handler[0].bind",
-        "group[1].bound",
-        "group[1].bound.connect",
+        "lane",
+        "lane[1]",
+        "lane[0].priority",
+        "lane[0].handler",
+        "lane[0].handler[0]",
+        "lane[0].handler[0].bind",
+        "lane[1].bound",
+        "lane[1].bound.connect",
         "band",
         "band[0]",
         "band[0].classify",
@@ -1418,33 +1418,33 @@ fn path_grammar() {
     }
     for bad in [
         "",
-        "group[2]",
-        "group[1].handler[0]",
-        "group[0].handler[1].bind",
-        "group[x]",
+        "lane[2]",
+        "lane[1].handler[0]",
+        "lane[0].handler[1].bind",
+        "lane[x]",
         "runtime.",
-        "group[0].a.b",
+        "lane[0].a.b",
         "a b",
         "band[1]",
         "band[0].classify.dscp",
-        "group[0].bound.a.b",
-        "group[0].bound[0]",
+        "lane[0].bound.a.b",
+        "lane[0].bound[0]",
     ] {
         assert!(!path_ok(bad, Some(&shape)), "{bad}");
     }
 }
 
-/// An error in the fields of a group's second `[[group.handler]]` names that handler and its
+/// An error in the fields of a lane's second `[[lane.handler]]` names that handler and its
 /// line. serde reads an internally tagged enum (`kind = …`) through a buffer without positions,
 /// so toml gives such an error the span of the whole `handler` array; before the fix
 /// (`later_handler` in src/config/file.rs) it was placed at the first handler, here line 7,
 /// which holds a valid `interval_us = 1000`. Found by the fuzzer above.
 #[test]
 fn an_error_in_a_later_handler_names_that_handler() {
-    let src = "[[group]]\nname = \"a\"\npriority = 20\n\n[[group.handler]]\nkind = \"timer\"\n\
-               interval_us = 1000\n\n[[group.handler]]\nkind = \"timer\"\ninterval_us = \"x\"\n";
+    let src = "[[lane]]\nname = \"a\"\npriority = 20\n\n[[lane.handler]]\nkind = \"timer\"\n\
+               interval_us = 1000\n\n[[lane.handler]]\nkind = \"timer\"\ninterval_us = \"x\"\n";
     for (text, line, field) in [
-        (src.to_string(), 11, "group[0].handler[1].interval_us"),
+        (src.to_string(), 11, "lane[0].handler[1].interval_us"),
         // Unknown and missing keys alike.
         (
             src.replace(
@@ -1452,12 +1452,12 @@ fn an_error_in_a_later_handler_names_that_handler() {
                 "interval_us = 5\nbind = \"127.0.0.1:0\"",
             ),
             12,
-            "group[0].handler[1].bind",
+            "lane[0].handler[1].bind",
         ),
         (
             src.replace("interval_us = \"x\"\n", ""),
             9,
-            "group[0].handler[1].interval_us",
+            "lane[0].handler[1].interval_us",
         ),
     ] {
         match lfrt::parse_config(&text) {
@@ -1469,14 +1469,14 @@ fn an_error_in_a_later_handler_names_that_handler() {
     }
 }
 
-/// `group = []` is refused ("at least one [[group]] is required") with the line of its key.
+/// `lane = []` is refused ("at least one [[lane]] is required") with the line of its key.
 /// Before the fix `Places::walk` (src/config/file.rs) took an empty array for an array of
 /// tables and recorded no key, so the error had no line. Found by the fuzzer above.
 #[test]
-fn an_empty_group_array_has_a_line() {
-    match lfrt::parse_config("group = []\n\n[runtime]\nrt = \"best-effort\"\n") {
+fn an_empty_lane_array_has_a_line() {
+    match lfrt::parse_config("lane = []\n\n[runtime]\nrt = \"best-effort\"\n") {
         Err(Error::Config { line, field, .. }) => {
-            assert_eq!((line, field.as_str()), (Some(1), "group"))
+            assert_eq!((line, field.as_str()), (Some(1), "lane"))
         }
         other => panic!("{other:?}"),
     }

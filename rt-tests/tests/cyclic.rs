@@ -65,7 +65,7 @@ fn histogram(t: &Value) -> Vec<(u64, u64)> {
 
 /// Checks what every document must satisfy, whatever the latencies were: `cycles` counts
 /// loops run, and every loop's sample is in its thread's histogram or (`unrecorded`, timers
-/// without histograms of their own) in its group's.
+/// without histograms of their own) in its lane's.
 fn check_consistency(doc: &Value) {
     let mut unrecorded_total = 0;
     for t in threads(doc) {
@@ -74,7 +74,7 @@ fn check_consistency(doc: &Value) {
         let unrecorded = t["unrecorded"].as_u64().expect("unrecorded");
         assert!(
             unrecorded == 0 || unrecorded == cycles,
-            "a timer's samples are all in its own histogram or all in its group's: {t}"
+            "a timer's samples are all in its own histogram or all in its lane's: {t}"
         );
         unrecorded_total += unrecorded;
         assert_eq!(
@@ -110,31 +110,31 @@ fn check_consistency(doc: &Value) {
     }
     assert_eq!(doc["unrecorded"], unrecorded_total);
     assert_eq!(doc["samples_dropped"], 0, "every loop is in a histogram");
-    let groups = doc["groups"].as_array().unwrap();
+    let lanes = doc["lanes"].as_array().unwrap();
     let total: u64 = threads(doc)
         .iter()
         .map(|t| t["cycles"].as_u64().unwrap())
         .sum();
-    // Every loop of every timer is in its group's cycles and histogram.
+    // Every loop of every timer is in its lane's cycles and histogram.
     assert_eq!(
-        groups
+        lanes
             .iter()
             .map(|g| g["cycles"].as_u64().unwrap())
             .sum::<u64>(),
         total
     );
-    for g in groups {
+    for g in lanes {
         assert_eq!(
             histogram(g).iter().map(|&(_, c)| c).sum::<u64>(),
             g["cycles"].as_u64().unwrap(),
-            "group histogram sums to its cycles: {g}"
+            "lane histogram sums to its cycles: {g}"
         );
     }
 }
 
 /// Issue 22: every loop's sample is recorded by the thread that ran it (no telemetry ring to
 /// overflow): 8 timers × 1 ms × 1 s, and each timer's JSON `cycles` = loops run = samples in
-/// its histogram, the group's likewise.
+/// its histogram, the lane's likewise.
 #[test]
 fn every_loop_is_recorded_and_counted_in_cycles() {
     let _lock = util::rt_lock();
@@ -155,7 +155,7 @@ fn every_loop_is_recorded_and_counted_in_cycles() {
         let recorded: u64 = histogram(t).iter().map(|&(_, c)| c).sum();
         assert_eq!(recorded, loops, "timer {i}: samples recorded");
     }
-    let g = &doc["groups"][0];
+    let g = &doc["lanes"][0];
     assert_eq!(g["cycles"], 8 * loops);
     assert_eq!(g["dispatched"], 8 * loops);
     assert_eq!(doc["unrecorded"], 0);
@@ -192,11 +192,11 @@ fn loops_yield_exactly_n_cycles_per_timer() {
             "unaligned: spread over the first interval"
         );
         assert_eq!(
-            (t["group"].as_str(), t["priority"].as_u64()),
+            (t["lane"].as_str(), t["priority"].as_u64()),
             (Some("cyclic"), Some(80))
         );
     }
-    let g = &doc["groups"][0];
+    let g = &doc["lanes"][0];
     assert_eq!(
         (
             g["cycles"].as_u64(),
@@ -255,7 +255,7 @@ fn json_has_cyclictests_shape() {
         "p999",
         "missed_periods",
         "hist_overflow",
-        "group",
+        "lane",
         "priority",
         "interval",
         "phase",
@@ -281,11 +281,11 @@ fn json_has_cyclictests_shape() {
         "pool_allocations",
         "pool_minor_faults",
         "missed_periods",
-        "groups",
+        "lanes",
     ] {
         assert!(!doc[k].is_null(), "{k}");
     }
-    assert_eq!(doc["groups"][0]["timers"], serde_json::json!([0, 1, 2]));
+    assert_eq!(doc["lanes"][0]["timers"], serde_json::json!([0, 1, 2]));
     check_consistency(&doc);
 }
 
@@ -386,33 +386,33 @@ fn nsecs_switches_every_output_to_ns() {
 }
 
 #[test]
-fn config_groups_run_at_their_own_priorities() {
+fn config_lanes_run_at_their_own_priorities() {
     let _lock = util::rt_lock();
-    if !util::rt_allowed("config_groups_run_at_their_own_priorities", 80) {
+    if !util::rt_allowed("config_lanes_run_at_their_own_priorities", 80) {
         return;
     }
-    let cfg = tmp("groups.toml");
+    let cfg = tmp("lanes.toml");
     std::fs::write(
         &cfg,
         r#"
 [runtime]
 rt = "required"
 
-[[group]]
+[[lane]]
 name = "hi"
 priority = 80
 threads = 2
-[[group.handler]]
+[[lane.handler]]
 kind = "timer"
 interval_us = 1000
 count = 2
 distance_us = 250
 
-[[group]]
+[[lane]]
 name = "lo"
 priority = 70
 threads = 1
-[[group.handler]]
+[[lane.handler]]
 kind = "timer"
 interval_us = 2000
 "#,
@@ -428,7 +428,7 @@ interval_us = 2000
         .iter()
         .map(|t| {
             (
-                t["group"].as_str().unwrap(),
+                t["lane"].as_str().unwrap(),
                 t["priority"].as_u64().unwrap(),
                 t["interval"].as_u64().unwrap(),
                 t["cycles"].as_u64().unwrap(),
@@ -443,14 +443,11 @@ interval_us = 2000
             ("lo", 70, 2000, 50)
         ]
     );
-    let groups = doc["groups"].as_array().unwrap();
-    assert_eq!(groups[0]["timers"], serde_json::json!([0, 1]));
-    assert_eq!(groups[1]["timers"], serde_json::json!([2]));
+    let lanes = doc["lanes"].as_array().unwrap();
+    assert_eq!(lanes[0]["timers"], serde_json::json!([0, 1]));
+    assert_eq!(lanes[1]["timers"], serde_json::json!([2]));
     assert_eq!(
-        (
-            groups[1]["name"].as_str(),
-            groups[1]["pool_threads"].as_u64()
-        ),
+        (lanes[1]["name"].as_str(), lanes[1]["pool_threads"].as_u64()),
         (Some("lo"), Some(1))
     );
     check_consistency(&doc);
@@ -498,7 +495,7 @@ fn duration_and_signal_end_a_run() {
 #[test]
 fn sched_other_runs_unprivileged() {
     let (doc, stdout) = run_json("other", &["-l", "50", "-i", "2000"]);
-    assert_eq!(doc["groups"][0]["policy"], "other");
+    assert_eq!(doc["lanes"][0]["policy"], "other");
     assert_eq!(doc["thread"]["0"]["cycles"], 50);
     assert_eq!(doc["thread"]["0"]["priority"], 0);
     assert!(
@@ -533,7 +530,7 @@ fn help_and_invalid_options() {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }
     let no_timer = tmp("no-timer.toml");
-    std::fs::write(&no_timer, "[[group]]\nname = \"echo\"\npriority = 10\n[[group.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:0\"\n").unwrap();
+    std::fs::write(&no_timer, "[[lane]]\nname = \"echo\"\npriority = 10\n[[lane.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:0\"\n").unwrap();
     let no_timer = no_timer.to_str().unwrap();
     for (args, message) in [
         (&["-D", "10x"][..], "unit must be"),
@@ -553,13 +550,13 @@ fn help_and_invalid_options() {
     let _ = std::fs::remove_file(no_timer);
 }
 
-/// Issue 13: the 256-timer cap is gone. 4096 timers run in one group (SCHED_OTHER: no privilege
+/// Issue 13: the 256-timer cap is gone. 4096 timers run in one lane (SCHED_OTHER: no privilege
 /// needed, 8192 events in well under a second); per-timer histograms stop at
-/// `MAX_TIMER_HISTOGRAMS`, later timers record into their group's shared histogram, so the
-/// group sees every cycle. Issue 22: every timer's `cycles` still counts its loops run, and
+/// `MAX_TIMER_HISTOGRAMS`, later timers record into their lane's shared histogram, so the
+/// lane sees every cycle. Issue 22: every timer's `cycles` still counts its loops run, and
 /// `unrecorded` says which timers' samples are not in their own histogram.
 #[test]
-fn four_thousand_timers_run_in_one_group() {
+fn four_thousand_timers_run_in_one_lane() {
     let _lock = util::rt_lock();
     let n = 4096u64;
     let (doc, _) = run_json(
@@ -582,7 +579,7 @@ fn four_thousand_timers_run_in_one_group() {
     );
     assert_eq!(doc["stopped_by"], "loops");
     assert_eq!(doc["num_threads"], n);
-    let g = &doc["groups"][0];
+    let g = &doc["lanes"][0];
     assert_eq!(g["cycles"], 2 * n, "every cycle of every timer: {g}");
     assert_eq!(g["dispatched"], 2 * n);
     let kept = lfrt_tools::cyclic::MAX_TIMER_HISTOGRAMS as u64;
@@ -636,7 +633,7 @@ fn timers_beyond_rlimit_nofile_are_refused_naming_the_limit() {
     );
 }
 
-/// Issue 15 item 3: `--policy deadline` puts the cyclic group's threads under SCHED_DEADLINE
+/// Issue 15 item 3: `--policy deadline` puts the cyclic lane's threads under SCHED_DEADLINE
 /// with the --dl-* reservation, as the kernel reports it (`sched_getattr` on each thread).
 #[test]
 fn deadline_policy_runs_the_cyclic_threads_under_sched_deadline() {

@@ -197,7 +197,7 @@ fn without_rt_privilege_best_effort_warns_that_lanes_flatten_and_exits_3() {
 fn without_rt_privilege_required_rt_fails_and_exits_1() {
     let conf = tmp(
         "required.toml",
-        "[runtime]\nrt = \"required\"\n[[group]]\nname = \"g\"\npriority = 50\nthreads = 1\n",
+        "[runtime]\nrt = \"required\"\n[[lane]]\nname = \"g\"\npriority = 50\nthreads = 1\n",
     );
     let test = "without_rt_privilege_required_rt_fails_and_exits_1";
     let Some(out) = doctor_without(
@@ -239,7 +239,7 @@ fn without_rt_privilege_required_rt_fails_and_exits_1() {
 fn memlock_below_the_pool_to_lock_is_refused_or_warned() {
     // 4 threads × 18 × 4 MiB buffers: far above a 64 KiB RLIMIT_MEMLOCK. rt = "required", since
     // with "best-effort" lfrt runs with unlocked memory instead (a warning).
-    let body = "[runtime]\nrt = \"required\"\nlock_memory = true\n[[group]]\nname = \"big\"\npriority = 30\nthreads = 4\nbuffer_bytes = 4194304\n";
+    let body = "[runtime]\nrt = \"required\"\nlock_memory = true\n[[lane]]\nname = \"big\"\npriority = 30\nthreads = 4\nbuffer_bytes = 4194304\n";
     let conf = tmp("big.toml", body);
     let test = "memlock_below_the_pool_to_lock_is_refused_or_warned";
     let Some(out) = doctor_without(
@@ -256,7 +256,7 @@ fn memlock_below_the_pool_to_lock_is_refused_or_warned() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("invalid `group[0].buffer_bytes`")
+        err.contains("invalid `lane[0].buffer_bytes`")
             && err.contains("RLIMIT_MEMLOCK")
             && err.contains("CAP_IPC_LOCK"),
         "{err}"
@@ -286,14 +286,14 @@ fn a_cpu_that_does_not_exist_is_refused_naming_it_with_exit_2() {
     // (exit 2 with file:line: field), as for `lfrt check` and `lfrt run`.
     let conf = tmp(
         "cpu999.toml",
-        "[[group]]\nname = \"g\"\npriority = 50\nthreads = 1\ncpus = [999]\n",
+        "[[lane]]\nname = \"g\"\npriority = 50\nthreads = 1\ncpus = [999]\n",
     );
     let out = lfrt().arg("doctor").arg(&conf).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains(&format!("{}:5:", conf.display())), "{err}");
     assert!(
-        err.contains("group[0].cpus") && err.contains("CPU 999"),
+        err.contains("lane[0].cpus") && err.contains("CPU 999"),
         "{err}"
     );
     assert!(out.stdout.is_empty());
@@ -313,7 +313,7 @@ fn a_cpu_outside_the_affinity_is_named() {
     let (home, other) = (cpus[0], cpus[1]);
     let conf = tmp(
         "pinned.toml",
-        &format!("[[group]]\nname = \"g\"\npriority = 50\nthreads = 1\ncpus = [{other}]\n"),
+        &format!("[[lane]]\nname = \"g\"\npriority = 50\nthreads = 1\ncpus = [{other}]\n"),
     );
     let out = Command::new("taskset")
         .args([

@@ -1,4 +1,4 @@
-//! The UDP echo service under each architecture of the throughput benchmark (lfrt group,
+//! The UDP echo service under each architecture of the throughput benchmark (lfrt lane,
 //! HS/HA pool, tokio), driven by the load generator: its accounting holds (sent = received +
 //! lost, no duplicates) and every datagram comes back verbatim (the generator's padding check
 //! covers every byte).
@@ -45,13 +45,13 @@ fn check(arch: &str, r: &loadgen::LoadReport, messages: u64) {
 const MESSAGES: u64 = 20_000;
 
 #[test]
-fn lfrt_group_echoes_every_datagram() {
+fn lfrt_lane_echoes_every_datagram() {
     let _l = util::rt_lock();
     let (socks, ports) = sockets(4);
-    let mut g = lfrt::GroupConfig::new("echo", lfrt::Policy::Fifo, 10);
+    let mut g = lfrt::LaneConfig::new("echo", lfrt::Policy::Fifo, 10);
     g.threads = 2;
     let mut rt = lfrt::Runtime::new(lfrt::RuntimeConfig {
-        groups: vec![g],
+        lanes: vec![g],
         ..Default::default()
     })
     .unwrap();
@@ -66,7 +66,7 @@ fn lfrt_group_echoes_every_datagram() {
     // records the time from the kernel's receive to handler entry (issue 22).
     let mut arrival = lfrt::telemetry::LatencySummary::default();
     assert!(util::wait_until(5, || {
-        arrival = rt.telemetry().group_arrival(0);
+        arrival = rt.telemetry().lane_arrival(0);
         arrival.count > 0
     }));
     let m = rt.shutdown().unwrap();
@@ -259,7 +259,7 @@ fn batched_loadgen_is_one_socket_per_port() {
     );
 }
 
-/// A `TcpEchoStream` whose pending buffer (4 KiB) is smaller than the group's read buffer
+/// A `TcpEchoStream` whose pending buffer (4 KiB) is smaller than the lane's read buffer
 /// (64 KiB), as when a `tcp-echo` lane borrows a thread from a lane with bigger buffers: a
 /// client that sends 16 MiB while not reading for a moment still gets every byte back, in
 /// order (each read is bounded by what the connection can keep when the peer stops taking
@@ -267,16 +267,16 @@ fn batched_loadgen_is_one_socket_per_port() {
 #[test]
 fn tcp_echo_with_a_pending_buffer_smaller_than_the_read_buffer_loses_nothing() {
     use lfrt::handlers::TcpEchoStream;
-    use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
     use std::io::{Read, Write};
     use std::net::{Shutdown, TcpListener, TcpStream};
 
     let _l = util::rt_lock();
-    let mut g = GroupConfig::new("echo", Policy::Other, 0);
+    let mut g = LaneConfig::new("echo", Policy::Other, 0);
     g.threads = 1;
     g.buffer_bytes = 64 * 1024;
     let mut rt = Runtime::new(RuntimeConfig {
-        groups: vec![g],
+        lanes: vec![g],
         ..Default::default()
     })
     .unwrap();

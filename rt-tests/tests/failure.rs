@@ -6,7 +6,7 @@
 mod util;
 
 use lfrt::handlers::{TcpEcho, UdpEcho};
-use lfrt::{GroupConfig, GroupMetrics, Policy, RtMode};
+use lfrt::{LaneConfig, LaneMetrics, Policy, RtMode};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
@@ -29,10 +29,10 @@ fn tmp(name: &str, body: &str) -> PathBuf {
     p
 }
 
-/// A time-shared (SCHED_OTHER) group of one thread: the behaviour under test does not depend
+/// A time-shared (SCHED_OTHER) lane of one thread: the behaviour under test does not depend
 /// on the policy, and a defect that spins must not freeze the machine while it is shown.
-fn one_thread_group(name: &str) -> GroupConfig {
-    let mut g = GroupConfig::new(name, Policy::Other, 0);
+fn one_thread_lane(name: &str) -> LaneConfig {
+    let mut g = LaneConfig::new(name, Policy::Other, 0);
     g.threads = 1;
     g.buffer_bytes = 4096;
     g
@@ -47,7 +47,7 @@ fn echo(c: &mut TcpStream, msg: &[u8]) -> Vec<u8> {
     buf
 }
 
-/// Descriptors `lfrt run` may open: about 10 go to the process itself (stdio, the group's epoll
+/// Descriptors `lfrt run` may open: about 10 go to the process itself (stdio, the lane's epoll
 /// set and shutdown eventfd, the listener and its gate and retry timer, the JSON file), so about
 /// 20 are left for connections.
 const NOFILE: u32 = 32;
@@ -69,9 +69,9 @@ fn a_listener_out_of_descriptors_pauses_counts_and_recovers() {
     let conf = tmp(
         "nofile.toml",
         &format!(
-            "[[group]]\nname = \"tcp\"\npriority = 0\npolicy = \"other\"\nthreads = 1\n\
+            "[[lane]]\nname = \"tcp\"\npriority = 0\npolicy = \"other\"\nthreads = 1\n\
              buffer_bytes = 4096\nmax_handles = 256\n\
-             [[group.handler]]\nkind = \"tcp-echo\"\nbind = \"127.0.0.1:{port}\"\n"
+             [[lane.handler]]\nkind = \"tcp-echo\"\nbind = \"127.0.0.1:{port}\"\n"
         ),
     );
     let json = conf.with_extension("json");
@@ -134,7 +134,7 @@ fn a_listener_out_of_descriptors_pauses_counts_and_recovers() {
     assert_eq!(out.status.code(), Some(0), "stderr: {err}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let m = &v["groups"][0]["metrics"];
+    let m = &v["lanes"][0]["metrics"];
     let dispatched = m["dispatched"].as_u64().unwrap();
     let episodes = m["accept_exhausted"].as_u64().unwrap();
     // Connections and their closes take ~2 dispatches each, the paused listener 100 a second.
@@ -156,14 +156,14 @@ fn a_listener_out_of_descriptors_pauses_counts_and_recovers() {
 }
 
 #[test]
-fn a_streaming_connection_does_not_starve_another_on_a_one_thread_group() {
+fn a_streaming_connection_does_not_starve_another_on_a_one_thread_lane() {
     let _l = util::rt_lock();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     // Reads of at most 64 bytes, each followed by 1 ms of work: the server takes 64 KB/s, so a
     // client that writes as fast as it can keeps its connection's queue full (the initial
     // receive window alone is 1 s of work); the queue never drains while it writes.
-    let mut g = one_thread_group("tcp");
+    let mut g = one_thread_lane("tcp");
     g.buffer_bytes = 64;
     let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     rt.lane("tcp")
@@ -225,7 +225,7 @@ fn a_streaming_connection_does_not_starve_another_on_a_one_thread_group() {
     );
 }
 
-fn only_group(mut m: Vec<GroupMetrics>) -> GroupMetrics {
+fn only_lane(mut m: Vec<LaneMetrics>) -> LaneMetrics {
     assert_eq!(m.len(), 1);
     m.remove(0)
 }
@@ -233,7 +233,7 @@ fn only_group(mut m: Vec<GroupMetrics>) -> GroupMetrics {
 #[test]
 fn a_datagram_longer_than_its_slot_is_counted_and_the_rest_still_echoed() {
     let _l = util::rt_lock();
-    let mut g = one_thread_group("udp");
+    let mut g = one_thread_lane("udp");
     g.buffer_bytes = 64;
     let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -251,14 +251,14 @@ fn a_datagram_longer_than_its_slot_is_counted_and_the_rest_still_echoed() {
     let mut buf = [0u8; 256];
     let (n, _) = c.recv_from(&mut buf).expect("no echo within 10 s");
     assert_eq!(&buf[..n], b"fits", "the oversize datagram was echoed");
-    let m = only_group(rt.shutdown().unwrap());
+    let m = only_lane(rt.shutdown().unwrap());
     assert_eq!(m.datagrams_truncated, 1, "{m:?}");
 }
 
 #[test]
 fn a_connection_beyond_the_handle_table_is_closed_and_counted() {
     let _l = util::rt_lock();
-    let mut g = one_thread_group("tcp");
+    let mut g = one_thread_lane("tcp");
     g.max_handles = 2; // the listener and one connection
     let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -284,7 +284,7 @@ fn a_connection_beyond_the_handle_table_is_closed_and_counted() {
         b"two",
         "the first one still works"
     );
-    let m = only_group(rt.shutdown().unwrap());
+    let m = only_lane(rt.shutdown().unwrap());
     assert_eq!(m.connections_refused, 1, "{m:?}");
 }
 
@@ -294,7 +294,7 @@ fn a_connection_beyond_the_handle_table_is_closed_and_counted() {
 #[test]
 fn a_connection_beyond_the_echo_table_is_refused_and_counted_and_a_freed_entry_reused() {
     let _l = util::rt_lock();
-    let mut rt = util::runtime(RtMode::BestEffort, false, vec![one_thread_group("tcp")]);
+    let mut rt = util::runtime(RtMode::BestEffort, false, vec![one_thread_lane("tcp")]);
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let reg = rt.lane("tcp").unwrap().registry();
@@ -329,7 +329,7 @@ fn a_connection_beyond_the_echo_table_is_refused_and_counted_and_a_freed_entry_r
     assert!(util::wait_until(10, || reg.len() == 1));
     let mut next = TcpStream::connect(addr).unwrap();
     assert_eq!(echo(&mut next, b"three"), b"three");
-    let m = only_group(rt.shutdown().unwrap());
+    let m = only_lane(rt.shutdown().unwrap());
     assert_eq!(m.connections_refused, 1, "{m:?}");
 }
 
@@ -337,9 +337,9 @@ fn a_connection_beyond_the_echo_table_is_refused_and_counted_and_a_freed_entry_r
 fn check_warns_about_an_echo_bound_beyond_loopback_and_still_exits_0() {
     let body = |ip: &str| {
         format!(
-            "[[group]]\nname = \"g\"\npriority = 10\nthreads = 1\n\
-             [[group.handler]]\nkind = \"udp-echo\"\nbind = \"{ip}:0\"\n\
-             [[group.handler]]\nkind = \"tcp-echo\"\nbind = \"{ip}:0\"\n"
+            "[[lane]]\nname = \"g\"\npriority = 10\nthreads = 1\n\
+             [[lane.handler]]\nkind = \"udp-echo\"\nbind = \"{ip}:0\"\n\
+             [[lane.handler]]\nkind = \"tcp-echo\"\nbind = \"{ip}:0\"\n"
         )
     };
     let open = tmp("open.toml", &body("0.0.0.0"));
@@ -349,7 +349,7 @@ fn check_warns_about_an_echo_bound_beyond_loopback_and_still_exits_0() {
     for (h, kind) in [(0, "udp-echo"), (1, "tcp-echo")] {
         assert!(
             err.lines().any(|l| l.contains("warning")
-                && l.contains(&format!("group[0].handler[{h}] ({kind}"))
+                && l.contains(&format!("lane[0].handler[{h}] ({kind}"))
                 && l.contains("0.0.0.0:0")),
             "no warning for handler {h} on stderr: {err}"
         );

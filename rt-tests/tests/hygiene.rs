@@ -21,12 +21,12 @@ use std::time::Duration;
 const DISPATCHES: u64 = 100_000;
 const THREADS: usize = 4;
 
-fn group(name: &str, promotion: Promotion) -> GroupConfig {
-    let mut g = GroupConfig::new(name, Policy::Fifo, 10);
+fn lane(name: &str, promotion: Promotion) -> LaneConfig {
+    let mut g = LaneConfig::new(name, Policy::Fifo, 10);
     g.threads = THREADS;
     g.promotion = promotion;
     g.buffer_bytes = 2048;
-    // Both hand-off paths are measured: LIFO groups promote at once (the classic hand-off),
+    // Both hand-off paths are measured: LIFO lanes promote at once (the classic hand-off),
     // the others defer their promotions (the default, `promote_after_us`).
     if promotion == Promotion::Lifo {
         g.promote_after_us = 0;
@@ -34,11 +34,11 @@ fn group(name: &str, promotion: Promotion) -> GroupConfig {
     g
 }
 
-fn target(m: &GroupMetrics) -> bool {
+fn target(m: &LaneMetrics) -> bool {
     m.dispatched >= DISPATCHES + (THREADS as u64) * WARMUP_DISPATCHES
 }
 
-/// Drives `rt` with `load` until the group dispatched enough, then checks the counters.
+/// Drives `rt` with `load` until the lane dispatched enough, then checks the counters.
 fn assert_no_allocations(what: &str, mut rt: Runtime, load: impl FnOnce(&dyn Fn() -> bool)) {
     let rep = rt.start().unwrap();
     assert!(
@@ -50,8 +50,8 @@ fn assert_no_allocations(what: &str, mut rt: Runtime, load: impl FnOnce(&dyn Fn(
     let m = rt.shutdown().unwrap();
     let m = &m[0];
     assert!(target(m), "{what}: only {} dispatches", m.dispatched);
-    // A concurrent group has no leader to promote; its threads contend in epoll_wait. A LIFO
-    // group promotes at once (`group`); the others keep the role through quick events.
+    // A concurrent lane has no leader to promote; its threads contend in epoll_wait. A LIFO
+    // lane promotes at once (`lane`); the others keep the role through quick events.
     if what.ends_with("Lifo") {
         assert!(
             m.promotions > 0,
@@ -85,7 +85,7 @@ const PROMOTIONS: [Promotion; 4] = [
 fn zero_allocations_udp() {
     let _l = util::rt_lock();
     for p in PROMOTIONS {
-        let mut g = group("udp", p);
+        let mut g = lane("udp", p);
         let addrs: Vec<std::net::SocketAddr> = (0..4)
             .map(|_| {
                 UdpSocket::bind("127.0.0.1:0")
@@ -134,7 +134,7 @@ fn zero_allocations_udp() {
 fn zero_allocations_tcp_stream() {
     let _l = util::rt_lock();
     for p in PROMOTIONS {
-        let mut g = group("tcp", p);
+        let mut g = lane("tcp", p);
         let addr = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -183,7 +183,7 @@ fn zero_allocations_framed_stream() {
     use lfrt::stream::{Flow, Framed, Limits, Output};
     let _l = util::rt_lock();
     for p in PROMOTIONS {
-        let rt = util::runtime(RtMode::BestEffort, false, vec![group("stream", p)]);
+        let rt = util::runtime(RtMode::BestEffort, false, vec![lane("stream", p)]);
         let reg = rt.lane("stream").unwrap().registry();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -244,7 +244,7 @@ fn accepting_connections_allocates_nothing() {
     let _l = util::rt_lock();
     for framed in [false, true] {
         let what = if framed { "Framed" } else { "tcp-echo" };
-        let mut g = group("accept", Promotion::Priority);
+        let mut g = lane("accept", Promotion::Priority);
         // One thread: its warm-up (WARMUP_DISPATCHES) ends after about 20 connections.
         g.threads = 1;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -321,7 +321,7 @@ fn accepting_connections_allocates_nothing() {
 fn zero_allocations_timerfd() {
     let _l = util::rt_lock();
     for p in PROMOTIONS {
-        let rt = util::runtime(RtMode::BestEffort, false, vec![group("timer", p)]);
+        let rt = util::runtime(RtMode::BestEffort, false, vec![lane("timer", p)]);
         let reg = rt.lane("timer").unwrap().registry();
         let first = lfrt::os::now_ns() + 5_000_000;
         for k in 0..4 {
@@ -351,7 +351,7 @@ impl EventHandler for Take {
 fn zero_allocations_eventfd() {
     let _l = util::rt_lock();
     for p in PROMOTIONS {
-        let rt = util::runtime(RtMode::BestEffort, false, vec![group("efd", p)]);
+        let rt = util::runtime(RtMode::BestEffort, false, vec![lane("efd", p)]);
         let reg = rt.lane("efd").unwrap().registry();
         let writers: Vec<OwnedFd> = (0..4)
             .map(|_| {
@@ -377,7 +377,7 @@ fn zero_allocations_eventfd() {
 #[test]
 fn locked_memory_pool_threads_do_not_fault_in_steady_state() {
     let _l = util::rt_lock();
-    let mut g = group("mlock", Promotion::Priority);
+    let mut g = lane("mlock", Promotion::Priority);
     let addr = UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -417,7 +417,7 @@ fn locked_memory_pool_threads_do_not_fault_in_steady_state() {
 #[test]
 fn telemetry_samples_are_all_accounted_for() {
     let _l = util::rt_lock();
-    let mut g = group("tele", Promotion::Priority);
+    let mut g = lane("tele", Promotion::Priority);
     g.handlers.push(HandlerConfig::Timer {
         interval_us: 100,
         count: 3,
@@ -428,13 +428,13 @@ fn telemetry_samples_are_all_accounted_for() {
     assert!(util::wait_until(30, || rt.metrics()[0].dispatched > 20_000));
     let m = rt.shutdown().unwrap();
     let recorded = rt.telemetry().with(|r| r.recorded);
-    let per_group: u64 = rt.telemetry().with(|r| r.groups[0].latency.len());
+    let per_lane: u64 = rt.telemetry().with(|r| r.lanes[0].latency.len());
     let per_timer: u64 = rt
         .telemetry()
         .with(|r| r.timers.values().map(|h| h.latency.len()).sum());
     assert_eq!(m[0].samples, m[0].dispatched);
     assert_eq!(m[0].samples, recorded + m[0].samples_dropped, "{m:?}");
-    assert_eq!(per_group, recorded);
+    assert_eq!(per_lane, recorded);
     assert_eq!(
         per_timer, recorded,
         "every timer sample carries its expiry as origin"
@@ -486,12 +486,12 @@ fn watchdog_reports_and_demotes_an_overrunning_handler() {
     }
     let cpus = lfrt::os::available_cpus();
     let last = *cpus.last().unwrap();
-    let mut slow = GroupConfig::new("slow", Policy::Fifo, 10);
+    let mut slow = LaneConfig::new("slow", Policy::Fifo, 10);
     slow.threads = 1;
     slow.cpus = Some(vec![last]);
     slow.budget_us = Some(5_000);
     slow.on_overrun = OnOverrun::Demote;
-    let mut fast = GroupConfig::new("fast", Policy::Fifo, 20);
+    let mut fast = LaneConfig::new("fast", Policy::Fifo, 20);
     fast.threads = 1;
     fast.cpus = Some(vec![cpus[0]]);
     fast.handlers.push(HandlerConfig::Timer {
@@ -502,7 +502,7 @@ fn watchdog_reports_and_demotes_an_overrunning_handler() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        groups: vec![slow, fast],
+        lanes: vec![slow, fast],
         bands: Vec::new(),
     })
     .unwrap();
@@ -551,7 +551,7 @@ fn watchdog_reports_and_demotes_an_overrunning_handler() {
     // The other lane's 1 ms timer kept firing while this one overran (for at least 10 ms).
     assert!(
         fast_after > fast_before + 5,
-        "the other group stopped dispatching during the overrun: {fast_before} -> {fast_after}"
+        "the other lane stopped dispatching during the overrun: {fast_before} -> {fast_after}"
     );
 }
 
@@ -585,7 +585,7 @@ fn watchdog_keeps_its_own_nice_after_a_demotion() {
     if !util::rt_allowed("watchdog_keeps_its_own_nice_after_a_demotion", 10) {
         return;
     }
-    let mut slow = GroupConfig::new("slow", Policy::Fifo, 10);
+    let mut slow = LaneConfig::new("slow", Policy::Fifo, 10);
     slow.threads = 1;
     slow.cpus = Some(vec![*lfrt::os::available_cpus().last().unwrap()]);
     slow.budget_us = Some(5_000);
@@ -593,7 +593,7 @@ fn watchdog_keeps_its_own_nice_after_a_demotion() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        groups: vec![slow],
+        lanes: vec![slow],
         bands: Vec::new(),
     })
     .unwrap();
@@ -766,7 +766,7 @@ impl EventHandler for Allocating {
 #[test]
 fn an_allocating_handler_is_reported() {
     let _l = util::rt_lock();
-    let mut g = group("alloc", Promotion::Priority);
+    let mut g = lane("alloc", Promotion::Priority);
     g.threads = 1;
     let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     let n = Notifier::new().unwrap();
@@ -786,13 +786,13 @@ fn an_allocating_handler_is_reported() {
     assert!(m[0].pool_allocations.is_some_and(|n| n >= 500), "{m:?}");
 }
 
-/// Before any pool thread of a group has made `WARMUP_DISPATCHES` dispatches, its allocation
+/// Before any pool thread of a lane has made `WARMUP_DISPATCHES` dispatches, its allocation
 /// and page-fault counters are "not measured" (`None`, JSON `null`), never a zero that looks
 /// like a clean measurement.
 #[test]
 fn hygiene_counters_before_warmup_are_not_measured() {
     let _l = util::rt_lock();
-    let mut g = group("cold", Promotion::Priority);
+    let mut g = lane("cold", Promotion::Priority);
     g.threads = 2;
     let mut rt = util::runtime(RtMode::BestEffort, false, vec![g]);
     let n = Notifier::new().unwrap();
@@ -841,13 +841,13 @@ fn zero_allocations_banded_sockets() {
         .unwrap()
         .port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut control = group("control", Promotion::Priority);
+    let mut control = lane("control", Promotion::Priority);
     control.priority = 20;
-    let bulk = group("bulk", Promotion::Priority);
+    let bulk = lane("bulk", Promotion::Priority);
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        groups: vec![control, bulk],
+        lanes: vec![control, bulk],
         bands: vec![BandConfig {
             bind: addr,
             classify: BandClassify::Dscp(
@@ -908,18 +908,18 @@ fn zero_allocations_borrowed() {
     if !util::rt_allowed("zero_allocations_borrowed", 60) {
         return;
     }
-    let mut high = GroupConfig::new("high", Policy::Fifo, 60);
+    let mut high = LaneConfig::new("high", Policy::Fifo, 60);
     high.threads = 1;
     high.buffer_bytes = 2048;
     high.borrow_from = vec!["low".into()];
     high.max_borrowed = Some(2);
-    let mut low = GroupConfig::new("low", Policy::Fifo, 20);
+    let mut low = LaneConfig::new("low", Policy::Fifo, 20);
     low.threads = 2;
     low.buffer_bytes = 2048;
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        groups: vec![high, low],
+        lanes: vec![high, low],
         bands: Vec::new(),
     })
     .unwrap();

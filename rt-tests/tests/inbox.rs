@@ -34,7 +34,7 @@ fn post_until_taken(poster: &Poster<u64>, mut value: u64) -> u64 {
 }
 
 /// 4 producer threads × 10,000 sequence-numbered values into one 64-slot inbox on a 2-thread
-/// lane: each value arrives exactly once, and the group's `inbox_refused` equals the `Full`
+/// lane: each value arrives exactly once, and the lane's `inbox_refused` equals the `Full`
 /// results the producers saw (including refusals forced before the lane started, so the count
 /// is never trivially zero).
 #[test]
@@ -107,7 +107,7 @@ fn every_value_is_delivered_exactly_once_and_refusals_are_counted() {
     assert_eq!(
         m[0].inbox_refused,
         refused + forced,
-        "the group counts what the producers were handed back"
+        "the lane counts what the producers were handed back"
     );
     eprintln!(
         "{expected} values delivered once each; {} refusals; {} dispatches",

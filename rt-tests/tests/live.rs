@@ -21,26 +21,26 @@ fn tmp(name: &str, body: &str) -> std::path::PathBuf {
     p
 }
 
-/// Two groups of timers at normal priority: nothing here needs RT privilege, and the load is a
+/// Two lanes of timers at normal priority: nothing here needs RT privilege, and the load is a
 /// few hundred events a second.
 const CONFIG: &str = r#"
 [runtime]
 rt = "best-effort"
 
-[[group]]
+[[lane]]
 name = "control"
 policy = "other"
 threads = 2
 max_tasks = 4
-[[group.handler]]
+[[lane.handler]]
 kind = "timer"
 interval_us = 2000
 
-[[group]]
+[[lane]]
 name = "bulk"
 policy = "other"
 threads = 1
-[[group.handler]]
+[[lane.handler]]
 kind = "timer"
 interval_us = 5000
 "#;
@@ -86,7 +86,7 @@ fn parser_available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// A scrape taken during a real `lfrt run` parses with a real parser and carries, per group,
+/// A scrape taken during a real `lfrt run` parses with a real parser and carries, per lane,
 /// the counters, the latency histogram and the applied policy.
 #[test]
 fn metrics_scraped_during_a_run_parse_with_prometheus_client() {
@@ -106,7 +106,7 @@ fn metrics_scraped_during_a_run_parse_with_prometheus_client() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Scrape until both groups have dispatched (the first snapshot is taken at the start).
+    // Scrape until both lanes have dispatched (the first snapshot is taken at the start).
     let deadline = Instant::now() + Duration::from_secs(3);
     let mut body = String::new();
     while Instant::now() < deadline {
@@ -114,8 +114,8 @@ fn metrics_scraped_during_a_run_parse_with_prometheus_client() {
             let (head, b) = answer.split_once("\r\n\r\n").expect("HTTP head");
             assert!(head.starts_with("HTTP/1.0 200 OK"), "{head}");
             assert!(head.contains("application/openmetrics-text"), "{head}");
-            if b.contains("lfrt_group_dispatched_total{group=\"bulk\"}")
-                && !b.contains("lfrt_group_dispatched_total{group=\"bulk\"} 0\n")
+            if b.contains("lfrt_lane_dispatched_total{lane=\"bulk\"}")
+                && !b.contains("lfrt_lane_dispatched_total{lane=\"bulk\"} 0\n")
             {
                 body = b.to_string();
                 break;
@@ -158,8 +158,8 @@ fn metrics_scraped_during_a_run_parse_with_prometheus_client() {
             .unwrap()
     };
     for g in ["control", "bulk"] {
-        let lg = format!("{{group={g}}}");
-        let dispatched = value("lfrt_group_dispatched", "lfrt_group_dispatched_total", &lg);
+        let lg = format!("{{lane={g}}}");
+        let dispatched = value("lfrt_lane_dispatched", "lfrt_lane_dispatched_total", &lg);
         assert!(dispatched > 0.0, "{g}: {samples}");
         for counter in [
             "promotions",
@@ -180,18 +180,18 @@ fn metrics_scraped_during_a_run_parse_with_prometheus_client() {
             "samples_dropped",
             "stale_events",
         ] {
-            let family = format!("lfrt_group_{counter}");
+            let family = format!("lfrt_lane_{counter}");
             value(&family, &format!("{family}_total"), &lg);
         }
-        let h = "lfrt_group_dispatch_latency_seconds";
+        let h = "lfrt_lane_dispatch_latency_seconds";
         let count = value(h, &format!("{h}_count"), &lg);
-        let inf = value(h, &format!("{h}_bucket"), &format!("{{group={g},le=+Inf}}"));
+        let inf = value(h, &format!("{h}_bucket"), &format!("{{lane={g},le=+Inf}}"));
         assert_eq!(count, inf, "{g}: +Inf bucket holds every value");
         assert!(count > 0.0, "{g}");
         // Timers take no datagrams: the arrival histogram is there, and empty.
-        let h = "lfrt_group_arrival_latency_seconds";
+        let h = "lfrt_lane_arrival_latency_seconds";
         assert_eq!(value(h, &format!("{h}_count"), &lg), 0.0, "{g}");
-        // The task table's counters, for the group that has one only.
+        // The task table's counters, for the lane that has one only.
         for counter in [
             "spawned",
             "completed",
@@ -202,27 +202,27 @@ fn metrics_scraped_during_a_run_parse_with_prometheus_client() {
             "polls",
             "turns",
         ] {
-            let family = format!("lfrt_group_tasks_{counter}");
+            let family = format!("lfrt_lane_tasks_{counter}");
             let sample = format!("{family}_total");
             let has = samples
                 .lines()
                 .any(|l| l.starts_with(&format!("{family} counter {sample} {lg} ")));
             assert_eq!(has, g == "control", "{g} {counter}: {samples}");
         }
-        let sched = format!("lfrt_thread_sched info lfrt_thread_sched_info {{group={g},sched=");
+        let sched = format!("lfrt_thread_sched info lfrt_thread_sched_info {{lane={g},sched=");
         assert!(samples.contains(&sched), "{g}: {samples}");
     }
     assert!(
         samples
             .lines()
-            .any(|l| l.ends_with("{group=control,sched=other nice 0,thread=1} 1")),
+            .any(|l| l.ends_with("{lane=control,sched=other nice 0,thread=1} 1")),
         "{samples}"
     );
 }
 
 /// `--status` to a pipe appends one block a second: a 3 s run prints at least two (at 1 s, 2 s
 /// and normally 3 s; a main thread delayed past a whole second skips one), each with a line
-/// per group and numeric events/s, p99 and drops.
+/// per lane and numeric events/s, p99 and drops.
 #[test]
 fn status_to_a_pipe_prints_a_block_each_second() {
     let _l = util::rt_lock();
@@ -240,7 +240,7 @@ fn status_to_a_pipe_prints_a_block_each_second() {
         let lines: Vec<&str> = b.lines().collect();
         assert!(lines[1]
             .split_whitespace()
-            .eq(["group", "events/s", "p99_us", "drops"]));
+            .eq(["lane", "events/s", "p99_us", "drops"]));
         for (line, g) in lines[2..4].iter().zip(["control", "bulk"]) {
             let f: Vec<&str> = line.split_whitespace().collect();
             assert_eq!(f[0], g, "{b}");
@@ -253,8 +253,8 @@ fn status_to_a_pipe_prints_a_block_each_second() {
     }
 }
 
-/// The run summary and `--json` carry a group's task counters: a line `NAME tasks: …` and
-/// `metrics.tasks` for the group with a task table, nothing (`null`) for the one without.
+/// The run summary and `--json` carry a lane's task counters: a line `NAME tasks: …` and
+/// `metrics.tasks` for the lane with a task table, nothing (`null`) for the one without.
 #[test]
 fn the_run_summary_and_json_carry_task_counters() {
     let _l = util::rt_lock();
@@ -280,7 +280,7 @@ fn the_run_summary_and_json_carry_task_counters() {
     );
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let tasks = |name: &str| {
-        v["groups"]
+        v["lanes"]
             .as_array()
             .unwrap()
             .iter()

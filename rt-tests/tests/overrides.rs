@@ -27,11 +27,11 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// The plan line of a group.
-fn group_line(plan: &str, name: &str) -> String {
+/// The plan line of a lane.
+fn lane_line(plan: &str, name: &str) -> String {
     plan.lines()
-        .find(|l| l.starts_with(&format!("group {name} ")))
-        .unwrap_or_else(|| panic!("no group {name}: {plan}"))
+        .find(|l| l.starts_with(&format!("lane {name} ")))
+        .unwrap_or_else(|| panic!("no lane {name}: {plan}"))
         .to_string()
 }
 
@@ -41,37 +41,34 @@ const FILE: &str = "configs/default.toml";
 fn flag_beats_environment_beats_file() {
     let plan = stdout(&lfrt(&["check", FILE], &[]));
     assert!(
-        group_line(&plan, "control").contains("priority=80 "),
+        lane_line(&plan, "control").contains("priority=80 "),
         "{plan}"
     );
-    let env = [(
-        "LFRT_SET",
-        "group.control.priority=85;\ngroup.bulk.cpus=[1]",
-    )];
+    let env = [("LFRT_SET", "lane.control.priority=85;\nlane.bulk.cpus=[1]")];
     let plan = stdout(&lfrt(&["check", FILE], &env));
     assert!(
-        group_line(&plan, "control").contains("priority=85 "),
+        lane_line(&plan, "control").contains("priority=85 "),
         "{plan}"
     );
-    assert!(group_line(&plan, "bulk").contains("cpus=[1] "), "{plan}");
+    assert!(lane_line(&plan, "bulk").contains("cpus=[1] "), "{plan}");
     let plan = stdout(&lfrt(
-        &["check", FILE, "--set", "group.control.priority=90"],
+        &["check", FILE, "--set", "lane.control.priority=90"],
         &env,
     ));
     assert!(
-        group_line(&plan, "control").contains("priority=90 "),
+        lane_line(&plan, "control").contains("priority=90 "),
         "{plan}"
     );
     assert!(
-        group_line(&plan, "bulk").contains("cpus=[1] "),
+        lane_line(&plan, "bulk").contains("cpus=[1] "),
         "env still applies: {plan}"
     );
     // LFRT_CONFIG names the file when no CONFIG is given.
     let plan = stdout(&lfrt(
-        &["check", "--set", "group.bulk.threads=1"],
+        &["check", "--set", "lane.bulk.threads=1"],
         &[("LFRT_CONFIG", FILE)],
     ));
-    assert!(group_line(&plan, "bulk").contains("threads=1 "), "{plan}");
+    assert!(lane_line(&plan, "bulk").contains("threads=1 "), "{plan}");
 }
 
 #[test]
@@ -81,11 +78,11 @@ fn plan_says_where_each_overridden_value_came_from() {
             "check",
             FILE,
             "--set",
-            "group.control.priority=90",
+            "lane.control.priority=90",
             "--set",
-            "group.bulk.cpus=[1]",
+            "lane.bulk.cpus=[1]",
         ],
-        &[("LFRT_SET", "group.bulk.threads=1")],
+        &[("LFRT_SET", "lane.bulk.threads=1")],
     ));
     let line = |path: &str| {
         plan.lines()
@@ -94,15 +91,15 @@ fn plan_says_where_each_overridden_value_came_from() {
             .to_string()
     };
     assert_eq!(
-        line("group[0].priority"),
-        "override group[0].priority from --set group.control.priority=90 (replaces configs/default.toml:12)"
+        line("lane[0].priority"),
+        "override lane[0].priority from --set lane.control.priority=90 (replaces configs/default.toml:12)"
     );
     assert_eq!(
-        line("group[1].threads"),
-        "override group[1].threads from LFRT_SET group.bulk.threads=1 (replaces configs/default.toml:29)"
+        line("lane[1].threads"),
+        "override lane[1].threads from LFRT_SET lane.bulk.threads=1 (replaces configs/default.toml:29)"
     );
     assert!(
-        line("group[1].cpus").ends_with("(not in the file)"),
+        line("lane[1].cpus").ends_with("(not in the file)"),
         "{plan}"
     );
     assert_eq!(plan.matches("override ").count(), 3, "{plan}");
@@ -111,45 +108,45 @@ fn plan_says_where_each_overridden_value_came_from() {
 #[test]
 fn errors_name_the_override() {
     let e = stderr(&lfrt(
-        &["check", FILE, "--set", "group.control.priority=900"],
+        &["check", FILE, "--set", "lane.control.priority=900"],
         &[],
     ));
     assert!(
-        e.starts_with("lfrt: invalid `--set group.control.priority=900`: "),
+        e.starts_with("lfrt: invalid `--set lane.control.priority=900`: "),
         "{e}"
     );
     // A value serde accepts but validation refuses.
     let e = stderr(&lfrt(
-        &["check", FILE, "--set", "group.control.cpus=[4096]"],
+        &["check", FILE, "--set", "lane.control.cpus=[4096]"],
         &[],
     ));
     assert!(
-        e.starts_with("lfrt: invalid `--set group.control.cpus=[4096]`: "),
+        e.starts_with("lfrt: invalid `--set lane.control.cpus=[4096]`: "),
         "{e}"
     );
     let e = stderr(&lfrt(
         &["check", FILE],
-        &[("LFRT_SET", "group.control.threads=0")],
+        &[("LFRT_SET", "lane.control.threads=0")],
     ));
     assert!(
-        e.starts_with("lfrt: invalid `LFRT_SET group.control.threads=0`: "),
+        e.starts_with("lfrt: invalid `LFRT_SET lane.control.threads=0`: "),
         "{e}"
     );
     let e = stderr(&lfrt(
         &["check", FILE],
-        &[("LFRT_SET", "group.nope.priority=1")],
+        &[("LFRT_SET", "lane.nope.priority=1")],
     ));
-    assert!(e.contains("no [[group]] named `nope`"), "{e}");
-    let e = stderr(&lfrt(&["check", FILE, "--set", "group.bulk.wokers=1"], &[]));
+    assert!(e.contains("no [[lane]] named `nope`"), "{e}");
+    let e = stderr(&lfrt(&["check", FILE, "--set", "lane.bulk.wokers=1"], &[]));
     assert!(
-        e.starts_with("lfrt: invalid `--set group.bulk.wokers=1`: unknown field"),
+        e.starts_with("lfrt: invalid `--set lane.bulk.wokers=1`: unknown field"),
         "{e}"
     );
     let e = stderr(&lfrt(&["check", FILE, "--set", "priority"], &[]));
     assert!(e.contains("PATH=VALUE"), "{e}");
     // An error the override did not cause still names the file and line.
     let e = stderr(&lfrt(
-        &["check", FILE, "--set", "group.control.priority=20"],
+        &["check", FILE, "--set", "lane.control.priority=20"],
         &[],
     ));
     assert!(e.contains("configs/default.toml:"), "{e}");
@@ -159,20 +156,20 @@ fn errors_name_the_override() {
             "check",
             FILE,
             "--set",
-            "group.control.priority=900",
+            "lane.control.priority=900",
             "--set",
-            "group.control.priority=70",
+            "lane.control.priority=70",
         ],
         &[],
     ));
     assert!(
-        group_line(&plan, "control").contains("priority=70 "),
+        lane_line(&plan, "control").contains("priority=70 "),
         "{plan}"
     );
 }
 
-/// `group.NAME.handler[I].KEY` reaches a `[[group.handler]]`'s fields through the same
-/// validation, errors and provenance as a group's own fields.
+/// `lane.NAME.handler[I].KEY` reaches a `[[lane.handler]]`'s fields through the same
+/// validation, errors and provenance as a lane's own fields.
 #[test]
 fn handler_fields_are_overridden_too() {
     let plan = stdout(&lfrt(
@@ -180,11 +177,11 @@ fn handler_fields_are_overridden_too() {
             "check",
             FILE,
             "--set",
-            "group.bulk.handler[0].bind=127.0.0.1:0",
+            "lane.bulk.handler[0].bind=127.0.0.1:0",
             "--set",
-            "group.bulk.handler[0].work_us=7",
+            "lane.bulk.handler[0].work_us=7",
         ],
-        &[("LFRT_SET", "group.control.handler[0].interval_us=2000")],
+        &[("LFRT_SET", "lane.control.handler[0].interval_us=2000")],
     ));
     assert!(
         plan.contains("  handler udp-echo bind=127.0.0.1:0 work_us=7\n"),
@@ -198,15 +195,15 @@ fn handler_fields_are_overridden_too() {
             .to_string()
     };
     assert_eq!(
-        line("group[1].handler[0].bind"),
-        "override group[1].handler[0].bind from --set group.bulk.handler[0].bind=127.0.0.1:0 (replaces configs/default.toml:33)"
+        line("lane[1].handler[0].bind"),
+        "override lane[1].handler[0].bind from --set lane.bulk.handler[0].bind=127.0.0.1:0 (replaces configs/default.toml:33)"
     );
     assert_eq!(
-        line("group[0].handler[0].interval_us"),
-        "override group[0].handler[0].interval_us from LFRT_SET group.control.handler[0].interval_us=2000 (replaces configs/default.toml:23)"
+        line("lane[0].handler[0].interval_us"),
+        "override lane[0].handler[0].interval_us from LFRT_SET lane.control.handler[0].interval_us=2000 (replaces configs/default.toml:23)"
     );
     assert!(
-        line("group[1].handler[0].work_us").contains("(replaces configs/default.toml:34)"),
+        line("lane[1].handler[0].work_us").contains("(replaces configs/default.toml:34)"),
         "{plan}"
     );
 
@@ -216,21 +213,21 @@ fn handler_fields_are_overridden_too() {
             "check",
             FILE,
             "--set",
-            "group.control.handler[0].interval_us=1",
+            "lane.control.handler[0].interval_us=1",
         ],
         &[],
     ));
     assert!(
-        e.starts_with("lfrt: invalid `--set group.control.handler[0].interval_us=1`: 1: must be"),
+        e.starts_with("lfrt: invalid `--set lane.control.handler[0].interval_us=1`: 1: must be"),
         "{e}"
     );
     // serde refuses it: not an address; a field of another kind of handler.
     let e = stderr(&lfrt(
         &["check", FILE],
-        &[("LFRT_SET", "group.bulk.handler[0].bind=nowhere")],
+        &[("LFRT_SET", "lane.bulk.handler[0].bind=nowhere")],
     ));
     assert!(
-        e.starts_with("lfrt: invalid `LFRT_SET group.bulk.handler[0].bind=nowhere`: "),
+        e.starts_with("lfrt: invalid `LFRT_SET lane.bulk.handler[0].bind=nowhere`: "),
         "{e}"
     );
     let e = stderr(&lfrt(
@@ -238,25 +235,25 @@ fn handler_fields_are_overridden_too() {
             "check",
             FILE,
             "--set",
-            "group.bulk.handler[0].interval_us=100",
+            "lane.bulk.handler[0].interval_us=100",
         ],
         &[],
     ));
     assert!(
-        e.starts_with("lfrt: invalid `--set group.bulk.handler[0].interval_us=100`: "),
+        e.starts_with("lfrt: invalid `--set lane.bulk.handler[0].interval_us=100`: "),
         "{e}"
     );
     // Only handlers the file has, by a well-formed index.
     let e = stderr(&lfrt(
-        &["check", FILE, "--set", "group.bulk.handler[1].work_us=1"],
+        &["check", FILE, "--set", "lane.bulk.handler[1].work_us=1"],
         &[],
     ));
     assert!(
-        e.contains("group `bulk` has 1 [[group.handler]] table(s); handler[1]"),
+        e.contains("lane `bulk` has 1 [[lane.handler]] table(s); handler[1]"),
         "{e}"
     );
     let e = stderr(&lfrt(
-        &["check", FILE, "--set", "group.bulk.handler[x].work_us=1"],
+        &["check", FILE, "--set", "lane.bulk.handler[x].work_us=1"],
         &[],
     ));
     assert!(e.contains("expected handler[INDEX]"), "{e}");
@@ -290,7 +287,7 @@ fn metrics_flag_is_an_override() {
             "--metrics",
             &addr,
             "--set",
-            "group.bulk.handler[0].bind=127.0.0.1:0",
+            "lane.bulk.handler[0].bind=127.0.0.1:0",
         ],
         &[],
     ));
@@ -321,9 +318,9 @@ fn the_metrics_key_is_the_commands_and_checked_as_run_would_fail_on_it() {
     // handler on 127.0.0.1:`udp`.
     let write = |metrics: &str, tcp: &str, udp: u16| {
         let text = format!(
-            "[runtime]\nmetrics = {metrics}\n\n[[group]]\nname = \"a\"\npolicy = \"other\"\n\
-             priority = 0\n[[group.handler]]\nkind = \"tcp-echo\"\nbind = \"{tcp}\"\n\
-             [[group.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:{udp}\"\n"
+            "[runtime]\nmetrics = {metrics}\n\n[[lane]]\nname = \"a\"\npolicy = \"other\"\n\
+             priority = 0\n[[lane.handler]]\nkind = \"tcp-echo\"\nbind = \"{tcp}\"\n\
+             [[lane.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:{udp}\"\n"
         );
         std::fs::write(&file, text).unwrap();
     };
@@ -361,7 +358,7 @@ fn the_metrics_key_is_the_commands_and_checked_as_run_would_fail_on_it() {
         ),
         (
             format!("\"{tcp}\""),
-            format!("{tcp} collides with {tcp} of `group[0].handler[0].bind`"),
+            format!("{tcp} collides with {tcp} of `lane[0].handler[0].bind`"),
         ),
     ] {
         let e = refused(&metrics, &tcp);
@@ -397,14 +394,14 @@ fn tmp_file(name: &str, text: &str) -> std::path::PathBuf {
     p
 }
 
-/// A file with a `[[band]]` and a bound group, written for one test.
+/// A file with a `[[band]]` and a bound lane, written for one test.
 fn band_file(name: &str) -> std::path::PathBuf {
     tmp_file(
         name,
-        "[[group]]\nname = \"control\"\npriority = 80\n\n\
-         [[group]]\nname = \"bulk\"\npriority = 20\n\n\
-         [[group]]\nname = \"db\"\npriority = 30\nthreads = 2\n\
-         [group.bound]\nconnect = \"127.0.0.1:7100\"\nmax_waiters = 8\n\n\
+        "[[lane]]\nname = \"control\"\npriority = 80\n\n\
+         [[lane]]\nname = \"bulk\"\npriority = 20\n\n\
+         [[lane]]\nname = \"db\"\npriority = 30\nthreads = 2\n\
+         [lane.bound]\nconnect = \"127.0.0.1:7100\"\nmax_waiters = 8\n\n\
          [[band]]\nbind = \"127.0.0.1:0\"\n\
          classify = { dscp = { 46 = \"control\", default = \"bulk\" } }\n\
          work_us = 5\n",
@@ -412,7 +409,7 @@ fn band_file(name: &str) -> std::path::PathBuf {
 }
 
 /// `band[I].KEY` reaches a `[[band]]` (bands have no names: by index, from 0) and
-/// `group.NAME.bound.KEY` a `[group.bound]`, through the same validation, errors and
+/// `lane.NAME.bound.KEY` a `[lane.bound]`, through the same validation, errors and
 /// provenance as every other override.
 #[test]
 fn bands_and_bound_tables_are_overridden_too() {
@@ -427,7 +424,7 @@ fn bands_and_bound_tables_are_overridden_too() {
             "--set",
             "band[0].classify={ dscp = { 10 = \"control\", default = \"bulk\" } }",
             "--set",
-            "group.db.bound.max_waiters=16",
+            "lane.db.bound.max_waiters=16",
         ],
         &[],
     ));
@@ -452,9 +449,9 @@ fn bands_and_bound_tables_are_overridden_too() {
         "{plan}"
     );
     assert_eq!(
-        line("group[2].bound.max_waiters"),
+        line("lane[2].bound.max_waiters"),
         format!(
-            "override group[2].bound.max_waiters from --set group.db.bound.max_waiters=16 \
+            "override lane[2].bound.max_waiters from --set lane.db.bound.max_waiters=16 \
              (replaces {f}:15)"
         )
     );
@@ -482,11 +479,11 @@ fn bands_and_bound_tables_are_overridden_too() {
         "{e}"
     );
     let e = stderr(&lfrt(
-        &["check", f, "--set", "group.db.bound.max_waiters=0"],
+        &["check", f, "--set", "lane.db.bound.max_waiters=0"],
         &[],
     ));
     assert!(
-        e.starts_with("lfrt: invalid `--set group.db.bound.max_waiters=0`: "),
+        e.starts_with("lfrt: invalid `--set lane.db.bound.max_waiters=0`: "),
         "{e}"
     );
     // Only bands and bound tables the file has, by a well-formed index.
@@ -498,10 +495,10 @@ fn bands_and_bound_tables_are_overridden_too() {
     let e = stderr(&lfrt(&["check", f, "--set", "band[x].work_us=1"], &[]));
     assert!(e.contains("expected band[INDEX]"), "{e}");
     let e = stderr(&lfrt(
-        &["check", f, "--set", "group.bulk.bound.max_waiters=4"],
+        &["check", f, "--set", "lane.bulk.bound.max_waiters=4"],
         &[],
     ));
-    assert!(e.contains("group `bulk` has no [group.bound] table"), "{e}");
+    assert!(e.contains("lane `bulk` has no [lane.bound] table"), "{e}");
     // An error the override did not cause names the file and its line there, not the line of
     // the edited document (the band's `work_us` is line 20 of the file).
     let e = stderr(&lfrt(
@@ -509,7 +506,7 @@ fn bands_and_bound_tables_are_overridden_too() {
             "check",
             f,
             "--set",
-            "group.control.priority=81",
+            "lane.control.priority=81",
             "--set",
             "band[0].work_us=9",
         ],
@@ -529,7 +526,7 @@ fn bands_and_bound_tables_are_overridden_too() {
             "check",
             bad.to_str().unwrap(),
             "--set",
-            "group.control.priority=81",
+            "lane.control.priority=81",
         ],
         &[],
     ));
@@ -547,10 +544,10 @@ fn bands_and_bound_tables_are_overridden_too() {
 /// them: the same line, field and message.
 #[test]
 fn a_syntax_error_reads_the_same_with_and_without_overrides() {
-    let file = tmp_file("syntax.toml", "[[group]]\nname = \"a\"\npriority = = 5\n");
+    let file = tmp_file("syntax.toml", "[[lane]]\nname = \"a\"\npriority = = 5\n");
     let f = file.to_str().unwrap();
     let plain = stderr(&lfrt(&["check", f], &[]));
-    let overridden = stderr(&lfrt(&["check", f, "--set", "group.a.threads=2"], &[]));
+    let overridden = stderr(&lfrt(&["check", f, "--set", "lane.a.threads=2"], &[]));
     assert!(plain.starts_with(&format!("lfrt: {f}:3: ")), "{plain}");
     assert_eq!(plain, overridden);
     std::fs::remove_file(&file).unwrap();

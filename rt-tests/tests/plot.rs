@@ -296,20 +296,20 @@ fn polylines(path: &Path) -> Vec<Polyline> {
         .collect()
 }
 
-/// `lfrt run --json` from a real (short, light) run of two groups is drawn as one histogram
-/// per group in its own colour, each with a dashed vertical line at its maximum, to the right
-/// of every bucket of that group; the JSON's histogram holds every sample of its summary.
+/// `lfrt run --json` from a real (short, light) run of two lanes is drawn as one histogram
+/// per lane in its own colour, each with a dashed vertical line at its maximum, to the right
+/// of every bucket of that lane; the JSON's histogram holds every sample of its summary.
 #[test]
-fn run_json_draws_one_series_per_group_with_its_max() {
+fn run_json_draws_one_series_per_lane_with_its_max() {
     let dir = tmp_dir("run");
     let config = dir.join("two.toml");
     std::fs::write(
         &config,
         "[runtime]\nrt = \"best-effort\"\n\n\
-         [[group]]\nname = \"control\"\npriority = 80\nthreads = 2\n\
-         [[group.handler]]\nkind = \"timer\"\ninterval_us = 1000\n\n\
-         [[group]]\nname = \"bulk\"\npriority = 20\nthreads = 1\n\
-         [[group.handler]]\nkind = \"timer\"\ninterval_us = 2000\n",
+         [[lane]]\nname = \"control\"\npriority = 80\nthreads = 2\n\
+         [[lane.handler]]\nkind = \"timer\"\ninterval_us = 1000\n\n\
+         [[lane]]\nname = \"bulk\"\npriority = 20\nthreads = 1\n\
+         [[lane.handler]]\nkind = \"timer\"\ninterval_us = 2000\n",
     )
     .unwrap();
     let json = dir.join("run.json");
@@ -329,11 +329,11 @@ fn run_json_draws_one_series_per_group_with_its_max() {
     }
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let groups = v["groups"].as_array().unwrap();
-    assert_eq!(groups.len(), 2);
+    let lanes = v["lanes"].as_array().unwrap();
+    assert_eq!(lanes.len(), 2);
     // (legend label prefix, max in µs, last bucket start in µs)
     let mut expected = Vec::new();
-    for g in groups {
+    for g in lanes {
         let h = &g["latency_histogram"];
         assert_eq!(h["bucket_ns"], 1000, "{h}");
         let counts = h["counts"].as_array().unwrap();
@@ -359,7 +359,7 @@ fn run_json_draws_one_series_per_group_with_its_max() {
         svg.texts
     );
     let labels: Vec<&String> = svg.texts.iter().filter(|t| t.contains(", max ")).collect();
-    assert_eq!(labels.len(), 2, "one legend entry per group: {labels:?}");
+    assert_eq!(labels.len(), 2, "one legend entry per lane: {labels:?}");
     let lines = polylines(&svg_path);
     let mut colors = Vec::new();
     for (prefix, max_us) in &expected {
@@ -415,14 +415,14 @@ fn run_json_draws_one_series_per_group_with_its_max() {
         }
     } else {
         util::skip(
-            "run_json_draws_one_series_per_group_with_its_max (PNG half)",
+            "run_json_draws_one_series_per_lane_with_its_max (PNG half)",
             &format!("{FONT} missing (Debian fonts-dejavu-core; CI installs it)"),
         );
     }
 
     // A run JSON without histograms says what is missing.
     let mut old = v.clone();
-    for g in old["groups"].as_array_mut().unwrap() {
+    for g in old["lanes"].as_array_mut().unwrap() {
         g.as_object_mut().unwrap().remove("latency_histogram");
     }
     let old_path = dir.join("old.json");

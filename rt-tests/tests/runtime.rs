@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn cfg(groups: Vec<GroupConfig>) -> RuntimeConfig {
+fn cfg(lanes: Vec<LaneConfig>) -> RuntimeConfig {
     RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        groups,
+        lanes,
         bands: Vec::new(),
     }
 }
@@ -140,7 +140,7 @@ fn every_event_dispatched_exactly_once_concurrent() {
 }
 
 /// Sequence-numbered datagrams on 8 sockets and eventfd increments on 4 notifiers, from
-/// parallel clients into a 4-thread group: each datagram is seen exactly once, no increment
+/// parallel clients into a 4-thread lane: each datagram is seen exactly once, no increment
 /// is lost or counted twice, and no handle is ever dispatched on two threads at once.
 fn exactly_once(promotion: Promotion) {
     let _l = util::rt_lock();
@@ -148,7 +148,7 @@ fn exactly_once(promotion: Promotion) {
     const PER_SOCKET: u64 = 5_000;
     const NOTIFIERS: usize = 4;
     const NOTES: u64 = 20_000;
-    let mut g = GroupConfig::new("exact", Policy::Fifo, 10);
+    let mut g = LaneConfig::new("exact", Policy::Fifo, 10);
     g.threads = 4;
     g.promotion = promotion;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
@@ -245,16 +245,16 @@ fn threads_run_at_configured_policy_priority_and_cpus() {
     }
     let cpus = lfrt::os::available_cpus();
     let last = *cpus.last().unwrap();
-    let mut hi = GroupConfig::new("hi", Policy::Fifo, 30);
+    let mut hi = LaneConfig::new("hi", Policy::Fifo, 30);
     hi.threads = 2;
     hi.thread_priorities = Some(vec![30, 25]);
     hi.cpus = Some(vec![last]);
-    let mut lo = GroupConfig::new("lo", Policy::Rr, 10);
+    let mut lo = LaneConfig::new("lo", Policy::Rr, 10);
     lo.threads = 1;
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        groups: vec![hi, lo],
+        lanes: vec![hi, lo],
         bands: Vec::new(),
     })
     .unwrap();
@@ -286,7 +286,7 @@ fn required_rt_without_privilege_names_what_is_missing() {
     let conf = dir.join("req.toml");
     std::fs::write(
         &conf,
-        "[runtime]\nrt = \"required\"\n[[group]]\nname = \"g\"\npriority = 50\nthreads = 1\n",
+        "[runtime]\nrt = \"required\"\n[[lane]]\nname = \"g\"\npriority = 50\nthreads = 1\n",
     )
     .unwrap();
     let test = "required_rt_without_privilege_names_what_is_missing";
@@ -334,7 +334,7 @@ impl EventHandler for Boom {
 #[test]
 fn handler_panic_keeps_the_pool_serving() {
     let _l = util::rt_lock();
-    let mut g = GroupConfig::new("p", Policy::Fifo, 10);
+    let mut g = LaneConfig::new("p", Policy::Fifo, 10);
     g.threads = 2;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -373,7 +373,7 @@ fn deadline_lane_runs_under_sched_deadline_with_its_reservation() {
         return;
     }
     let _l = util::rt_lock();
-    let mut g = GroupConfig::new("ctl", Policy::Deadline, 90);
+    let mut g = LaneConfig::new("ctl", Policy::Deadline, 90);
     g.threads = 2;
     g.deadline = Some(Deadline {
         runtime_us: 200,
@@ -388,7 +388,7 @@ fn deadline_lane_runs_under_sched_deadline_with_its_reservation() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        groups: vec![g],
+        lanes: vec![g],
         bands: Vec::new(),
     })
     .unwrap();
@@ -421,7 +421,7 @@ fn a_narrowed_affinity_is_not_reported_as_a_missing_privilege() {
         return;
     }
     let _l = util::rt_lock();
-    let mut g = GroupConfig::new("ctl", Policy::Deadline, 90);
+    let mut g = LaneConfig::new("ctl", Policy::Deadline, 90);
     g.threads = 1;
     g.deadline = Some(Deadline {
         runtime_us: 200,
@@ -431,7 +431,7 @@ fn a_narrowed_affinity_is_not_reported_as_a_missing_privilege() {
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::Required,
         lock_memory: false,
-        groups: vec![g],
+        lanes: vec![g],
         bands: Vec::new(),
     })
     .unwrap();
@@ -485,7 +485,7 @@ impl Drop for Fragile {
 #[test]
 fn panics_in_interest_and_drop_do_not_kill_the_pool_thread() {
     let _l = util::rt_lock();
-    let mut g = GroupConfig::new("p", Policy::Fifo, 10);
+    let mut g = LaneConfig::new("p", Policy::Fifo, 10);
     g.threads = 1;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
     let reg = rt.lane("p").unwrap().registry();
@@ -569,7 +569,7 @@ fn best_effort_without_privilege_reports_the_kernels_policy_and_keeps_lane_order
     assert!(stderr.contains("NOT isolated"), "{stderr}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let sched = |name: &str| -> Vec<String> {
-        v["groups"]
+        v["lanes"]
             .as_array()
             .unwrap()
             .iter()
@@ -608,7 +608,7 @@ fn shutdown_under_full_load_returns_and_closes_fds() {
         probe.local_addr().unwrap().port()
     };
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut g = GroupConfig::new("busy", Policy::Fifo, 10);
+    let mut g = LaneConfig::new("busy", Policy::Fifo, 10);
     g.threads = 3;
     g.handlers.push(HandlerConfig::UdpEcho {
         bind: addr,
@@ -669,7 +669,7 @@ impl EventHandler for StrictCounter {
 #[test]
 fn handles_added_and_removed_while_running_never_see_stale_events() {
     let _l = util::rt_lock();
-    let mut g = GroupConfig::new("churn", Policy::Fifo, 10);
+    let mut g = LaneConfig::new("churn", Policy::Fifo, 10);
     g.threads = 3;
     g.max_handles = 4;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
@@ -711,25 +711,25 @@ fn handles_added_and_removed_while_running_never_see_stale_events() {
 fn invalid_configs_start_nothing() {
     // Each bad setting is rejected by Runtime::new with its own field, before any thread runs.
     let held = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let base = || GroupConfig::new("a", Policy::Fifo, 20);
+    let base = || LaneConfig::new("a", Policy::Fifo, 20);
     type Mutation = Box<dyn Fn(&mut RuntimeConfig)>;
     let cases: Vec<(&str, Mutation)> = vec![
-        ("group[0].priority", Box::new(|c| c.groups[0].priority = 0)),
+        ("lane[0].priority", Box::new(|c| c.lanes[0].priority = 0)),
         (
-            "group[1].priority",
-            Box::new(|c| c.groups.push(GroupConfig::new("b", Policy::Fifo, 20))),
+            "lane[1].priority",
+            Box::new(|c| c.lanes.push(LaneConfig::new("b", Policy::Fifo, 20))),
         ),
         (
-            "group[0].cpus",
-            Box::new(|c| c.groups[0].cpus = Some(vec![4095])),
+            "lane[0].cpus",
+            Box::new(|c| c.lanes[0].cpus = Some(vec![4095])),
         ),
-        ("group[0].threads", Box::new(|c| c.groups[0].threads = 0)),
+        ("lane[0].threads", Box::new(|c| c.lanes[0].threads = 0)),
         (
-            "group[0].handler[0].bind",
+            "lane[0].handler[0].bind",
             Box::new({
                 let a = held.local_addr().unwrap();
                 move |c| {
-                    c.groups[0].handlers.push(HandlerConfig::UdpEcho {
+                    c.lanes[0].handlers.push(HandlerConfig::UdpEcho {
                         bind: a,
                         work_us: 0,
                     })
@@ -778,9 +778,9 @@ impl EventHandler for Gate {
 #[test]
 fn a_busy_low_lane_does_not_hold_up_the_high_lane() {
     let _l = util::rt_lock();
-    let mut high = GroupConfig::new("high", Policy::Fifo, 30);
+    let mut high = LaneConfig::new("high", Policy::Fifo, 30);
     high.threads = 1;
-    let mut low = GroupConfig::new("low", Policy::Fifo, 10);
+    let mut low = LaneConfig::new("low", Policy::Fifo, 10);
     low.threads = 1;
     let mut rt = Runtime::new(cfg(vec![high, low])).unwrap();
     let (entered, release) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -865,7 +865,7 @@ impl Drop for SelfRemover {
 #[test]
 fn a_handler_deregistering_its_own_handle_is_removed_after_it_returns() {
     let _l = util::rt_lock();
-    let mut g = GroupConfig::new("selfrm", Policy::Fifo, 10);
+    let mut g = LaneConfig::new("selfrm", Policy::Fifo, 10);
     g.threads = 2;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
     let reg = rt.lane("selfrm").unwrap().registry();
@@ -912,7 +912,7 @@ fn a_handler_deregistering_its_own_handle_is_removed_after_it_returns() {
     assert_eq!(dropped.load(SeqCst), 1);
 }
 
-/// Names (`comm`) of this process's lfrt threads: pool threads (`lf-<group>-<n>`) and helpers
+/// Names (`comm`) of this process's lfrt threads: pool threads (`lf-<lane>-<n>`) and helpers
 /// (`lfrt-collector`, `lfrt-watchdog`). Every test that runs a runtime holds `rt_lock`, so
 /// under it these can only belong to the calling test. A thread names itself when it starts,
 /// so one spawned a moment ago may not show yet: the tests compare the thread count too.
@@ -939,7 +939,7 @@ fn new_starts_no_thread() {
     let _l = util::rt_lock();
     assert_eq!(lfrt_threads(), Vec::<String>::new(), "left by another test");
     let before = tasks();
-    let mut g = GroupConfig::new("idle", Policy::Fifo, 10);
+    let mut g = LaneConfig::new("idle", Policy::Fifo, 10);
     g.threads = 2;
     g.budget_us = Some(1000);
     g.handlers.push(HandlerConfig::Timer {
@@ -960,7 +960,7 @@ fn new_starts_no_thread() {
     assert_eq!(tasks(), before);
 }
 
-/// A start that fails after its threads are running (here: the group's only handle slot is
+/// A start that fails after its threads are running (here: the lane's only handle slot is
 /// taken, so registering the built-in timer fails) stops every thread it started, pool
 /// threads and helpers, before it returns the error.
 #[test]
@@ -968,7 +968,7 @@ fn a_failed_start_leaves_no_thread_running() {
     let _l = util::rt_lock();
     assert_eq!(lfrt_threads(), Vec::<String>::new(), "left by another test");
     let before = tasks();
-    let mut g = GroupConfig::new("startfail", Policy::Fifo, 10);
+    let mut g = LaneConfig::new("startfail", Policy::Fifo, 10);
     g.threads = 2;
     g.max_handles = 1;
     g.budget_us = Some(1000); // so the watchdog runs too
@@ -1017,7 +1017,7 @@ fn a_leader_defers_its_promotion_only_after_a_wait_that_drained_the_set() {
     }
     let cpu = *lfrt::os::available_cpus().last().unwrap();
     for (handles, drained) in [(3u64, true), (40, false)] {
-        let mut g = GroupConfig::new("defer", Policy::Fifo, 10);
+        let mut g = LaneConfig::new("defer", Policy::Fifo, 10);
         g.threads = 2;
         g.cpus = Some(vec![cpu]);
         g.promote_after_us = 1_000_000;
@@ -1111,7 +1111,7 @@ fn a_handler_that_drains_costs_no_epoll_ctl_per_event() {
     }
     const EVENTS: u64 = 2_000;
     for drains in [true, false] {
-        let mut g = GroupConfig::new("et", Policy::Fifo, 10);
+        let mut g = LaneConfig::new("et", Policy::Fifo, 10);
         g.threads = 2;
         let mut rt = Runtime::new(cfg(vec![g])).unwrap();
         let total = Arc::new(AtomicU64::new(0));
@@ -1172,7 +1172,7 @@ fn input_a_handler_leaves_is_reported_again() {
         return;
     }
     const BURST: u64 = 200;
-    let mut g = GroupConfig::new("level", Policy::Fifo, 10);
+    let mut g = LaneConfig::new("level", Policy::Fifo, 10);
     g.threads = 2;
     g.buffer_bytes = 1024;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();
@@ -1239,7 +1239,7 @@ fn a_leader_that_keeps_its_role_too_long_is_relieved() {
     if !util::rt_allowed("a_leader_that_keeps_its_role_too_long_is_relieved", 20) {
         return;
     }
-    let mut g = GroupConfig::new("relief", Policy::Fifo, 10);
+    let mut g = LaneConfig::new("relief", Policy::Fifo, 10);
     g.threads = 2;
     g.promote_after_us = 2_000;
     let mut rt = Runtime::new(cfg(vec![g])).unwrap();

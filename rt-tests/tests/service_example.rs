@@ -11,18 +11,18 @@ fn the_service_example_serves_live_counters_and_stops_on_request() {
     let _l = util::rt_lock();
     let text = util::run_example("service", &["2"]);
     // Two admin queries, one a second; the second is `stop`, which ends the run.
-    let dispatched = |at: &str, group: &str| -> u64 {
+    let dispatched = |at: &str, lane: &str| -> u64 {
         text.lines()
-            .find_map(|l| l.strip_prefix(&format!("admin @{at}: {group} dispatched=")))
+            .find_map(|l| l.strip_prefix(&format!("admin @{at}: {lane} dispatched=")))
             .and_then(|r| r.split_whitespace().next())
             .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no {group} counter at {at}: {text}"))
+            .unwrap_or_else(|| panic!("no {lane} counter at {at}: {text}"))
     };
-    for group in ["control", "feed"] {
-        let (first, second) = (dispatched("1s", group), dispatched("2s", group));
+    for lane in ["control", "feed"] {
+        let (first, second) = (dispatched("1s", lane), dispatched("2s", lane));
         assert!(
             first > 0 && second > first,
-            "{group}: {first} then {second}: live, not final"
+            "{lane}: {first} then {second}: live, not final"
         );
     }
     assert!(

@@ -6,7 +6,7 @@
 //! at least 5 s).
 //!
 //! # Set-up
-//! A runtime of two groups of 2 threads: `high` (SCHED_FIFO 60) and `low` (SCHED_FIFO 20) when
+//! A runtime of two lanes of 2 threads: `high` (SCHED_FIFO 60) and `low` (SCHED_FIFO 20) when
 //! this process may use SCHED_FIFO, else both SCHED_OTHER (under CI, where privilege is
 //! required, `util::rt_allowed` fails the test instead). Concurrently, for the duration:
 //! * **UDP flood** (high lane): a client sends 64-byte datagrams, each a sequence number and a
@@ -71,7 +71,7 @@
 mod util;
 
 use lfrt::{
-    Context, Disposition, Event, EventHandler, GroupConfig, Notifier, Policy, Registry, RtMode,
+    Context, Disposition, Event, EventHandler, LaneConfig, Notifier, Policy, Registry, RtMode,
     Runtime, RuntimeConfig, Timer,
 };
 use std::io::{self, Read, Write};
@@ -97,7 +97,7 @@ const TCP_PAUSE: Duration = Duration::from_millis(5);
 const CHURN_PAUSE: Duration = Duration::from_millis(1);
 /// Notifications each churned registration must see.
 const NOTES: u64 = 3;
-/// Timers: (group, period µs).
+/// Timers: (lane, period µs).
 const TIMERS: [(usize, u64); 3] = [(0, 1000), (0, 1500), (1, 2000)];
 /// Delay from the start to the first expiry of every timer.
 const TIMER_DELAY_NS: u64 = 20_000_000;
@@ -396,7 +396,7 @@ struct ChurnCounts {
 }
 
 /// Registers, notifies, checks and deregisters eventfd handlers in `reg` until `stop`. Failures
-/// observed once `shutting_down` is set are not counted (the group no longer dispatches).
+/// observed once `shutting_down` is set are not counted (the lane no longer dispatches).
 fn churn(
     tag: u64,
     reg: &Registry,
@@ -574,9 +574,9 @@ fn soak_under_load_loses_nothing_and_stays_flat() {
     let fifo = util::rt_allowed("soak_under_load_loses_nothing_and_stays_flat", 60);
     let lane = |name: &str, priority: u8, buffer_bytes: usize| {
         let mut g = if fifo {
-            GroupConfig::new(name, Policy::Fifo, priority)
+            LaneConfig::new(name, Policy::Fifo, priority)
         } else {
-            GroupConfig::new(name, Policy::Other, 0)
+            LaneConfig::new(name, Policy::Other, 0)
         };
         g.threads = 2;
         g.buffer_bytes = buffer_bytes;
@@ -590,7 +590,7 @@ fn soak_under_load_loses_nothing_and_stays_flat() {
             RtMode::BestEffort
         },
         lock_memory: false,
-        groups: vec![lane("high", 60, 2048), lane("low", 20, 4096)],
+        lanes: vec![lane("high", 60, 2048), lane("low", 20, 4096)],
         bands: Vec::new(),
     })
     .unwrap();

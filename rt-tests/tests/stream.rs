@@ -6,7 +6,7 @@
 mod util;
 
 use lfrt::stream::{Flow, Framed, Limits, Output};
-use lfrt::{GroupMetrics, Runtime};
+use lfrt::{LaneMetrics, Runtime};
 use nix::sys::socket::{getsockopt, setsockopt, sockopt};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -89,7 +89,7 @@ fn assert_closed(s: &mut TcpStream) {
     }
 }
 
-fn metrics(rt: &Runtime) -> GroupMetrics {
+fn metrics(rt: &Runtime) -> LaneMetrics {
     rt.metrics().remove(0)
 }
 

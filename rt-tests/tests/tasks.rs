@@ -21,10 +21,10 @@ use std::time::Duration;
 /// A runtime of best-effort lanes `(name, priority, threads)`, each with `max_tasks` task
 /// slots, built but not started.
 fn lanes(spec: &[(&str, u8, usize)], max_tasks: usize, budget_us: Option<u64>) -> Runtime {
-    let groups = spec
+    let lanes = spec
         .iter()
         .map(|&(name, prio, threads)| {
-            let mut g = GroupConfig::new(name, Policy::Fifo, prio);
+            let mut g = LaneConfig::new(name, Policy::Fifo, prio);
             g.threads = threads;
             g.buffer_bytes = 2048;
             g.max_tasks = max_tasks;
@@ -35,7 +35,7 @@ fn lanes(spec: &[(&str, u8, usize)], max_tasks: usize, budget_us: Option<u64>) -
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        groups,
+        lanes,
         bands: Vec::new(),
     })
     .unwrap()
@@ -289,7 +289,7 @@ fn a_self_waking_task_is_counted_and_demoted_like_a_runaway_handler() {
         return;
     }
     for on_overrun in [OnOverrun::Report, OnOverrun::Demote] {
-        let mut g = GroupConfig::new("spin", Policy::Fifo, 10);
+        let mut g = LaneConfig::new("spin", Policy::Fifo, 10);
         g.threads = 1;
         g.buffer_bytes = 2048;
         g.max_tasks = 2;
@@ -298,7 +298,7 @@ fn a_self_waking_task_is_counted_and_demoted_like_a_runaway_handler() {
         let mut rt = Runtime::new(RuntimeConfig {
             rt: RtMode::Required,
             lock_memory: false,
-            groups: vec![g],
+            lanes: vec![g],
             bands: Vec::new(),
         })
         .unwrap();
@@ -397,7 +397,7 @@ fn shutdown_cancels_tasks_in_priority_order() {
 #[test]
 fn shutdown_cancels_the_highest_lane_first() {
     let _l = util::rt_lock();
-    // Added low first: group order is the reverse of lane priority.
+    // Added low first: lane order is the reverse of lane priority.
     let mut rt = lanes(&[("low", 10, 1), ("high", 30, 1)], 4, None);
     rt.start().unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
@@ -434,18 +434,18 @@ fn shutdown_cancels_the_highest_lane_first() {
 #[test]
 fn a_stuck_task_does_not_keep_the_others_from_being_cancelled() {
     let _l = util::rt_lock();
-    let mut stuck = GroupConfig::new("stuck", Policy::Other, 0);
+    let mut stuck = LaneConfig::new("stuck", Policy::Other, 0);
     stuck.threads = 1;
     stuck.buffer_bytes = 2048;
     stuck.max_tasks = 4;
-    let mut other = GroupConfig::new("other", Policy::Fifo, 20);
+    let mut other = LaneConfig::new("other", Policy::Fifo, 20);
     other.threads = 1;
     other.buffer_bytes = 2048;
     other.max_tasks = 4;
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        groups: vec![stuck, other],
+        lanes: vec![stuck, other],
         bands: Vec::new(),
     })
     .unwrap();
@@ -527,10 +527,10 @@ fn a_stuck_task_does_not_keep_the_others_from_being_cancelled() {
 fn refusals_are_counted_and_explained() {
     let _l = util::rt_lock();
     let mut rt = lanes(&[("f", 10, 1)], 2, None);
-    let mut none = GroupConfig::new("none", Policy::Fifo, 5);
+    let mut none = LaneConfig::new("none", Policy::Fifo, 5);
     none.threads = 1;
     none.buffer_bytes = 2048;
-    let none = rt.add_group(none).unwrap();
+    let none = rt.add_lane(none).unwrap();
     rt.start().unwrap();
     let f = rt.lane("f").unwrap();
     let gate = Arc::new(Signal::default());
@@ -554,14 +554,14 @@ fn refusals_are_counted_and_explained() {
     rt.shutdown().unwrap();
 }
 
-/// `max_tasks` and `task_bytes` come from TOML; a bad value names its group and field.
+/// `max_tasks` and `task_bytes` come from TOML; a bad value names its lane and field.
 #[test]
 fn task_table_keys_are_read_from_toml() {
     let cfg = lfrt::parse_config(
         r#"
         [runtime]
         rt = "best-effort"
-        [[group]]
+        [[lane]]
         name = "control"
         policy = "fifo"
         priority = 80
@@ -571,12 +571,12 @@ fn task_table_keys_are_read_from_toml() {
     )
     .unwrap();
     assert_eq!(
-        (cfg.groups[0].max_tasks, cfg.groups[0].task_bytes),
+        (cfg.lanes[0].max_tasks, cfg.lanes[0].task_bytes),
         (32, 1024)
     );
     let e = lfrt::parse_config(
         r#"
-        [[group]]
+        [[lane]]
         name = "control"
         policy = "fifo"
         priority = 80
@@ -865,14 +865,14 @@ fn net_echo_tasks_serve_loopback_clients_and_idle_sockets_stay_quiet() {
 #[test]
 fn a_second_reader_on_a_socket_is_refused_not_livelocked() {
     let _l = util::rt_lock();
-    let mut g = GroupConfig::new("net", Policy::Other, 0);
+    let mut g = LaneConfig::new("net", Policy::Other, 0);
     g.threads = 1;
     g.buffer_bytes = 2048;
     g.max_tasks = 4;
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        groups: vec![g],
+        lanes: vec![g],
         bands: Vec::new(),
     })
     .unwrap();

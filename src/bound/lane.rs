@@ -1,11 +1,11 @@
-//! A bound pool as a runtime group: the connection to its back-end, made when the group is
+//! A bound pool as a runtime lane: the connection to its back-end, made when the lane is
 //! built, and each pool thread's waiter, leased then so that callers leasing slots before
-//! `start` cannot take them. The engine sets each thread up as for every group and hands it
-//! to [`BoundLane::serve`](crate::engine::group::Served::serve) (the engine's `Served`).
+//! `start` cannot take them. The engine sets each thread up as for every lane and hands it
+//! to [`BoundLane::serve`](crate::engine::lane::Served::serve) (the engine's `Served`).
 
 use super::{BoundConfig, BoundPool, BoundStats, Waiter};
-use crate::engine::group::{Group, Served};
 use crate::engine::handler::Handles;
+use crate::engine::lane::{LanePool, Served};
 use crate::error::Error;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// How long [`BoundLane::connect`] waits for the connection to the back-end.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The runtime's side of a bound group: the pool, and the waiter slot of each of its threads
+/// The runtime's side of a bound lane: the pool, and the waiter slot of each of its threads
 /// (each thread takes its own at set-up).
 #[derive(Debug)]
 pub(crate) struct BoundLane {
@@ -22,10 +22,10 @@ pub(crate) struct BoundLane {
 }
 
 impl BoundLane {
-    /// Connects bound group `group` to its back-end at `connect` and builds its pool, with a
+    /// Connects bound lane `lane` to its back-end at `connect` and builds its pool, with a
     /// waiter leased for each of its `threads`.
     pub(crate) fn connect(
-        group: &str,
+        lane: &str,
         connect: SocketAddr,
         config: BoundConfig,
         threads: usize,
@@ -33,7 +33,7 @@ impl BoundLane {
         let conn =
             std::net::TcpStream::connect_timeout(&connect, CONNECT_TIMEOUT).map_err(|e| {
                 Error::Connect {
-                    group: group.to_owned(),
+                    lane: lane.to_owned(),
                     addr: connect,
                     source: e,
                 }
@@ -44,7 +44,7 @@ impl BoundLane {
                 pool.waiter()
                     .map(|w| std::sync::Mutex::new(Some(w)))
                     .map_err(|e| {
-                        Error::config(format!("group `{group}`.bound.max_waiters"), e.to_string())
+                        Error::config(format!("lane `{lane}`.bound.max_waiters"), e.to_string())
                     })
             })
             .collect::<Result<_, _>>()?;
@@ -68,10 +68,10 @@ impl Served for BoundLane {
         self.pool.handles()
     }
 
-    fn serve(&self, group: &Arc<Group>, idx: u16) {
-        let priority = group.threads[idx as usize].priority;
+    fn serve(&self, lane: &Arc<LanePool>, idx: u16) {
+        let priority = lane.threads[idx as usize].priority;
         let mut w = self.waiter(idx, priority);
-        super::set_runtime_thread(group, idx, priority);
+        super::set_runtime_thread(lane, idx, priority);
         let served = self.pool.serve(&mut w, None);
         debug_assert_eq!(
             served,

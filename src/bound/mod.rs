@@ -33,7 +33,7 @@
 //! listener, timers: any [`EventHandler`](crate::EventHandler)) are watched by the same leader, in the same epoll
 //! wait as the multiplexed connection:
 //! * threads with nothing to wait for call [`BoundPool::serve`]: they take turns as leader like
-//!   a normal Leader/Followers group, and while leading they also read the connection and hand
+//!   a normal Leader/Followers lane, and while leading they also read the connection and hand
 //!   off replies;
 //! * a thread in `join` that leads and detects an unbound event promotes a follower and runs the
 //!   handler itself, inline, then resumes waiting (its reply may have been handed to it
@@ -49,32 +49,32 @@
 //! Deadlock is then possible only if every thread is nested `max_nesting` deep and the replies
 //! they wait for depend on the deferred events.
 //!
-//! # In the runtime: bound groups
-//! A pool is usually a group of the [`Runtime`](crate::Runtime) ([`GroupConfig::bound`](crate::GroupConfig::bound),
-//! TOML `[group.bound]`): the runtime connects it, spawns its threads with the group's
-//! policy, priority, CPUs and pre-faulted stack (the same set-up as every group's), leases
-//! each thread's waiter when the group is built, and the threads `serve` until shutdown. Work
-//! reaches them through the group's registry (the pool's handle set); callers get the pool
+//! # In the runtime: bound lanes
+//! A pool is usually a lane of the [`Runtime`](crate::Runtime) ([`LaneConfig::bound`](crate::LaneConfig::bound),
+//! TOML `[lane.bound]`): the runtime connects it, spawns its threads with the lane's
+//! policy, priority, CPUs and pre-faulted stack (the same set-up as every lane's), leases
+//! each thread's waiter when the lane is built, and the threads `serve` until shutdown. Work
+//! reaches them through the lane's registry (the pool's handle set); callers get the pool
 //! from [`Lane::bound_pool`](crate::Lane::bound_pool). A pool built with
 //! [`BoundPool::new`] is served by threads of the caller's own, as below.
 //!
 //! # Layer
 //! * **Owns:** the bound pool ([`BoundPool`], this file), its wire format and receive buffer
 //!   (`frame.rs`), its hand-off state machine (`table.rs`) and a bound pool as a runtime
-//!   group's body (`lane.rs`: the connection made when the group is built, the waiters leased
+//!   lane's body (`lane.rs`: the connection made when the lane is built, the waiters leased
 //!   then, served through the engine's `Served` trait).
 //! * **May use:** `engine` (the promotion protocol, follower queue, handle set, data word,
 //!   handler interface and `Served`), `sources` (only the one length-prefixed frame reader,
 //!   `sources::frame`, which `Framed` shares), `observe` (its counters, [`BoundStats`], live
 //!   there), `sync`, `sys` and `error`.
-//! * **Must never use:** `config` (a bound group's sizes arrive as a [`BoundConfig`] that
-//!   `config` builds), `runtime`, any other source or `task`. Only `config` (the `[group.bound]`
-//!   document) and `runtime` (connecting and serving bound groups) use it.
+//! * **Must never use:** `config` (a bound lane's sizes arrive as a [`BoundConfig`] that
+//!   `config` builds), `runtime`, any other source or `task`. Only `config` (the `[lane.bound]`
+//!   document) and `runtime` (connecting and serving bound lanes) use it.
 //!
 //! # Invariants
 //! The state machine is `bound/table.rs`, built on the runtime's one Leader/Followers protocol
 //! (`engine/leader.rs`: leader slot, follower queue, promotion and parkers, shared with the
-//! unbound groups and extended with the hand-off of a reply to a named follower): one PI lock, no
+//! unbound lanes and extended with the hand-off of a reply to a named follower): one PI lock, no
 //! system calls but the lock's and the parkers', checked by loom models (`scripts/loom.sh`;
 //! in `engine/leader/loom_tests.rs`: hand-off, failure, shutdown, a timeout racing a hand-off;
 //! in `table/loom_tests.rs`: reverse-order hand-off, connection close, timeout with a late
@@ -244,38 +244,38 @@ fn nesting() -> u32 {
 }
 
 thread_local! {
-    /// `(group index, thread index, priority)` of a runtime bound group's thread; `None` on
+    /// `(lane index, thread index, priority)` of a runtime bound lane's thread; `None` on
     /// other threads. `const`, no destructor.
     static RUNTIME_THREAD: Cell<Option<(u16, u16, u8)>> = const { Cell::new(None) };
 }
 
 thread_local! {
-    /// A runtime bound group's thread: its group, and its index there, so that its outermost
+    /// A runtime bound lane's thread: its lane, and its index there, so that its outermost
     /// dispatch is stamped in its `ThreadSlot` (`begin_dispatch`, `end_dispatch`) as a
     /// Leader/Followers thread's is, and a shutdown can name a handler that does not return.
     /// Set once at the thread's set-up (one `Arc` clone, off the dispatch path).
-    static RUNTIME_SLOT: std::cell::OnceCell<(Arc<crate::engine::group::Group>, usize)> =
+    static RUNTIME_SLOT: std::cell::OnceCell<(Arc<crate::engine::lane::LanePool>, usize)> =
         const { std::cell::OnceCell::new() };
 }
 
-/// Marks the calling thread as thread `thread` (at `priority`) of the runtime's bound group
-/// `group`: every handler it runs, also inline inside a handler's `join` (where the handler's
-/// own waiter's [`Context`] is used), is told that group, thread and priority, and its
-/// outermost dispatch is stamped in its slot of `group`.
+/// Marks the calling thread as thread `thread` (at `priority`) of the runtime's bound lane
+/// `lane`: every handler it runs, also inline inside a handler's `join` (where the handler's
+/// own waiter's [`Context`] is used), is told that lane, thread and priority, and its
+/// outermost dispatch is stamped in its slot of `lane`.
 pub(crate) fn set_runtime_thread(
-    group: &Arc<crate::engine::group::Group>,
+    lane: &Arc<crate::engine::lane::LanePool>,
     thread: u16,
     priority: u8,
 ) {
-    RUNTIME_THREAD.with(|c| c.set(Some((group.index, thread, priority))));
+    RUNTIME_THREAD.with(|c| c.set(Some((lane.index, thread, priority))));
     RUNTIME_SLOT.with(|c| {
-        let _ = c.set((group.clone(), usize::from(thread)));
+        let _ = c.set((lane.clone(), usize::from(thread)));
     });
 }
 
-/// Runs `f` on the calling runtime thread's group and slot ([`set_runtime_thread`]); nothing
+/// Runs `f` on the calling runtime thread's lane and slot ([`set_runtime_thread`]); nothing
 /// on other threads.
-fn with_runtime_slot(f: impl FnOnce(&crate::engine::group::Group, &ThreadSlot)) {
+fn with_runtime_slot(f: impl FnOnce(&crate::engine::lane::LanePool, &ThreadSlot)) {
     RUNTIME_SLOT.with(|c| {
         if let Some((g, i)) = c.get() {
             f(g, &g.threads[*i]);
@@ -327,7 +327,7 @@ impl BoundConfig {
     }
 
     /// The first out-of-range setting: `(field, why)`. The one range check of both
-    /// [`BoundPool::new`] and the configuration of a bound group.
+    /// [`BoundPool::new`] and the configuration of a bound lane.
     pub(crate) fn invalid(&self) -> Option<(&'static str, String)> {
         if self.max_waiters == 0 || self.max_waiters > MAX_WAITERS {
             return Some((
@@ -357,7 +357,7 @@ impl BoundConfig {
     }
 
     /// Bytes [`BoundPool::new`] allocates: a reply buffer per waiter slot and the receive
-    /// buffer (the handle table is counted with the group's, waiters' handler buffers with
+    /// buffer (the handle table is counted with the lane's, waiters' handler buffers with
     /// their threads).
     pub(crate) fn allocated_bytes(&self) -> u64 {
         (self.max_waiters as u64)
@@ -465,7 +465,7 @@ struct Inner {
     panics: AtomicU64,
 }
 
-/// A group of threads sharing one multiplexed connection (and, optionally, a set of unbound
+/// A lane of threads sharing one multiplexed connection (and, optionally, a set of unbound
 /// handles). Cheap to clone: clones share the pool.
 ///
 /// See the [module docs](self) for the protocol and its invariants.
@@ -819,7 +819,7 @@ impl BoundPool {
         }
     }
 
-    /// The handle set of the unbound handles, which a bound group of the runtime shares.
+    /// The handle set of the unbound handles, which a bound lane of the runtime shares.
     pub(crate) fn handles(&self) -> &Arc<Handles> {
         &self.inner.handles
     }
@@ -921,7 +921,7 @@ impl BoundPool {
                     inner.table.defer(ev);
                 }
                 Ok(Wait::Shutdown) => inner.table.shutdown(),
-                // Validation refuses borrowing for bound groups: no link is ever in this set.
+                // Validation refuses borrowing for bound lanes: no link is ever in this set.
                 Ok(Wait::Link { .. }) => unreachable!("a bound pool's set has no borrowing link"),
                 Ok(Wait::Interrupted) => {}
                 Err(e) => {
@@ -991,8 +991,8 @@ impl BoundPool {
     /// Runs the handler of an unbound event on this thread (the thread is not the leader).
     fn dispatch(&self, ev: Ready, ctx: &mut Context) {
         ctx.tid = sys::gettid();
-        if let Some((group, thread, priority)) = RUNTIME_THREAD.with(Cell::get) {
-            (ctx.group, ctx.thread, ctx.priority) = (group, u32::from(thread), priority);
+        if let Some((lane, thread, priority)) = RUNTIME_THREAD.with(Cell::get) {
+            (ctx.lane, ctx.thread, ctx.priority) = (lane, u32::from(thread), priority);
         }
         ctx.origin_ns = 0;
         ctx.missed_periods = 0;

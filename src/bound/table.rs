@@ -2,7 +2,7 @@
 //! thread does next.
 //!
 //! Who leads, who follows, promotion and parking are **the** Leader/Followers protocol of
-//! `leader.rs` ([`Protocol`], shared with the unbound groups): a [`Table`] is a
+//! `leader.rs` ([`Protocol`], shared with the unbound lanes): a [`Table`] is a
 //! `Protocol<Bound>`, whose variant state ([`Bound`]) holds the slots, the deferred unbound
 //! events, the connection's failure and the counters, under the protocol's one
 //! priority-inheritance lock. A thread waits with `join_with` and a check of its slot

@@ -5,10 +5,10 @@
 //! bind = "127.0.0.1:7000"
 //! classify = { dscp = { 46 = "control", default = "bulk" } }
 //! # or: classify = { payload_byte = { offset = 0, map = { 1 = "control" }, default = "bulk" } }
-//! handler = "udp-echo"      # the default; work_us = 0 as for a [[group.handler]]
+//! handler = "udp-echo"      # the default; work_us = 0 as for a [[lane.handler]]
 //! ```
 //!
-//! A band table names lanes (groups) by value; [`BandConfig::plan`] resolves it into the
+//! A band table names lanes (lanes) by value; [`BandConfig::plan`] resolves it into the
 //! [`Bands`] plan that [`crate::sources::band::bind`] takes and the lane of each band. Validation and
 //! [`Runtime::new`](crate::Runtime::new) both go through `plan`, so what `check` accepts is
 //! exactly what `run` binds: `check` even binds the band (sockets and classifier) and releases
@@ -17,7 +17,7 @@
 //! Band 0 is the default lane's (the kernel sends a datagram too short to hold the byte to
 //! socket 0); the other lanes follow in the order of their smallest value.
 
-use super::{addresses_collide, GroupConfig, HandlerConfig, Invalid, RuntimeConfig, Section};
+use super::{addresses_collide, HandlerConfig, Invalid, LaneConfig, RuntimeConfig, Section};
 use crate::sources::band::{Bands, Classify};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -34,7 +34,7 @@ pub enum BandHandler {
 }
 
 /// What a band's classifier reads and which lane each value goes to. Keys are values as
-/// written in TOML (`46`), values are group names.
+/// written in TOML (`46`), values are lane names.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum BandClassify {
@@ -73,25 +73,25 @@ pub struct BandConfig {
     pub work_us: u64,
 }
 
-/// A [`BandConfig`] resolved against the groups: the plan for [`crate::sources::band::bind`] and the
+/// A [`BandConfig`] resolved against the lanes: the plan for [`crate::sources::band::bind`] and the
 /// lane of each band.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BandPlan {
     /// The classifier plan; band `i` is served by `lanes[i]`.
     pub bands: Bands,
-    /// Group name of each band; `lanes[0]` is the default lane.
+    /// Lane name of each band; `lanes[0]` is the default lane.
     pub lanes: Vec<String>,
 }
 
 impl BandConfig {
-    /// Resolves the band against `groups`: every value parses and is in range (DSCP ≤ 63,
-    /// byte ≤ 255) and appears once, every lane named is a group, and the map is total or has
+    /// Resolves the band against `lanes`: every value parses and is in range (DSCP ≤ 63,
+    /// byte ≤ 255) and appears once, every lane named is a lane, and the map is total or has
     /// a default (with a total map and no default, the lane of value 0 also takes datagrams
     /// too short to classify).
     ///
     /// # Errors
     /// What is wrong with `classify`, as a message.
-    pub fn plan(&self, groups: &[GroupConfig]) -> Result<BandPlan, String> {
+    pub fn plan(&self, lanes: &[LaneConfig]) -> Result<BandPlan, String> {
         let (classify, written, default, max, what) = match &self.classify {
             BandClassify::Dscp(m) => (
                 Classify::Dscp,
@@ -115,12 +115,12 @@ impl BandConfig {
             ),
         };
         let lane = |name: &String| -> Result<String, String> {
-            if groups.iter().any(|g| &g.name == name) {
+            if lanes.iter().any(|g| &g.name == name) {
                 Ok(name.clone())
             } else {
-                let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+                let names: Vec<&str> = lanes.iter().map(|g| g.name.as_str()).collect();
                 Err(format!(
-                    "no [[group]] named `{name}` (groups: {})",
+                    "no [[lane]] named `{name}` (lanes: {})",
                     names.join(", ")
                 ))
             }
@@ -145,7 +145,7 @@ impl BandConfig {
             None => {
                 return Err(format!(
                     "the map gives a lane to {} of the {} values and has no `default`: add \
-                     default = \"<group>\" (or map every value)",
+                     default = \"<lane>\" (or map every value)",
                     values.len(),
                     usize::from(max) + 1
                 ))
@@ -194,9 +194,9 @@ impl RuntimeConfig {
             field,
             message,
         };
-        let mut extra = vec![0usize; self.groups.len()];
+        let mut extra = vec![0usize; self.lanes.len()];
         for (bi, b) in self.bands.iter().enumerate() {
-            let plan = b.plan(&self.groups).map_err(|m| bad(bi, "classify", m))?;
+            let plan = b.plan(&self.lanes).map_err(|m| bad(bi, "classify", m))?;
             if plan.bands.classify == Classify::Dscp && b.bind.is_ipv6() {
                 return Err(bad(
                     bi,
@@ -230,7 +230,7 @@ impl RuntimeConfig {
                     ),
                 ));
             }
-            for (gi, g) in self.groups.iter().enumerate() {
+            for (gi, g) in self.lanes.iter().enumerate() {
                 for (hi, h) in g.handlers.iter().enumerate() {
                     if let HandlerConfig::UdpEcho { bind, .. } = *h {
                         if addresses_collide(bind, b.bind) {
@@ -238,7 +238,7 @@ impl RuntimeConfig {
                                 bi,
                                 "bind",
                                 format!(
-                                    "{} collides with {bind} of `group[{gi}].handler[{hi}].bind`",
+                                    "{} collides with {bind} of `lane[{gi}].handler[{hi}].bind`",
                                     b.bind
                                 ),
                             ));
@@ -247,16 +247,16 @@ impl RuntimeConfig {
                 }
             }
             for lane in &plan.lanes {
-                if let Some(gi) = self.groups.iter().position(|g| g.name == *lane) {
+                if let Some(gi) = self.lanes.iter().position(|g| g.name == *lane) {
                     extra[gi] += 1;
                 }
             }
         }
-        for (gi, g) in self.groups.iter().enumerate() {
+        for (gi, g) in self.lanes.iter().enumerate() {
             let handles = g.configured_handles() + extra[gi];
             if extra[gi] > 0 && handles > g.max_handles {
                 return Err(Invalid {
-                    section: Section::Group(gi),
+                    section: Section::Lane(gi),
                     field: "max_handles",
                     message: format!(
                         "{handles} handles configured ({} of them band sockets) but max_handles \
@@ -273,7 +273,7 @@ impl RuntimeConfig {
     /// does for the handlers' addresses.
     pub(super) fn check_band_binds(&self) -> Result<(), Invalid> {
         for (bi, b) in self.bands.iter().enumerate() {
-            let plan = b.plan(&self.groups).map_err(|m| Invalid {
+            let plan = b.plan(&self.lanes).map_err(|m| Invalid {
                 section: Section::Band(bi),
                 field: "classify",
                 message: m,
@@ -293,11 +293,11 @@ mod tests {
     use super::*;
     use crate::Policy;
 
-    fn groups() -> Vec<GroupConfig> {
+    fn lanes() -> Vec<LaneConfig> {
         vec![
-            GroupConfig::new("control", Policy::Fifo, 80),
-            GroupConfig::new("bulk", Policy::Fifo, 20),
-            GroupConfig::new("log", Policy::Fifo, 10),
+            LaneConfig::new("control", Policy::Fifo, 80),
+            LaneConfig::new("bulk", Policy::Fifo, 20),
+            LaneConfig::new("log", Policy::Fifo, 10),
         ]
     }
 
@@ -326,7 +326,7 @@ mod tests {
             ("0", "bulk"),
             ("default", "bulk"),
         ])));
-        let p = b.plan(&groups()).unwrap();
+        let p = b.plan(&lanes()).unwrap();
         assert_eq!(p.lanes, ["bulk", "control", "log"]);
         assert_eq!(p.bands.classify, Classify::Dscp);
         assert_eq!(p.bands.default, 0);
@@ -346,7 +346,7 @@ mod tests {
             })
             .collect();
         let b = band(BandClassify::Dscp(all.into_iter().collect()));
-        let p = b.plan(&groups()).unwrap();
+        let p = b.plan(&lanes()).unwrap();
         assert_eq!(p.lanes, ["bulk", "control"]);
         assert_eq!(p.bands.map, vec![(46, 1)]);
         // A total byte map of 256 values fits: the lane of value 0 is the default.
@@ -358,7 +358,7 @@ mod tests {
             map: bytes,
             default: None,
         })
-        .plan(&groups())
+        .plan(&lanes())
         .unwrap();
         assert_eq!(p.lanes, ["control", "bulk"]);
         assert_eq!(p.bands.map.len(), 128);
@@ -367,7 +367,7 @@ mod tests {
 
     #[test]
     fn bad_maps_are_refused_with_the_reason() {
-        let refused = |c: BandClassify| band(c).plan(&groups()).unwrap_err();
+        let refused = |c: BandClassify| band(c).plan(&lanes()).unwrap_err();
         let e = refused(BandClassify::Dscp(map(&[("46", "control")])));
         assert!(e.contains("no `default`"), "{e}");
         let e = refused(BandClassify::Dscp(map(&[
@@ -379,7 +379,7 @@ mod tests {
             ("46", "contrl"),
             ("default", "bulk"),
         ])));
-        assert!(e.contains("no [[group]] named `contrl`"), "{e}");
+        assert!(e.contains("no [[lane]] named `contrl`"), "{e}");
         let e = refused(BandClassify::Dscp(map(&[
             ("46", "control"),
             ("default", "nope"),
@@ -407,10 +407,10 @@ mod tests {
 
     #[test]
     fn bands_collide_with_bands_and_udp_handlers_and_fill_max_handles() {
-        let cfg = |bands: Vec<BandConfig>, groups: Vec<GroupConfig>| RuntimeConfig {
+        let cfg = |bands: Vec<BandConfig>, lanes: Vec<LaneConfig>| RuntimeConfig {
             rt: crate::RtMode::BestEffort,
             lock_memory: false,
-            groups,
+            lanes,
             bands,
         };
         let at = |b: &BandConfig, addr: &str| BandConfig {
@@ -423,7 +423,7 @@ mod tests {
         ])));
         let e = cfg(
             vec![at(&b, "127.0.0.1:7000"), at(&b, "0.0.0.0:7000")],
-            groups(),
+            lanes(),
         )
         .check_bands()
         .unwrap_err();
@@ -431,11 +431,11 @@ mod tests {
         assert!(e.message.contains("band[0].bind"), "{}", e.message);
         cfg(
             vec![at(&b, "127.0.0.1:7000"), at(&b, "127.0.0.1:7001")],
-            groups(),
+            lanes(),
         )
         .check_bands()
         .unwrap();
-        let mut g = groups();
+        let mut g = lanes();
         g[2].handlers.push(HandlerConfig::UdpEcho {
             bind: "127.0.0.1:7000".parse().unwrap(),
             work_us: 0,
@@ -444,13 +444,13 @@ mod tests {
             .check_bands()
             .unwrap_err();
         assert_eq!(e.path(), "band[0].bind");
-        let mut g = groups();
+        let mut g = lanes();
         g[0].max_handles = 1;
         let e = cfg(vec![at(&b, "127.0.0.1:7000"), at(&b, "127.0.0.1:7001")], g)
             .check_bands()
             .unwrap_err();
-        assert_eq!(e.path(), "group[0].max_handles");
-        let e = cfg(vec![at(&b, "[::1]:7000")], groups())
+        assert_eq!(e.path(), "lane[0].max_handles");
+        let e = cfg(vec![at(&b, "[::1]:7000")], lanes())
             .check_bands()
             .unwrap_err();
         assert_eq!(e.path(), "band[0].classify");
@@ -460,7 +460,7 @@ mod tests {
             map: map(&[("1", "control")]),
             default: Some("bulk".into()),
         });
-        cfg(vec![at(&payload, "[::1]:7000")], groups())
+        cfg(vec![at(&payload, "[::1]:7000")], lanes())
             .check_bands()
             .unwrap();
         let e = cfg(
@@ -468,7 +468,7 @@ mod tests {
                 work_us: 200_000,
                 ..b
             }],
-            groups(),
+            lanes(),
         )
         .check_bands()
         .unwrap_err();

@@ -3,11 +3,11 @@
 
 use super::BandConfig;
 use crate::engine::follower_queue::Promotion;
-pub use crate::engine::group::{OnOverrun, RtMode};
+pub use crate::engine::lane::{OnOverrun, RtMode};
 use serde::Deserialize;
 use std::net::SocketAddr;
 
-/// Scheduling policy of a group's threads (`policy = "fifo" | "rr" | "other"`).
+/// Scheduling policy of a lane's threads (`policy = "fifo" | "rr" | "other"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Policy {
@@ -18,7 +18,7 @@ pub enum Policy {
     Rr,
     /// `SCHED_OTHER`: the normal time-sharing policy (`priority` then only orders followers).
     Other,
-    /// `SCHED_DEADLINE` with the group's [`Deadline`] parameters: guaranteed CPU bandwidth for
+    /// `SCHED_DEADLINE` with the lane's [`Deadline`] parameters: guaranteed CPU bandwidth for
     /// periodic work, and a runaway handler is throttled by the kernel. Deadline threads run
     /// ahead of every FIFO/RR thread; `priority` (1..=99) then only ranks the lane in the plan
     /// and orders its followers.
@@ -40,7 +40,7 @@ pub struct Deadline {
 }
 
 /// A built-in handler, so that a configuration file alone runs a service
-/// (`[[group.handler]]` with `kind = "udp-echo" | "tcp-echo" | "timer"`).
+/// (`[[lane.handler]]` with `kind = "udp-echo" | "tcp-echo" | "timer"`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum HandlerConfig {
@@ -62,7 +62,7 @@ pub enum HandlerConfig {
         #[serde(default, deserialize_with = "named::work_us")]
         work_us: u64,
         /// Connections served at once: the listener preallocates a table of this many, each
-        /// with a buffer of the group's `buffer_bytes` for the echo its peer has not taken
+        /// with a buffer of the lane's `buffer_bytes` for the echo its peer has not taken
         /// yet. A connection beyond it is closed unserved (`connections_refused`). Default 64.
         #[serde(
             default = "named::sixty_four",
@@ -122,7 +122,7 @@ pub(crate) mod named {
         })
     }
 
-    /// `[group.bound] connect`, an address written as text like a handler's `bind`.
+    /// `[lane.bound] connect`, an address written as text like a handler's `bind`.
     pub(crate) fn connect<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
         let text = String::deserialize(d)?;
         text.parse().map_err(|_| {
@@ -152,34 +152,34 @@ pub(crate) fn split_named(message: &str) -> Option<(&str, &str)> {
         .then_some((field, rest))
 }
 
-/// One Leader/Followers group: a pool of threads at one priority sharing one handle set
-/// (a `[[group]]` table; every key but `name` may be left out).
+/// One Leader/Followers lane: a pool of threads at one priority sharing one handle set
+/// (a `[[lane]]` table; every key but `name` may be left out).
 ///
 /// # Examples
 /// ```
-/// use lfrt::{GroupConfig, Policy, Promotion};
-/// let mut feed = GroupConfig::new("feed", Policy::Fifo, 60);
+/// use lfrt::{LaneConfig, Policy, Promotion};
+/// let mut feed = LaneConfig::new("feed", Policy::Fifo, 60);
 /// feed.threads = 2;
 /// feed.cpus = Some(vec![0]);
 /// feed.promotion = Promotion::Lifo;
-/// let admin = GroupConfig::new("admin", Policy::Other, 0); // time-shared, priority 0
+/// let admin = LaneConfig::new("admin", Policy::Other, 0); // time-shared, priority 0
 /// ```
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct GroupConfig {
+pub struct LaneConfig {
     /// Name, used in thread names (`lf-<name>-<n>`) and reports.
     pub name: String,
-    /// Real-time priority 1..=99 (distinct across RT groups); 0 with `Policy::Other`.
+    /// Real-time priority 1..=99 (distinct across RT lanes); 0 with `Policy::Other`.
     #[serde(default)]
     pub priority: u8,
     /// Scheduling policy.
     #[serde(default)]
     pub policy: Policy,
-    /// The reservation of a `policy = "deadline"` group (required then, refused otherwise).
+    /// The reservation of a `policy = "deadline"` lane (required then, refused otherwise).
     #[serde(default)]
     pub deadline: Option<Deadline>,
     /// Number of pool threads (1..=64).
-    #[serde(default = "GroupConfig::default_threads")]
+    #[serde(default = "LaneConfig::default_threads")]
     pub threads: usize,
     /// CPUs the threads may run on; `None` = all CPUs of the process.
     #[serde(default)]
@@ -197,19 +197,19 @@ pub struct GroupConfig {
     /// arrives meanwhile waits at most this long plus one look, or until the leader is back if
     /// that is sooner. 0 promotes before processing, as the pattern's classic form (a wake-up
     /// per event). 0..=1000000, default 50.
-    #[serde(default = "GroupConfig::default_promote_after_us")]
+    #[serde(default = "LaneConfig::default_promote_after_us")]
     pub promote_after_us: u64,
-    /// Per-thread priorities (one per thread, each ≤ `priority` and above every lower group's).
+    /// Per-thread priorities (one per thread, each ≤ `priority` and above every lower lane's).
     #[serde(default)]
     pub thread_priorities: Option<Vec<u8>>,
     /// Size of each thread's preallocated receive buffer, scratch buffer and datagram slots.
-    #[serde(default = "GroupConfig::default_buffer_bytes")]
+    #[serde(default = "LaneConfig::default_buffer_bytes")]
     pub buffer_bytes: usize,
-    /// Capacity of the group's handle table.
-    #[serde(default = "GroupConfig::default_max_handles")]
+    /// Capacity of the lane's handle table.
+    #[serde(default = "LaneConfig::default_max_handles")]
     pub max_handles: usize,
     /// Stack size of each pool thread; all of it is pre-faulted.
-    #[serde(default = "GroupConfig::default_stack_bytes")]
+    #[serde(default = "LaneConfig::default_stack_bytes")]
     pub stack_bytes: usize,
     /// Handler time budget (µs) for the overrun watchdog; `None` = no watchdog.
     #[serde(default)]
@@ -217,7 +217,7 @@ pub struct GroupConfig {
     /// What the watchdog does on an overrun.
     #[serde(default)]
     pub on_overrun: OnOverrun,
-    /// Built-in handlers registered at start (`[[group.handler]]`).
+    /// Built-in handlers registered at start (`[[lane.handler]]`).
     #[serde(default, rename = "handler")]
     pub handlers: Vec<HandlerConfig>,
     /// Lane borrowing: lower lanes (by name) whose idle threads this lane may borrow when all
@@ -229,71 +229,71 @@ pub struct GroupConfig {
     /// `borrow_from` is set; refused without it).
     #[serde(default)]
     pub max_borrowed: Option<usize>,
-    /// The group's kind: `None` for a Leader/Followers group over its handle set; `Some` for a
-    /// **bound** group (`[group.bound]`), whose threads serve a [`BoundPool`](crate::bound::BoundPool)
-    /// over one connection to a back-end. See [`BoundGroup`].
+    /// The lane's kind: `None` for a Leader/Followers lane over its handle set; `Some` for a
+    /// **bound** lane (`[lane.bound]`), whose threads serve a [`BoundPool`](crate::bound::BoundPool)
+    /// over one connection to a back-end. See [`BoundLane`].
     #[serde(default)]
-    pub bound: Option<BoundGroup>,
+    pub bound: Option<BoundLane>,
     /// Task slots of the lane's async executor ([`Lane::spawn`](crate::Lane::spawn)); 0 (the
     /// default): the lane runs no tasks and has no executor handles. 0..=65536.
     #[serde(default)]
     pub max_tasks: usize,
     /// Bytes of one task slot: the largest future (or output) a task may have. Alignment is
     /// 64. 64..=1048576, default 512.
-    #[serde(default = "GroupConfig::default_task_bytes")]
+    #[serde(default = "LaneConfig::default_task_bytes")]
     pub task_bytes: usize,
 }
 
-/// A bound group (`[group.bound]`, [`GroupConfig::bound`]): the runtime connects to `connect`
+/// A bound lane (`[lane.bound]`, [`LaneConfig::bound`]): the runtime connects to `connect`
 /// in [`Runtime::new`](crate::Runtime::new) and runs a
 /// [`BoundPool`](crate::bound::BoundPool) over that one connection. Its `threads` are spawned
-/// and set up like any group's (policy, priority, CPUs, pre-faulted stack) and `serve` the
+/// and set up like any lane's (policy, priority, CPUs, pre-faulted stack) and `serve` the
 /// pool: they lead (reading replies and handing each to its waiter) or follow, and run the
-/// handlers registered on the group's registry (the pool's unbound handles). Calls to the
+/// handlers registered on the lane's registry (the pool's unbound handles). Calls to the
 /// back-end are made with waiters of [`Lane::bound_pool`](crate::Lane::bound_pool), by
 /// those handlers or by any other thread.
 ///
-/// The pool takes the group's `promotion` (not `"concurrent"`), `max_handles` and
+/// The pool takes the lane's `promotion` (not `"concurrent"`), `max_handles` and
 /// `buffer_bytes`; the other sizes are here. A connection that fails (the back-end closes it,
 /// a malformed frame) is not re-established: calls fail with its error while the threads go on
-/// serving the group's handlers, until the runtime is shut down. The overrun watchdog does not
-/// watch a bound group (`budget_us` is refused), and the post-warm-up allocation and fault
+/// serving the lane's handlers, until the runtime is shut down. The overrun watchdog does not
+/// watch a bound lane (`budget_us` is refused), and the post-warm-up allocation and fault
 /// counts are not measured on its threads.
 ///
 /// ```toml
-/// [[group]]
+/// [[lane]]
 /// name = "front"
 /// policy = "fifo"
 /// priority = 20
 /// threads = 4
-/// [group.bound]
+/// [lane.bound]
 /// connect = "127.0.0.1:7100"
 /// max_waiters = 64
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BoundGroup {
+pub struct BoundLane {
     /// The back-end's address (`"127.0.0.1:7100"`): an explicit address and port.
     #[serde(deserialize_with = "named::connect")]
     pub connect: SocketAddr,
-    /// Waiter slots: at least one per thread of the group (the runtime leases those), plus one
+    /// Waiter slots: at least one per thread of the lane (the runtime leases those), plus one
     /// per handler or outside thread that calls the back-end. 1..=[`MAX_WAITERS`](crate::bound::MAX_WAITERS).
-    #[serde(default = "BoundGroup::default_max_waiters")]
+    #[serde(default = "BoundLane::default_max_waiters")]
     pub max_waiters: usize,
     /// Largest reply body (bytes); each waiter slot preallocates one.
     /// 1..=[`MAX_BODY`](crate::bound::MAX_BODY).
-    #[serde(default = "BoundGroup::default_max_body")]
+    #[serde(default = "BoundLane::default_max_body")]
     pub max_body: usize,
     /// How deeply unbound handlers may nest on one thread (at least 1).
-    #[serde(default = "BoundGroup::default_max_nesting")]
+    #[serde(default = "BoundLane::default_max_nesting")]
     pub max_nesting: u32,
 }
 
-impl BoundGroup {
-    /// A bound group's settings for the back-end at `connect`, with the defaults of
+impl BoundLane {
+    /// A bound lane's settings for the back-end at `connect`, with the defaults of
     /// [`BoundConfig`](crate::bound::BoundConfig): 64 waiters, 4 KiB replies, nesting 2.
-    pub fn new(connect: SocketAddr) -> BoundGroup {
-        BoundGroup {
+    pub fn new(connect: SocketAddr) -> BoundLane {
+        BoundLane {
             connect,
             max_waiters: Self::default_max_waiters(),
             max_body: Self::default_max_body(),
@@ -310,9 +310,9 @@ impl BoundGroup {
         crate::bound::BoundConfig::default().max_nesting
     }
 
-    /// The pool of a bound group `g` whose [`GroupConfig::bound`] is `self`: the sizes of
-    /// `self`, the group's promotion, handle table and buffer size.
-    pub(crate) fn pool_config(&self, g: &GroupConfig) -> crate::bound::BoundConfig {
+    /// The pool of a bound lane `g` whose [`LaneConfig::bound`] is `self`: the sizes of
+    /// `self`, the lane's promotion, handle table and buffer size.
+    pub(crate) fn pool_config(&self, g: &LaneConfig) -> crate::bound::BoundConfig {
         crate::bound::BoundConfig {
             max_waiters: self.max_waiters,
             max_body: self.max_body,
@@ -328,7 +328,7 @@ impl BoundGroup {
 const DEFAULT_TASK_BYTES: usize = 512;
 /// Default deferred promotion (`promote_after_us`).
 pub(crate) const DEFAULT_PROMOTE_AFTER_US: u64 = 50;
-/// Default number of pool threads per group.
+/// Default number of pool threads per lane.
 const DEFAULT_THREADS: usize = 2;
 /// Default per-thread buffer size.
 pub(crate) const DEFAULT_BUFFER_BYTES: usize = 64 * 1024;
@@ -337,23 +337,23 @@ pub(crate) const DEFAULT_MAX_HANDLES: usize = 1024;
 /// Default pool thread stack size.
 pub(crate) const DEFAULT_STACK_BYTES: usize = 256 * 1024;
 
-impl GroupConfig {
-    /// A group of the given scheduling `policy` and `priority`, with defaults for the rest:
+impl LaneConfig {
+    /// A lane of the given scheduling `policy` and `priority`, with defaults for the rest:
     /// 2 threads, all CPUs, priority promotion, 64 KiB buffers, 1024 handles, 256 KiB stacks,
     /// no watchdog, no built-in handlers.
     ///
     /// `priority` is 1..=99 for [`Policy::Fifo`], [`Policy::Rr`] and [`Policy::Deadline`], and
-    /// must be 0 for [`Policy::Other`]. A [`Policy::Deadline`] group also needs
+    /// must be 0 for [`Policy::Other`]. A [`Policy::Deadline`] lane also needs
     /// [`deadline`](Self::deadline) set before the configuration is validated.
     ///
     /// ```
-    /// use lfrt::{GroupConfig, Policy};
-    /// let control = GroupConfig::new("control", Policy::Fifo, 80);
-    /// let batch = GroupConfig::new("batch", Policy::Other, 0);
+    /// use lfrt::{LaneConfig, Policy};
+    /// let control = LaneConfig::new("control", Policy::Fifo, 80);
+    /// let batch = LaneConfig::new("batch", Policy::Other, 0);
     /// assert_eq!((control.policy, batch.priority), (Policy::Fifo, 0));
     /// ```
-    pub fn new(name: impl Into<String>, policy: Policy, priority: u8) -> GroupConfig {
-        GroupConfig {
+    pub fn new(name: impl Into<String>, policy: Policy, priority: u8) -> LaneConfig {
+        LaneConfig {
             name: name.into(),
             priority,
             policy,
@@ -398,7 +398,7 @@ impl GroupConfig {
         DEFAULT_STACK_BYTES
     }
 
-    /// Priority of thread `i` of the group.
+    /// Priority of thread `i` of the lane.
     pub fn thread_priority(&self, i: usize) -> u8 {
         self.thread_priorities
             .as_ref()
@@ -406,12 +406,12 @@ impl GroupConfig {
             .unwrap_or(self.priority)
     }
 
-    /// Whether the group asks for a real-time policy.
+    /// Whether the lane asks for a real-time policy.
     pub fn is_rt(&self) -> bool {
         self.policy != Policy::Other
     }
 
-    /// Handles the group's built-in handlers register (one per timer of a `timer` handler).
+    /// Handles the lane's built-in handlers register (one per timer of a `timer` handler).
     pub(crate) fn configured_handles(&self) -> usize {
         self.handlers
             .iter()
@@ -426,7 +426,7 @@ impl GroupConfig {
             + if self.max_tasks > 0 { 2 } else { 0 }
     }
 
-    /// Timer expiries per second that the group's built-in timers deliver, all together.
+    /// Timer expiries per second that the lane's built-in timers deliver, all together.
     pub fn timer_events_per_sec(&self) -> f64 {
         self.handlers
             .iter()
@@ -447,18 +447,18 @@ impl GroupConfig {
     }
 }
 
-/// The whole runtime: global settings and its groups.
+/// The whole runtime: global settings and its lanes.
 ///
-/// In a file the global settings sit in a `[runtime]` table and the groups in `[[group]]`
-/// tables; both may be left out (and then validation asks for a group).
+/// In a file the global settings sit in a `[runtime]` table and the lanes in `[[lane]]`
+/// tables; both may be left out (and then validation asks for a lane).
 ///
 /// # Examples
 /// ```
-/// use lfrt::{GroupConfig, Policy, RtMode, RuntimeConfig};
+/// use lfrt::{LaneConfig, Policy, RtMode, RuntimeConfig};
 /// let cfg = RuntimeConfig {
 ///     rt: RtMode::Required, // refuse to run without SCHED_FIFO
 ///     lock_memory: true,
-///     groups: vec![GroupConfig::new("control", Policy::Fifo, 80)],
+///     lanes: vec![LaneConfig::new("control", Policy::Fifo, 80)],
 ///     bands: Vec::new(), // [[band]]: priority bands on one port
 /// };
 /// # let _ = cfg;
@@ -470,9 +470,9 @@ pub struct RuntimeConfig {
     pub rt: RtMode,
     /// `mlockall(MCL_CURRENT | MCL_FUTURE)` before the pool starts.
     pub lock_memory: bool,
-    /// The groups, highest priority first or in any order.
-    pub groups: Vec<GroupConfig>,
-    /// Priority bands on shared ports (`[[band]]`), served by the groups they name.
+    /// The lanes, highest priority first or in any order.
+    pub lanes: Vec<LaneConfig>,
+    /// Priority bands on shared ports (`[[band]]`), served by the lanes they name.
     pub bands: Vec<BandConfig>,
 }
 
@@ -484,7 +484,7 @@ struct Document {
     #[serde(default)]
     runtime: Settings,
     #[serde(default)]
-    group: Vec<GroupConfig>,
+    lane: Vec<LaneConfig>,
     #[serde(default)]
     band: Vec<BandConfig>,
 }
@@ -504,7 +504,7 @@ impl From<Document> for RuntimeConfig {
         RuntimeConfig {
             rt: d.runtime.rt,
             lock_memory: d.runtime.lock_memory,
-            groups: d.group,
+            lanes: d.lane,
             bands: d.band,
         }
     }

@@ -6,7 +6,7 @@
 //! span belongs to) so that every error names a field path and its line:
 //! * a serde error carries a span: the key or value it is about (`threads = "two"`), or the
 //!   header of the table it is about (`missing field`, and every error inside a
-//!   `[[group.handler]]`, whose fields name themselves, see `named` in the parent module);
+//!   `[[lane.handler]]`, whose fields name themselves, see `named` in the parent module);
 //! * a validation error ([`Invalid`]) names a section and field: the line is that key's, or
 //!   its table's when the key was left out.
 
@@ -20,7 +20,7 @@ use toml::de::{DeTable, DeValue};
 /// Reads and validates a configuration file. Nothing is started.
 ///
 /// # Errors
-/// [`Error::Config`] naming the file, the line and the field (`group[1].priority`) for syntax
+/// [`Error::Config`] naming the file, the line and the field (`lane[1].priority`) for syntax
 /// errors, unknown keys, wrong types and everything [`RuntimeConfig::validate`] refuses
 /// (out-of-range values, duplicate priorities, missing CPUs, colliding addresses, a plan larger
 /// than memory, ports in use now); the field is `file` if the file cannot be read.
@@ -41,8 +41,8 @@ pub fn parse(src: &str) -> Result<RuntimeConfig, Error> {
 }
 
 /// The 1-based line where `path` is written in the TOML text `src`: a key as errors name it
-/// (`runtime.rt`, `group[1].priority`, `group[0].handler[2].bind`, `band[0].bind`), or a
-/// table (`group[1]`, `group[0].bound`, `band[0]`: the line of its header).
+/// (`runtime.rt`, `lane[1].priority`, `lane[0].handler[2].bind`, `band[0].bind`), or a
+/// table (`lane[1]`, `lane[0].bound`, `band[0]`: the line of its header).
 ///
 /// `None` if the text does not parse, or does not write that key or table. Tools that edit a
 /// configuration before loading it (the `lfrt` command's `--set`) use it to point an error, or
@@ -50,13 +50,15 @@ pub fn parse(src: &str) -> Result<RuntimeConfig, Error> {
 ///
 /// # Examples
 /// ```
-/// let src = "[[group]]\nname = \"a\"\npriority = 50\n";
-/// assert_eq!(lfrt::config_line(src, "group[0].priority"), Some(3));
-/// assert_eq!(lfrt::config_line(src, "group[0]"), Some(1));
-/// assert_eq!(lfrt::config_line(src, "group[0].threads"), None);
+/// let src = "[[lane]]\nname = \"a\"\npriority = 50\n";
+/// assert_eq!(lfrt::config_line(src, "lane[0].priority"), Some(3));
+/// assert_eq!(lfrt::config_line(src, "lane[0]"), Some(1));
+/// assert_eq!(lfrt::config_line(src, "lane[0].threads"), None);
 /// ```
 pub fn line(src: &str, path: &str) -> Option<usize> {
-    let doc = DeTable::parse(src).ok()?;
+    let mut doc = DeTable::parse(src).ok()?;
+    // An old key is found by its new name, as errors name it.
+    let _ = rename_deprecated(src, doc.get_mut());
     let places = Places::of(doc.get_ref());
     let key = places
         .keys
@@ -98,14 +100,50 @@ type Located = (Option<Range<usize>>, String, String);
 /// Parses and deserializes without validating.
 fn deserialize(src: &str) -> Result<(RuntimeConfig, Places), Located> {
     // A syntax error has a position but no document to find a field in.
-    let doc = DeTable::parse(src)
+    let mut doc = DeTable::parse(src)
         .map_err(|e| (e.span(), "toml".to_string(), e.message().trim().to_string()))?;
+    for (line, old, new) in rename_deprecated(src, doc.get_mut())? {
+        tracing::warn!(
+            "line {line}: `[[{old}]]` is deprecated, write `[[{new}]]` (and `[{new}.…]` for its \
+             sub-tables); read as `[[{new}]]`"
+        );
+    }
     let places = Places::of(doc.get_ref());
     let cfg = RuntimeConfig::deserialize(toml::de::Deserializer::from(doc)).map_err(|e| {
         let located = places.locate(&e);
         later_handler(src, &places, &located.1).unwrap_or(located)
     })?;
     Ok((cfg, places))
+}
+
+/// Top-level keys that were renamed, old name first. A file that writes the old name is read
+/// as if it wrote the new one, with a warning naming both; one that writes both is refused.
+pub(crate) const RENAMED_KEYS: [(&str, &str); 1] = [("group", "lane")];
+
+/// Applies [`RENAMED_KEYS`] to the parsed document, before anything else reads it, so every
+/// error and the plan name the new key. Returns the renames made, each with the line of the
+/// old key.
+fn rename_deprecated(
+    src: &str,
+    doc: &mut DeTable<'_>,
+) -> Result<Vec<(usize, &'static str, &'static str)>, Located> {
+    let mut renamed = Vec::new();
+    for (old, new) in RENAMED_KEYS {
+        let Some((key, value)) = doc.remove_entry(old) else {
+            continue;
+        };
+        let span = key.span();
+        if doc.contains_key(new) {
+            return Err((
+                Some(span),
+                old.to_string(),
+                format!("`[[{old}]]` is the old name of `[[{new}]]`: write one of them, not both"),
+            ));
+        }
+        renamed.push((line_of(src, span.start), old, new));
+        doc.insert(toml::Spanned::new(span, new.into()), value);
+    }
+    Ok(renamed)
 }
 
 /// The field a serde message names (a handler field's `` `x`: `` prefix, or `unknown field `x``
@@ -124,21 +162,21 @@ fn named_field(whole: &str) -> (Option<&str>, &str) {
 }
 
 /// serde reads the `kind`-tagged handler tables through a buffer without positions, so an error
-/// in any `[[group.handler]]` of a group comes back with the span of the whole array, which
-/// `locate` places at the group's first handler. When the group has several handlers, each is
+/// in any `[[lane.handler]]` of a lane comes back with the span of the whole array, which
+/// `locate` places at the lane's first handler. When the lane has several handlers, each is
 /// deserialized on its own to find the one that fails, and its own error is placed in it.
 fn later_handler(src: &str, places: &Places, path: &str) -> Option<Located> {
-    let group: usize = path
-        .strip_prefix("group[")?
+    let lane: usize = path
+        .strip_prefix("lane[")?
         .split_once("].handler")?
         .0
         .parse()
         .ok()?;
     let doc: toml::Table = src.parse().ok()?;
     let handlers = doc
-        .get("group")?
+        .get("lane")?
         .as_array()?
-        .get(group)?
+        .get(lane)?
         .get("handler")?
         .as_array()?;
     if handlers.len() < 2 {
@@ -152,7 +190,7 @@ fn later_handler(src: &str, places: &Places, path: &str) -> Option<Located> {
     })?;
     let (field, message) = named_field(e.message().trim());
     let (field, message) = (field.unwrap_or("").to_string(), message.to_string());
-    let section = Section::Handler { group, handler: i };
+    let section = Section::Handler { lane, handler: i };
     if field.is_empty() {
         // No field named (a bad `kind` tag): keep `locate`'s answer if it is in this handler,
         // else name the tag.
@@ -183,7 +221,7 @@ fn covers(span: &Range<usize>, at: usize) -> bool {
 
 /// Where each table and key of a document is written.
 struct Places {
-    /// Tables: a `[runtime]` / `[[group]]` / `[[group.handler]]` header, or an inline table.
+    /// Tables: a `[runtime]` / `[[lane]]` / `[[lane.handler]]` header, or an inline table.
     tables: Vec<(Section, Range<usize>)>,
     /// Keys: section, key, span of the key, span of its value.
     keys: Vec<(Section, String, Range<usize>, Range<usize>)>,
@@ -200,7 +238,7 @@ impl Places {
     }
 
     /// Records `table`'s keys, descending into the tables the configuration has:
-    /// `runtime`, `group[g]`, `group[g].handler[h]`, `band[b]`. Anything else is a key of its section.
+    /// `runtime`, `lane[g]`, `lane[g].handler[h]`, `band[b]`. Anything else is a key of its section.
     fn walk(&mut self, table: &DeTable<'_>, section: Section) {
         for (key, value) in table.iter() {
             let name = key.get_ref().as_ref();
@@ -209,18 +247,18 @@ impl Places {
                     self.tables.push((Section::Runtime, value.span()));
                     self.walk(t, Section::Runtime);
                 }
-                (Section::Group(g), "bound", DeValue::Table(t)) => {
+                (Section::Lane(g), "bound", DeValue::Table(t)) => {
                     self.tables.push((Section::Bound(g), value.span()));
                     self.walk(t, Section::Bound(g));
                 }
-                (Section::Root, "group" | "band", DeValue::Array(items))
-                | (Section::Group(_), "handler", DeValue::Array(items))
+                (Section::Root, "lane" | "band", DeValue::Array(items))
+                | (Section::Lane(_), "handler", DeValue::Array(items))
                     if !items.is_empty() && items.iter().all(|v| v.get_ref().is_table()) =>
                 {
                     let inner = |i| match section {
-                        Section::Group(group) => Section::Handler { group, handler: i },
+                        Section::Lane(lane) => Section::Handler { lane, handler: i },
                         _ if name == "band" => Section::Band(i),
-                        _ => Section::Group(i),
+                        _ => Section::Lane(i),
                     };
                     // An inline array (`handler = [{ … }]`) reports errors in its items at the
                     // array's span: that is one item's only if there is one item.
@@ -288,7 +326,7 @@ impl Places {
             };
             return (Some(span), section.path(key), message.to_string());
         }
-        // The innermost table: an inline `bound = { … }` lies inside its group's table.
+        // The innermost table: an inline `bound = { … }` lies inside its lane's table.
         if let Some((section, header)) = self
             .tables
             .iter()
@@ -314,17 +352,17 @@ mod tests {
 rt = "best-effort"
 lock_memory = false
 
-[[group]]
+[[lane]]
 name = "control"
 priority = 80
 threads = 2
 promotion = "lifo"
 
-[[group.handler]]
+[[lane.handler]]
 kind = "timer"
 interval_us = 1000
 
-[[group]]
+[[lane]]
 name = "bulk"
 priority = 20
 threads = 1
@@ -345,10 +383,10 @@ threads = 1
     #[test]
     fn good_file_parses() {
         let c = parse(GOOD).unwrap();
-        assert_eq!(c.groups.len(), 2);
-        assert_eq!(c.groups[0].promotion, Promotion::Lifo);
+        assert_eq!(c.lanes.len(), 2);
+        assert_eq!(c.lanes[0].promotion, Promotion::Lifo);
         assert_eq!(
-            c.groups[0].handlers,
+            c.lanes[0].handlers,
             vec![HandlerConfig::Timer {
                 interval_us: 1000,
                 count: 1,
@@ -369,28 +407,28 @@ threads = 1
         };
         let c = parse(&control("borrow_from = [\"bulk\"]\n")).unwrap();
         assert_eq!(
-            (c.groups[0].borrow_from.clone(), c.groups[0].max_borrowed),
+            (c.lanes[0].borrow_from.clone(), c.lanes[0].max_borrowed),
             (vec!["bulk".to_string()], None)
         );
         for (src, at, says) in [
             (
                 control("borrow_from = [\"bulk\"]\nmax_borrowed = 2\n"),
-                (12, "group[0].max_borrowed"),
+                (12, "lane[0].max_borrowed"),
                 "1..=1",
             ),
             (
                 control("borrow_from = [\"blk\"]\n"),
-                (11, "group[0].borrow_from"),
+                (11, "lane[0].borrow_from"),
                 "not the name",
             ),
             (
                 control("borrow_from = [\"control\"]\n"),
-                (11, "group[0].borrow_from"),
+                (11, "lane[0].borrow_from"),
                 "itself",
             ),
             (
                 control("max_borrowed = 1\n"),
-                (11, "group[0].max_borrowed"),
+                (11, "lane[0].max_borrowed"),
                 "without `borrow_from`",
             ),
             (
@@ -398,7 +436,7 @@ threads = 1
                     "threads = 1\n",
                     "threads = 1\nborrow_from = [\"control\"]\n",
                 ),
-                (20, "group[1].borrow_from"),
+                (20, "lane[1].borrow_from"),
                 "not below",
             ),
         ] {
@@ -413,7 +451,7 @@ threads = 1
         let (line, field, msg) = err(&GOOD.replace("priority = 20", "priority = 120"));
         assert_eq!(
             (line, field.as_str()),
-            (Some(18), "group[1].priority"),
+            (Some(18), "lane[1].priority"),
             "{msg}"
         );
     }
@@ -421,20 +459,20 @@ threads = 1
     #[test]
     fn duplicate_priority() {
         let (line, field, msg) = err(&GOOD.replace("priority = 20", "priority = 80"));
-        assert_eq!((line, field.as_str()), (Some(18), "group[1].priority"));
+        assert_eq!((line, field.as_str()), (Some(18), "lane[1].priority"));
         assert!(msg.contains("control"), "{msg}");
     }
 
     #[test]
     fn missing_cpu() {
         let (line, field, _) = err(&GOOD.replace("threads = 1", "threads = 1\ncpus = [4096]"));
-        assert_eq!((line, field.as_str()), (Some(20), "group[1].cpus"));
+        assert_eq!((line, field.as_str()), (Some(20), "lane[1].cpus"));
     }
 
     #[test]
     fn zero_threads() {
         let (line, field, _) = err(&GOOD.replace("threads = 1", "threads = 0"));
-        assert_eq!((line, field.as_str()), (Some(19), "group[1].threads"));
+        assert_eq!((line, field.as_str()), (Some(19), "lane[1].threads"));
     }
 
     #[test]
@@ -442,7 +480,7 @@ threads = 1
         let (line, field, msg) = err(&GOOD.replace("threads = 1", "wokers = 1"));
         assert_eq!(
             (line, field.as_str()),
-            (Some(19), "group[1].wokers"),
+            (Some(19), "lane[1].wokers"),
             "{msg}"
         );
         assert!(msg.contains("unknown field"), "{msg}");
@@ -469,7 +507,7 @@ threads = 1
     #[test]
     fn unknown_promotion() {
         let (line, field, msg) = err(&GOOD.replace("\"lifo\"", "\"random\""));
-        assert_eq!((line, field.as_str()), (Some(10), "group[0].promotion"));
+        assert_eq!((line, field.as_str()), (Some(10), "lane[0].promotion"));
         assert!(msg.contains("`priority`"), "{msg}");
     }
 
@@ -480,16 +518,16 @@ threads = 1
         let (line, field, msg) = err(&GOOD.replace("threads = 1", "threads = \"two\""));
         assert_eq!(
             (line, field.as_str()),
-            (Some(19), "group[1].threads"),
+            (Some(19), "lane[1].threads"),
             "{msg}"
         );
         assert!(msg.contains("string \"two\""), "{msg}");
         let (line, field, _) = err(&GOOD.replace("lock_memory = false", "lock_memory = 1"));
         assert_eq!((line, field.as_str()), (Some(4), "runtime.lock_memory"));
         let (line, field, _) = err(&GOOD.replace("threads = 1", "cpus = [0, -1]"));
-        assert_eq!((line, field.as_str()), (Some(19), "group[1].cpus"));
+        assert_eq!((line, field.as_str()), (Some(19), "lane[1].cpus"));
         let (line, field, _) = err(&GOOD.replace("priority = 20", "priority = 300"));
-        assert_eq!((line, field.as_str()), (Some(18), "group[1].priority"));
+        assert_eq!((line, field.as_str()), (Some(18), "lane[1].priority"));
     }
 
     #[test]
@@ -497,55 +535,55 @@ threads = 1
         let (line, field, msg) = err(&GOOD.replace("interval_us = 1000", "interval_us = \"x\""));
         assert_eq!(
             (line, field.as_str()),
-            (Some(14), "group[0].handler[0].interval_us")
+            (Some(14), "lane[0].handler[0].interval_us")
         );
         assert_eq!(msg, "invalid type: string \"x\", expected u64");
         let (line, field, _) = err(&GOOD.replace("interval_us = 1000", "count = 2"));
         assert_eq!(
             (line, field.as_str()),
-            (Some(12), "group[0].handler[0].interval_us"),
+            (Some(12), "lane[0].handler[0].interval_us"),
             "missing: the handler's header line"
         );
         let (line, field, msg) = err(&GOOD.replace("\"timer\"", "\"timr\""));
         assert_eq!(
             (line, field.as_str()),
-            (Some(13), "group[0].handler[0].kind")
+            (Some(13), "lane[0].handler[0].kind")
         );
         assert!(msg.contains("`udp-echo`"), "{msg}");
         let (line, field, _) = err(&GOOD.replace("kind = \"timer\"\n", ""));
         assert_eq!(
             (line, field.as_str()),
-            (Some(12), "group[0].handler[0].kind")
+            (Some(12), "lane[0].handler[0].kind")
         );
     }
 
     #[test]
     fn inline_handler_tables_are_placed_too() {
-        let one = "[[group]]\nname = \"a\"\npriority = 50\nhandler = [{ kind = \"timer\", interval_us = \"x\" }]\n";
+        let one = "[[lane]]\nname = \"a\"\npriority = 50\nhandler = [{ kind = \"timer\", interval_us = \"x\" }]\n";
         let (line, field, _) = err(one);
         assert_eq!(
             (line, field.as_str()),
-            (Some(4), "group[0].handler[0].interval_us")
+            (Some(4), "lane[0].handler[0].interval_us")
         );
         // With two items toml does not say which one; each item is then checked on its own.
         let two = one.replace("[{", "[{ kind = \"timer\", interval_us = 5 }, {");
         let (line, field, msg) = err(&two);
         assert_eq!(
             (line, field.as_str()),
-            (Some(4), "group[0].handler[1].interval_us")
+            (Some(4), "lane[0].handler[1].interval_us")
         );
         assert!(msg.starts_with("invalid type"), "{msg}");
-        let groups = "group = [{ name = \"a\", priority = \"high\" }]\n";
-        let (line, field, _) = err(groups);
-        assert_eq!((line, field.as_str()), (Some(1), "group[0].priority"));
+        let lanes = "lane = [{ name = \"a\", priority = \"high\" }]\n";
+        let (line, field, _) = err(lanes);
+        assert_eq!((line, field.as_str()), (Some(1), "lane[0].priority"));
     }
 
     #[test]
     fn missing_name_and_priority() {
         let (line, field, msg) = err(&GOOD.replace("name = \"bulk\"\n", ""));
-        assert_eq!((line, field.as_str()), (Some(16), "group[1].name"), "{msg}");
+        assert_eq!((line, field.as_str()), (Some(16), "lane[1].name"), "{msg}");
         let (line, field, msg) = err(&GOOD.replace("priority = 20\n", ""));
-        assert_eq!((line, field.as_str()), (Some(16), "group[1].priority"));
+        assert_eq!((line, field.as_str()), (Some(16), "lane[1].priority"));
         assert!(msg.contains("missing"), "{msg}");
     }
 
@@ -564,7 +602,7 @@ threads = 1
         let (line, field, _) = err(&src);
         assert_eq!(
             (line, field.as_str()),
-            (Some(14), "group[0].handler[0].bind")
+            (Some(14), "lane[0].handler[0].bind")
         );
         let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let src = GOOD.replace(
@@ -577,7 +615,7 @@ threads = 1
         let (line, field, msg) = err(&src);
         assert_eq!(
             (line, field.as_str()),
-            (Some(14), "group[0].handler[0].bind")
+            (Some(14), "lane[0].handler[0].bind")
         );
         assert!(msg.contains("in use"), "{msg}");
     }
@@ -590,7 +628,7 @@ threads = 1
         ));
         assert_eq!(
             (line, field.as_str()),
-            (Some(15), "group[0].handler[0].bind")
+            (Some(15), "lane[0].handler[0].bind")
         );
     }
 
@@ -605,7 +643,7 @@ threads = 1
         let text = e.to_string();
         assert!(
             text.starts_with(&format!(
-                "{}:19: invalid `group[1].threads`: 65",
+                "{}:19: invalid `lane[1].threads`: 65",
                 p.display()
             )),
             "{text}"
@@ -626,7 +664,7 @@ threads = 1
                 let (c, _) = deserialize(&src).unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
                 c.check_settings(&crate::sys::sched::online_cpus())
                     .unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
-                assert!(!c.groups.is_empty(), "{}", p.display());
+                assert!(!c.lanes.is_empty(), "{}", p.display());
                 n += 1;
             }
         }
@@ -634,11 +672,11 @@ threads = 1
     }
 
     const BANDS: &str = r#"
-[[group]]
+[[lane]]
 name = "control"
 priority = 80
 
-[[group]]
+[[lane]]
 name = "bulk"
 priority = 20
 
@@ -652,7 +690,7 @@ handler = "udp-echo"
     fn bands_parse() {
         let c = parse(BANDS).unwrap();
         assert_eq!(c.bands.len(), 1);
-        let p = c.bands[0].plan(&c.groups).unwrap();
+        let p = c.bands[0].plan(&c.lanes).unwrap();
         assert_eq!(p.lanes, ["bulk", "control"]);
         assert_eq!(p.bands.map, vec![(46, 1)]);
         let payload = BANDS.replace(
@@ -660,7 +698,7 @@ handler = "udp-echo"
             "{ payload_byte = { offset = 2, map = { 1 = \"control\", 7 = \"control\" }, default = \"bulk\" } }",
         );
         let c = parse(&payload).unwrap();
-        let p = c.bands[0].plan(&c.groups).unwrap();
+        let p = c.bands[0].plan(&c.lanes).unwrap();
         assert_eq!(
             p.bands.classify,
             crate::sources::band::Classify::PayloadByte(2)
@@ -678,7 +716,7 @@ handler = "udp-echo"
                 "46 = \"contrl\"",
                 12,
                 "band[0].classify",
-                "no [[group]] named `contrl`",
+                "no [[lane]] named `contrl`",
             ),
             (
                 "default = \"bulk\"",
@@ -783,11 +821,11 @@ handler = "udp-echo"
         assert!(msg.contains("in use"), "{msg}");
         let echo = BANDS.replace(
             "priority = 20\n",
-            "priority = 20\n[[group.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:47001\"\n",
+            "priority = 20\n[[lane.handler]]\nkind = \"udp-echo\"\nbind = \"127.0.0.1:47001\"\n",
         )
         .replace("127.0.0.1:0", "127.0.0.1:47001");
         let (l, f, msg) = err(&echo);
         assert_eq!((l, f.as_str()), (Some(14), "band[0].bind"), "{msg}");
-        assert!(msg.contains("group[1].handler[0].bind"), "{msg}");
+        assert!(msg.contains("lane[1].handler[0].bind"), "{msg}");
     }
 }

@@ -1,4 +1,4 @@
-//! The memory plan: what a group preallocates, from the same sizes the runtime allocates
+//! The memory plan: what a lane preallocates, from the same sizes the runtime allocates
 //! with, and the check of the total against the machine.
 
 use super::check::Machine;
@@ -9,14 +9,14 @@ use crate::sources::handlers::TcpEcho;
 use crate::task::lane::Executor;
 use std::fmt;
 
-/// What one group preallocates, in bytes: each pool thread's stack, buffers and telemetry ring,
-/// the group's handle table, bound pool and task table, and its `tcp-echo` handlers' connection
+/// What one lane preallocates, in bytes: each pool thread's stack, buffers and telemetry ring,
+/// the lane's handle table, bound pool and task table, and its `tcp-echo` handlers' connection
 /// tables. Counted from the sizes the runtime allocates
-/// ([`GroupConfig::memory`]); not counted are the process itself (code, heap, the telemetry
+/// ([`LaneConfig::memory`]); not counted are the process itself (code, heap, the telemetry
 /// collector's histograms) and what handlers allocate, so this is a lower bound of what a
-/// running group holds.
+/// running lane holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GroupMemory {
+pub struct LaneMemory {
     /// Pool threads (`threads`).
     pub threads: u64,
     /// Each thread's stack (`stack_bytes`), pre-faulted at start-up.
@@ -27,21 +27,21 @@ pub struct GroupMemory {
     pub buffers: u64,
     /// Each thread's telemetry ring.
     pub telemetry: u64,
-    /// The group's handle table (`max_handles` slots), once per group.
+    /// The lane's handle table (`max_handles` slots), once per lane.
     pub handle_table: u64,
-    /// A bound group's pool, once per group: a reply buffer of `max_body` per waiter slot and
-    /// the receive buffer; 0 for other groups.
+    /// A bound lane's pool, once per lane: a reply buffer of `max_body` per waiter slot and
+    /// the receive buffer; 0 for other lanes.
     pub bound: u64,
     /// The `tcp-echo` handlers' connection tables, once per handler: `max_connections` ×
     /// `buffer_bytes` each (the echo a peer has not taken yet); 0 without one.
     pub connections: u64,
-    /// The group's task table, once per group: `max_tasks` slots of `task_bytes` (rounded up
+    /// The lane's task table, once per lane: `max_tasks` slots of `task_bytes` (rounded up
     /// to 64, pre-faulted) and the executor's per-slot state and queues; 0 without tasks
     /// (`max_tasks = 0`).
     pub tasks: u64,
 }
 
-impl GroupMemory {
+impl LaneMemory {
     /// Bytes one pool thread preallocates.
     pub fn per_thread(&self) -> u64 {
         self.stack
@@ -49,7 +49,7 @@ impl GroupMemory {
             .saturating_add(self.telemetry)
     }
 
-    /// Bytes the whole group preallocates.
+    /// Bytes the whole lane preallocates.
     pub fn total(&self) -> u64 {
         self.threads
             .saturating_mul(self.per_thread())
@@ -97,10 +97,10 @@ impl fmt::Display for Bytes {
     }
 }
 
-impl fmt::Display for GroupMemory {
+impl fmt::Display for LaneMemory {
     /// `2.1 MiB = 2 threads × 1.1 MiB (stack 256.0 KiB, buffers 72.9 KiB, telemetry ring
-    /// 768.0 KiB) + handle table 1.1 KiB` (`+ bound pool buffers …` for a bound group,
-    /// `+ task table …` for a group with tasks), then the exact byte count.
+    /// 768.0 KiB) + handle table 1.1 KiB` (`+ bound pool buffers …` for a bound lane,
+    /// `+ task table …` for a lane with tasks), then the exact byte count.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -131,10 +131,10 @@ impl fmt::Display for GroupMemory {
     }
 }
 
-impl GroupConfig {
-    /// The memory the group allocates and pre-faults before its threads serve the first event.
-    pub fn memory(&self) -> GroupMemory {
-        GroupMemory {
+impl LaneConfig {
+    /// The memory the lane allocates and pre-faults before its threads serve the first event.
+    pub fn memory(&self) -> LaneMemory {
+        LaneMemory {
             threads: self.threads as u64,
             stack: self.stack_bytes as u64,
             buffers: Context::allocated_bytes(self.buffer_bytes),
@@ -164,9 +164,9 @@ impl GroupConfig {
 }
 
 impl RuntimeConfig {
-    /// Bytes every group preallocates together ([`GroupConfig::memory`]).
+    /// Bytes every lane preallocates together ([`LaneConfig::memory`]).
     pub fn preallocated_bytes(&self) -> u64 {
-        self.groups
+        self.lanes
             .iter()
             .fold(0u64, |sum, g| sum.saturating_add(g.memory().total()))
     }
@@ -174,7 +174,7 @@ impl RuntimeConfig {
     /// The preallocated total against the machine's memory and, with `lock_memory` and
     /// `rt = "required"`, against what `mlockall` may lock (with `"best-effort"` a failed
     /// `mlockall` is a warning at start, so it is not refused here). The error names the
-    /// largest group's largest share.
+    /// largest lane's largest share.
     pub(crate) fn check_memory(&self, machine: &Machine) -> Result<(), Invalid> {
         let total = self.preallocated_bytes();
         let memlock = machine
@@ -195,21 +195,21 @@ impl RuntimeConfig {
             return Ok(());
         };
         let (gi, largest) = self
-            .groups
+            .lanes
             .iter()
-            .map(GroupConfig::memory)
+            .map(LaneConfig::memory)
             .enumerate()
-            .fold(None::<(usize, GroupMemory)>, |a, (i, m)| match a {
+            .fold(None::<(usize, LaneMemory)>, |a, (i, m)| match a {
                 Some((_, b)) if b.total() >= m.total() => a,
                 _ => Some((i, m)),
             })
-            .expect("validated: at least one group");
+            .expect("validated: at least one lane");
         Err(Invalid {
-            section: Section::Group(gi),
+            section: Section::Lane(gi),
             field: largest.largest_field(),
             message: format!(
                 "the plan preallocates {} ({total} bytes), more than {what}: {} ({limit} \
-                 bytes){advice}; this group takes {largest}",
+                 bytes){advice}; this lane takes {largest}",
                 Bytes(total),
                 Bytes(limit)
             ),

@@ -3,7 +3,7 @@
 //! * **Owns:** the document's serde types (`document.rs`), the memory plan (`memory.rs`), the
 //!   validation and probe step (`check/`: machine probe, bind checks, one file per table or
 //!   concern), `[[band]]` plans (`band.rs`), TOML loading with file:line:field errors
-//!   (`file.rs`), and turning a group into the engine's own parameters (`spec.rs`).
+//!   (`file.rs`), and turning a lane into the engine's own parameters (`spec.rs`).
 //! * **May use:** `bound`, `task` (its limits), `sources`, `engine`, `observe`, `sync`, `sys`
 //!   and `error`.
 //! * **Must never use:** `runtime`. Nothing below `config/` imports it: the engine, the
@@ -14,7 +14,7 @@
 //! TOML file. [`RuntimeConfig::validate`] is the single place where configurations are checked:
 //! the loader calls it and only adds the file name and line to the errors.
 //!
-//! The memory a configuration preallocates is counted here too ([`GroupConfig::memory`]), from
+//! The memory a configuration preallocates is counted here too ([`LaneConfig::memory`]), from
 //! the same sizes the runtime allocates, so `lfrt check` shows what `lfrt run` will take and
 //! validation can refuse what the machine cannot hold.
 
@@ -38,4 +38,4 @@ pub(crate) use document::split_named;
 pub use document::*;
 #[cfg(feature = "toml")]
 pub use file::{line, load, parse};
-pub use memory::{Bytes, GroupMemory};
+pub use memory::{Bytes, LaneMemory};

@@ -1,16 +1,16 @@
-//! What the engine is handed: a [`GroupConfig`] turned into the engine's own plain
-//! parameters ([`GroupSpec`]). The engine never reads the configuration; this is the one place
+//! What the engine is handed: a [`LaneConfig`] turned into the engine's own plain
+//! parameters ([`LaneSpec`]). The engine never reads the configuration; this is the one place
 //! a document's policy, priorities, deadline and borrowing become per-thread scheduling.
 
-use super::{GroupConfig, Policy};
+use super::{LaneConfig, Policy};
 use crate::engine::borrow::BorrowSpec;
-use crate::engine::group::GroupSpec;
+use crate::engine::lane::LaneSpec;
 use crate::sys::sched::Sched;
 
-impl GroupConfig {
-    /// The engine's parameters of this (validated) group.
-    pub(crate) fn engine_spec(&self) -> GroupSpec {
-        GroupSpec {
+impl LaneConfig {
+    /// The engine's parameters of this (validated) lane.
+    pub(crate) fn engine_spec(&self) -> LaneSpec {
+        LaneSpec {
             name: self.name.clone(),
             priority: self.priority,
             threads: (0..self.threads)
@@ -39,7 +39,7 @@ impl GroupConfig {
         }
     }
 
-    /// The group's policy at priority `p`.
+    /// The lane's policy at priority `p`.
     fn sched_at(&self, p: u8) -> Sched {
         match self.policy {
             Policy::Fifo => Sched::Fifo(p),

@@ -4,11 +4,11 @@ use crate::engine::follower_queue::Promotion;
 use crate::observe::telemetry;
 use crate::sys::sched;
 
-fn cfg(groups: Vec<GroupConfig>) -> RuntimeConfig {
+fn cfg(lanes: Vec<LaneConfig>) -> RuntimeConfig {
     RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        groups,
+        lanes,
         bands: Vec::new(),
     }
 }
@@ -33,11 +33,11 @@ fn machine() -> Machine {
     }
 }
 
-/// Every size of a group is refused one past either end of its range, naming the field and the
+/// Every size of a lane is refused one past either end of its range, naming the field and the
 /// range, and taken at both ends (settings only: the memory plan is another check).
 #[test]
 fn sizes_are_taken_at_the_ends_of_their_ranges_and_refused_past_them() {
-    type Set = fn(&mut GroupConfig, usize);
+    type Set = fn(&mut LaneConfig, usize);
     let sizes: [(&str, Set, usize, usize); 5] = [
         ("buffer_bytes", |g, v| g.buffer_bytes = v, 64, 64 << 20),
         ("max_handles", |g, v| g.max_handles = v, 1, 1 << 20),
@@ -47,8 +47,8 @@ fn sizes_are_taken_at_the_ends_of_their_ranges_and_refused_past_them() {
     ];
     for (field, set, lo, hi) in sizes {
         let with = |v: usize| {
-            let mut c = cfg(vec![GroupConfig::new("a", Policy::Fifo, 80)]);
-            set(&mut c.groups[0], v);
+            let mut c = cfg(vec![LaneConfig::new("a", Policy::Fifo, 80)]);
+            set(&mut c.lanes[0], v);
             c.check_settings(&[0, 1])
         };
         with(lo).unwrap();
@@ -56,7 +56,7 @@ fn sizes_are_taken_at_the_ends_of_their_ranges_and_refused_past_them() {
         let past = [lo.checked_sub(1), Some(hi + 1)];
         for v in past.into_iter().flatten() {
             let e = with(v).unwrap_err();
-            assert_eq!(e.path(), format!("group[0].{field}"));
+            assert_eq!(e.path(), format!("lane[0].{field}"));
             assert_eq!(e.message, format!("{v}: must be {lo}..={hi}"));
         }
     }
@@ -65,29 +65,29 @@ fn sizes_are_taken_at_the_ends_of_their_ranges_and_refused_past_them() {
 #[test]
 fn each_invalid_setting_names_its_field() {
     let ok = cfg(vec![
-        GroupConfig::new("a", Policy::Fifo, 80),
-        GroupConfig::new("b", Policy::Fifo, 40),
+        LaneConfig::new("a", Policy::Fifo, 80),
+        LaneConfig::new("b", Policy::Fifo, 40),
     ]);
     ok.validate_with_cpus(&[0, 1]).unwrap();
     let mut c = ok.clone();
-    c.groups[1].priority = 100;
-    assert_eq!(field_of(&c), "group[1].priority");
+    c.lanes[1].priority = 100;
+    assert_eq!(field_of(&c), "lane[1].priority");
     let mut c = ok.clone();
-    c.groups[1].priority = 80;
-    assert_eq!(field_of(&c), "group[1].priority");
+    c.lanes[1].priority = 80;
+    assert_eq!(field_of(&c), "lane[1].priority");
     let mut c = ok.clone();
-    c.groups[0].cpus = Some(vec![0, 7]);
-    assert_eq!(field_of(&c), "group[0].cpus");
+    c.lanes[0].cpus = Some(vec![0, 7]);
+    assert_eq!(field_of(&c), "lane[0].cpus");
     let mut c = ok.clone();
-    c.groups[0].threads = 0;
-    assert_eq!(field_of(&c), "group[0].threads");
+    c.lanes[0].threads = 0;
+    assert_eq!(field_of(&c), "lane[0].threads");
     let mut c = ok.clone();
-    c.groups[0].thread_priorities = Some(vec![80, 30]);
-    assert_eq!(field_of(&c), "group[0].thread_priorities");
+    c.lanes[0].thread_priorities = Some(vec![80, 30]);
+    assert_eq!(field_of(&c), "lane[0].thread_priorities");
     let mut c = ok.clone();
-    c.groups[0].on_overrun = OnOverrun::Demote;
-    assert_eq!(field_of(&c), "group[0].on_overrun");
-    assert_eq!(field_of(&cfg(vec![])), "group");
+    c.lanes[0].on_overrun = OnOverrun::Demote;
+    assert_eq!(field_of(&c), "lane[0].on_overrun");
+    assert_eq!(field_of(&cfg(vec![])), "lane");
 }
 
 /// Lane borrowing: only from existing lower real-time lanes, never by or from a deadline
@@ -95,12 +95,12 @@ fn each_invalid_setting_names_its_field() {
 #[test]
 fn borrowing_is_validated() {
     let lanes = |borrow: &[&str], max: Option<usize>| {
-        let mut hi = GroupConfig::new("hi", Policy::Fifo, 80);
+        let mut hi = LaneConfig::new("hi", Policy::Fifo, 80);
         hi.borrow_from = borrow.iter().map(|s| s.to_string()).collect();
         hi.max_borrowed = max;
-        let mut lo = GroupConfig::new("lo", Policy::Fifo, 20);
+        let mut lo = LaneConfig::new("lo", Policy::Fifo, 20);
         lo.threads = 3;
-        let mut mid = GroupConfig::new("mid", Policy::Rr, 50);
+        let mut mid = LaneConfig::new("mid", Policy::Rr, 50);
         mid.threads = 1;
         cfg(vec![hi, mid, lo])
     };
@@ -114,14 +114,14 @@ fn borrowing_is_validated() {
     for (c, path, says) in [
         (
             lanes(&["lo", "mid"], Some(5)),
-            "group[0].max_borrowed",
+            "lane[0].max_borrowed",
             "1..=4",
         ),
-        (lanes(&["lo"], Some(0)), "group[0].max_borrowed", "1..=3"),
-        (lanes(&[], Some(1)), "group[0].max_borrowed", "without"),
-        (lanes(&["lo", "lo"], None), "group[0].borrow_from", "twice"),
-        (lanes(&["hi"], None), "group[0].borrow_from", "itself"),
-        (lanes(&["x"], None), "group[0].borrow_from", "not the name"),
+        (lanes(&["lo"], Some(0)), "lane[0].max_borrowed", "1..=3"),
+        (lanes(&[], Some(1)), "lane[0].max_borrowed", "without"),
+        (lanes(&["lo", "lo"], None), "lane[0].borrow_from", "twice"),
+        (lanes(&["hi"], None), "lane[0].borrow_from", "itself"),
+        (lanes(&["x"], None), "lane[0].borrow_from", "not the name"),
     ] {
         let (p, m) = field(c);
         assert_eq!(p, path, "{m}");
@@ -129,34 +129,34 @@ fn borrowing_is_validated() {
     }
     // A lender with a smaller buffer or stack than the borrower's; a bound lender.
     let mut c = lanes(&["lo"], None);
-    c.groups[2].buffer_bytes = c.groups[0].buffer_bytes / 2;
+    c.lanes[2].buffer_bytes = c.lanes[0].buffer_bytes / 2;
     assert!(field(c).1.contains("buffer_bytes"));
     let mut c = lanes(&["lo"], None);
-    c.groups[2].stack_bytes = c.groups[0].stack_bytes / 2;
+    c.lanes[2].stack_bytes = c.lanes[0].stack_bytes / 2;
     assert!(field(c).1.contains("stack_bytes"));
     let mut c = lanes(&["lo"], None);
-    c.groups[2].bound = Some(BoundGroup::new("127.0.0.1:7100".parse().unwrap()));
-    assert!(field(c).1.contains("bound group"));
+    c.lanes[2].bound = Some(BoundLane::new("127.0.0.1:7100".parse().unwrap()));
+    assert!(field(c).1.contains("bound lane"));
     // Borrowing upwards.
     let mut c = lanes(&[], None);
-    c.groups[2].borrow_from = vec!["hi".into()];
+    c.lanes[2].borrow_from = vec!["hi".into()];
     assert!(field(c).1.contains("not below"));
     // Deadline, time-shared and concurrent borrowers; a deadline lender.
     let mut c = ok.clone();
-    c.groups[0].policy = Policy::Deadline;
+    c.lanes[0].policy = Policy::Deadline;
     assert!(field(c).1.contains("deadline lane cannot borrow"));
     let mut c = lanes(&["lo"], None);
-    c.groups[0].policy = Policy::Other;
-    c.groups[0].priority = 0;
-    assert_eq!(field(c).0, "group[0].borrow_from");
+    c.lanes[0].policy = Policy::Other;
+    c.lanes[0].priority = 0;
+    assert_eq!(field(c).0, "lane[0].borrow_from");
     let mut c = ok.clone();
-    c.groups[0].promotion = Promotion::Concurrent;
+    c.lanes[0].promotion = Promotion::Concurrent;
     assert!(field(c).1.contains("concurrent"));
     let mut c = ok.clone();
-    c.groups[1].policy = Policy::Deadline;
+    c.lanes[1].policy = Policy::Deadline;
     assert!(field(c).1.contains("only fifo and rr lanes lend"));
     // The whole validation runs it.
-    assert_eq!(field_of(&lanes(&["x"], None)), "group[0].borrow_from");
+    assert_eq!(field_of(&lanes(&["x"], None)), "lane[0].borrow_from");
 }
 
 /// Issue #20 defect 7: a borrowing chain deeper than the kernel's epoll nesting passed
@@ -168,7 +168,7 @@ fn borrowing_chains_deeper_than_epoll_nesting_are_refused() {
     let chain = |n: usize| {
         cfg((0..n)
             .map(|i| {
-                let mut g = GroupConfig::new(format!("l{i}"), Policy::Fifo, 90 - i as u8);
+                let mut g = LaneConfig::new(format!("l{i}"), Policy::Fifo, 90 - i as u8);
                 g.threads = 1;
                 if i + 1 < n {
                     g.borrow_from = vec![format!("l{}", i + 1)];
@@ -179,7 +179,7 @@ fn borrowing_chains_deeper_than_epoll_nesting_are_refused() {
     };
     chain(4).check_borrowing().unwrap();
     let e = chain(5).check_borrowing().unwrap_err();
-    assert_eq!(e.path(), "group[0].borrow_from");
+    assert_eq!(e.path(), "lane[0].borrow_from");
     assert!(
         e.message.contains("5 lanes deep") && e.message.contains("at most 4 lanes"),
         "{}",
@@ -216,15 +216,15 @@ fn epoll_nesting_is_the_kernels() {
 /// when the lender gets no real time either (it lends time-shared, without a raise).
 #[test]
 fn borrowing_needs_the_privilege_to_raise_the_lender() {
-    let mut hi = GroupConfig::new("hi", Policy::Fifo, 50);
+    let mut hi = LaneConfig::new("hi", Policy::Fifo, 50);
     hi.borrow_from = vec!["lo".into()];
-    let c = cfg(vec![hi, GroupConfig::new("lo", Policy::Fifo, 30)]);
+    let c = cfg(vec![hi, LaneConfig::new("lo", Policy::Fifo, 30)]);
     let limit = |rlimit_rtprio| sched::RtPrivilege {
         cap_sys_nice: false,
         rlimit_rtprio,
     };
     let e = c.check_lender_privilege(limit(40)).unwrap_err();
-    assert_eq!(e.path(), "group[0].borrow_from", "{}", e.message);
+    assert_eq!(e.path(), "lane[0].borrow_from", "{}", e.message);
     assert!(
         e.message.contains("priority 50") && e.message.contains("RLIMIT_RTPRIO 40"),
         "{}",
@@ -242,13 +242,13 @@ fn borrowing_needs_the_privilege_to_raise_the_lender() {
 #[test]
 fn port_in_use_is_found_at_validation() {
     let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut g = GroupConfig::new("a", Policy::Fifo, 10);
+    let mut g = LaneConfig::new("a", Policy::Fifo, 10);
     g.handlers.push(HandlerConfig::UdpEcho {
         bind: held.local_addr().unwrap(),
         work_us: 0,
     });
     let e = cfg(vec![g]).validate_with_cpus(&[0]).unwrap_err();
-    assert_eq!(e.path(), "group[0].handler[0].bind");
+    assert_eq!(e.path(), "lane[0].handler[0].bind");
     assert!(e.message.contains("in use"), "{}", e.message);
 }
 
@@ -280,7 +280,7 @@ fn colliding_addresses_follow_the_kernel_rule() {
     assert!(!c("0.0.0.0:0", "127.0.0.1:0"));
 }
 
-/// Hardening item 3: `0.0.0.0:P` and `127.0.0.1:P` in two groups passed validation, then the
+/// Hardening item 3: `0.0.0.0:P` and `127.0.0.1:P` in two lanes passed validation, then the
 /// second bind failed at run time with a bare "Address already in use".
 #[test]
 fn wildcard_and_specific_address_on_one_port_are_refused() {
@@ -289,19 +289,19 @@ fn wildcard_and_specific_address_on_one_port_are_refused() {
         .local_addr()
         .unwrap()
         .port();
-    let mut a = GroupConfig::new("a", Policy::Fifo, 80);
+    let mut a = LaneConfig::new("a", Policy::Fifo, 80);
     a.handlers.push(udp(&format!("0.0.0.0:{port}")));
-    let mut b = GroupConfig::new("b", Policy::Fifo, 40);
+    let mut b = LaneConfig::new("b", Policy::Fifo, 40);
     b.handlers.push(udp(&format!("127.0.0.1:{port}")));
     let e = cfg(vec![a.clone(), b]).validate_on(&machine()).unwrap_err();
-    assert_eq!(e.path(), "group[1].handler[0].bind");
+    assert_eq!(e.path(), "lane[1].handler[0].bind");
     assert!(
-        e.message.contains("group[0].handler[0].bind"),
+        e.message.contains("lane[0].handler[0].bind"),
         "{}",
         e.message
     );
     // The same port over TCP is another socket space: no collision.
-    let mut b = GroupConfig::new("b", Policy::Fifo, 40);
+    let mut b = LaneConfig::new("b", Policy::Fifo, 40);
     b.handlers.push(HandlerConfig::TcpEcho {
         bind: format!("127.0.0.1:{port}").parse().unwrap(),
         work_us: 0,
@@ -313,10 +313,10 @@ fn wildcard_and_specific_address_on_one_port_are_refused() {
 /// Hardening item 4: two handlers on port 0 were refused as "bound by another handler".
 #[test]
 fn ephemeral_ports_never_conflict() {
-    let mut a = GroupConfig::new("a", Policy::Fifo, 80);
+    let mut a = LaneConfig::new("a", Policy::Fifo, 80);
     a.handlers.push(udp("127.0.0.1:0"));
     a.handlers.push(udp("127.0.0.1:0"));
-    let mut b = GroupConfig::new("b", Policy::Fifo, 40);
+    let mut b = LaneConfig::new("b", Policy::Fifo, 40);
     b.handlers.push(HandlerConfig::TcpEcho {
         bind: "127.0.0.1:0".parse().unwrap(),
         work_us: 0,
@@ -332,7 +332,7 @@ fn ephemeral_ports_never_conflict() {
 
 #[test]
 fn memory_is_counted_from_what_the_runtime_allocates() {
-    let mut g = GroupConfig::new("a", Policy::Fifo, 80);
+    let mut g = LaneConfig::new("a", Policy::Fifo, 80);
     g.threads = 3;
     g.buffer_bytes = 4096;
     let m = g.memory();
@@ -354,19 +354,19 @@ fn memory_is_counted_from_what_the_runtime_allocates() {
         3 * (m.stack + m.buffers + m.telemetry) + m.handle_table
     );
     assert_eq!(m.tasks, 0, "no task table without max_tasks");
-    let two = cfg(vec![g.clone(), GroupConfig::new("b", Policy::Fifo, 40)]);
+    let two = cfg(vec![g.clone(), LaneConfig::new("b", Policy::Fifo, 40)]);
     assert_eq!(
         two.preallocated_bytes(),
-        g.memory().total() + GroupConfig::new("b", Policy::Fifo, 40).memory().total()
+        g.memory().total() + LaneConfig::new("b", Policy::Fifo, 40).memory().total()
     );
 }
 
-/// The task table (`max_tasks` slots of `task_bytes`, pre-faulted at `add_group`) is in the
-/// plan: counted in the group's total, shown by `lfrt check`, and a table larger than the
+/// The task table (`max_tasks` slots of `task_bytes`, pre-faulted at `add_lane`) is in the
+/// plan: counted in the lane's total, shown by `lfrt check`, and a table larger than the
 /// machine is refused naming `max_tasks`.
 #[test]
 fn the_task_table_is_in_the_memory_plan() {
-    let mut g = GroupConfig::new("a", Policy::Fifo, 80);
+    let mut g = LaneConfig::new("a", Policy::Fifo, 80);
     let without = g.memory();
     g.max_tasks = 1000;
     g.task_bytes = 1000; // slots of 1024 bytes (64-byte aligned)
@@ -388,28 +388,28 @@ fn the_task_table_is_in_the_memory_plan() {
         ..machine()
     };
     let e = c.validate_on(&small).unwrap_err();
-    assert_eq!(e.path(), "group[0].max_tasks", "{}", e.message);
+    assert_eq!(e.path(), "lane[0].max_tasks", "{}", e.message);
     assert!(e.message.contains("task table 64.0 GiB"), "{}", e.message);
 }
 
-/// A bound group has no task table: its threads never dispatch the group's handle set.
+/// A bound lane has no task table: its threads never dispatch the lane's handle set.
 #[test]
-fn a_bound_group_refuses_a_task_table() {
-    let mut g = GroupConfig::new("b", Policy::Fifo, 80);
-    g.bound = Some(BoundGroup::new("127.0.0.1:7100".parse().unwrap()));
+fn a_bound_lane_refuses_a_task_table() {
+    let mut g = LaneConfig::new("b", Policy::Fifo, 80);
+    g.bound = Some(BoundLane::new("127.0.0.1:7100".parse().unwrap()));
     let c = cfg(vec![g.clone()]);
     c.check_bound().unwrap();
     g.max_tasks = 4;
     let e = cfg(vec![g]).check_bound().unwrap_err();
-    assert_eq!(e.path(), "group[0].max_tasks");
+    assert_eq!(e.path(), "lane[0].max_tasks");
     assert!(e.message.contains("never run"), "{}", e.message);
 }
 
 #[test]
 fn a_plan_larger_than_memory_names_the_largest_share() {
-    let mut small = GroupConfig::new("small", Policy::Fifo, 80);
+    let mut small = LaneConfig::new("small", Policy::Fifo, 80);
     small.buffer_bytes = 4096;
-    let big = GroupConfig::new("big", Policy::Fifo, 40); // 64 KiB buffers: buffers are its largest share
+    let big = LaneConfig::new("big", Policy::Fifo, 40); // 64 KiB buffers: buffers are its largest share
     let c = cfg(vec![small, big]);
     let need = c.preallocated_bytes();
     let m = Machine {
@@ -417,12 +417,12 @@ fn a_plan_larger_than_memory_names_the_largest_share() {
         ..machine()
     };
     let e = c.validate_on(&m).unwrap_err();
-    assert_eq!(e.path(), "group[1].buffer_bytes");
+    assert_eq!(e.path(), "lane[1].buffer_bytes");
     assert!(e.message.contains("MemTotal"), "{}", e.message);
     let mut c2 = c.clone();
-    c2.groups[1].stack_bytes = 8 << 20;
+    c2.lanes[1].stack_bytes = 8 << 20;
     let e = c2.validate_on(&m).unwrap_err();
-    assert_eq!(e.path(), "group[1].stack_bytes");
+    assert_eq!(e.path(), "lane[1].stack_bytes");
     // Exactly enough memory passes.
     let m = Machine {
         mem_total: Some(need),
@@ -434,7 +434,7 @@ fn a_plan_larger_than_memory_names_the_largest_share() {
 #[test]
 fn deadline_lanes_are_checked_against_the_kernels_rules() {
     let dl = |runtime_us, deadline_us, period_us| {
-        let mut g = GroupConfig::new("ctl", Policy::Deadline, 90);
+        let mut g = LaneConfig::new("ctl", Policy::Deadline, 90);
         g.threads = 1;
         g.deadline = Some(Deadline {
             runtime_us,
@@ -448,7 +448,7 @@ fn deadline_lanes_are_checked_against_the_kernels_rules() {
         period_us: (100, 1 << 22),
         affinity: cpus.to_vec(),
     };
-    let check = |groups: Vec<GroupConfig>, bw| cfg(groups).check_deadlines(&cpus, bw, &kernel);
+    let check = |lanes: Vec<LaneConfig>, bw| cfg(lanes).check_deadlines(&cpus, bw, &kernel);
     check(vec![dl(200, 1000, 1000)], Some(0.95)).unwrap();
     // The kernel's bounds (issue #20 defect 6): runtime ≥ 1024 ns, period within
     // sched_deadline_period_{min,max}_us; a narrowed process affinity.
@@ -483,21 +483,21 @@ fn deadline_lanes_are_checked_against_the_kernels_rules() {
         (dl(500, 400, 1000), "deadline"),
         (dl(200, 2000, 1000), "deadline"),
         (
-            GroupConfig {
+            LaneConfig {
                 deadline: None,
                 ..dl(1, 1, 1)
             },
             "deadline",
         ),
         (
-            GroupConfig {
+            LaneConfig {
                 cpus: Some(vec![1]),
                 ..dl(200, 1000, 1000)
             },
             "cpus",
         ),
         (
-            GroupConfig {
+            LaneConfig {
                 on_overrun: OnOverrun::Demote,
                 ..dl(200, 1000, 1000)
             },
@@ -510,8 +510,8 @@ fn deadline_lanes_are_checked_against_the_kernels_rules() {
             "{g:?}"
         );
     }
-    // Parameters on a FIFO group are refused too.
-    let mut fifo = GroupConfig::new("f", Policy::Fifo, 50);
+    // Parameters on a FIFO lane are refused too.
+    let mut fifo = LaneConfig::new("f", Policy::Fifo, 50);
     fifo.deadline = Some(Deadline {
         runtime_us: 1,
         deadline_us: 1,
@@ -528,7 +528,7 @@ fn deadline_lanes_are_checked_against_the_kernels_rules() {
 
 #[test]
 fn lock_memory_must_fit_rlimit_memlock() {
-    let mut c = cfg(vec![GroupConfig::new("a", Policy::Fifo, 80)]);
+    let mut c = cfg(vec![LaneConfig::new("a", Policy::Fifo, 80)]);
     let m = Machine {
         memlock_limit: Some(1 << 20),
         ..machine()
@@ -539,7 +539,7 @@ fn lock_memory_must_fit_rlimit_memlock() {
     c.validate_on(&m).unwrap(); // mlockall may fail: a warning at start
     c.rt = RtMode::Required;
     let e = c.validate_on(&m).unwrap_err();
-    assert_eq!(e.path(), "group[0].buffer_bytes");
+    assert_eq!(e.path(), "lane[0].buffer_bytes");
     assert!(e.message.contains("RLIMIT_MEMLOCK"), "{}", e.message);
     let unlimited = Machine {
         memlock_limit: None,
@@ -550,7 +550,7 @@ fn lock_memory_must_fit_rlimit_memlock() {
 
 #[test]
 fn timer_rate_adds_every_timer() {
-    let mut g = GroupConfig::new("a", Policy::Fifo, 80);
+    let mut g = LaneConfig::new("a", Policy::Fifo, 80);
     assert_eq!(g.timer_events_per_sec(), 0.0);
     g.handlers.push(HandlerConfig::Timer {
         interval_us: 1000,
@@ -575,4 +575,26 @@ fn named_handler_errors_split_back() {
     );
     assert_eq!(split_named("unknown field `bind`"), None);
     assert_eq!(split_named("`a b`: x"), None);
+}
+
+#[test]
+fn the_old_group_key_reads_as_lane_and_both_at_once_are_refused() {
+    let old = "[[group]]\nname = \"a\"\npolicy = \"other\"\nthreads = 1\n";
+    let cfg = crate::parse_config(old).unwrap();
+    assert_eq!(cfg.lanes.len(), 1);
+    assert_eq!(cfg.lanes[0].name, "a");
+    assert_eq!(crate::config_line(old, "lane[0].threads"), Some(4));
+    let both = format!("{old}[[lane]]\nname = \"b\"\npolicy = \"other\"\n");
+    match crate::parse_config(&both) {
+        Err(crate::Error::Config {
+            line,
+            field,
+            message,
+            ..
+        }) => {
+            assert_eq!((line, field.as_str()), (Some(1), "group"));
+            assert!(message.contains("old name of `[[lane]]`"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

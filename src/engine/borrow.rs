@@ -82,7 +82,7 @@
 //!
 //! # What it may not do
 //! Only a real-time lane (fifo or rr) may borrow, from real-time lanes of lower priority, and
-//! neither side may be a bound group (its threads serve a bound pool, not the lane loop); the
+//! neither side may be a bound lane (its threads serve a bound pool, not the lane loop); the
 //! borrower may not use `promotion = "concurrent"` (it has no leader whose absence means "all
 //! busy"). Deadline lanes neither borrow nor lend: a `SCHED_DEADLINE` reservation is admitted by
 //! the kernel per thread (`sched_setattr` can fail with `EBUSY`), so it cannot be taken on and
@@ -153,7 +153,7 @@ impl Gate {
 pub(crate) use lanes::{Borrow, BorrowSpec};
 
 /// The lanes' side: the links in the kernel (the lent thread's turn is in `lend.rs`, the
-/// wiring at start in `Group::wire_borrowing`).
+/// wiring at start in `LanePool::wire_borrowing`).
 mod lanes {
     use super::Gate;
     use crate::engine::handler::Handles;
@@ -163,7 +163,7 @@ mod lanes {
     use std::sync::atomic::AtomicBool;
     use std::sync::{Arc, OnceLock};
 
-    /// Per lender: its group index and its handle set.
+    /// Per lender: its lane index and its handle set.
     type Links = Box<[(u16, Arc<Handles>)]>;
 
     /// What a lane that borrows asks for: the engine's own parameters, from `borrow_from` and
@@ -178,7 +178,7 @@ mod lanes {
         pub(crate) max: u32,
     }
 
-    /// A borrowing lane's state (in its `Group`).
+    /// A borrowing lane's state (in its `LanePool`).
     #[derive(Debug)]
     pub(crate) struct Borrow {
         pub(crate) gate: Gate,
@@ -188,7 +188,7 @@ mod lanes {
         pub(crate) from: Box<[String]>,
         /// The lenders' handle sets, in `borrow_from` order (set once at start).
         links: OnceLock<Links>,
-        /// Set by `Group::stop`: no lender takes this lane's events any more.
+        /// Set by `LanePool::stop`: no lender takes this lane's events any more.
         pub(crate) stopped: AtomicBool,
     }
 
@@ -204,7 +204,7 @@ mod lanes {
             }
         }
 
-        /// Sets the lenders' handle sets once, at start (`Group::wire_borrowing`).
+        /// Sets the lenders' handle sets once, at start (`LanePool::wire_borrowing`).
         pub(crate) fn set_links(&self, links: Vec<(u16, Arc<Handles>)>) {
             let _ = self.links.set(links.into_boxed_slice());
         }

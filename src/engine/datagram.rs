@@ -95,7 +95,7 @@ impl DatagramBatch {
     /// socket (`SO_TIMESTAMPNS`). A batch then reads the stamps with the datagrams, at no extra
     /// system call: [`Datagram::arrival_ns`] gives each one, and the runtime records, per
     /// dispatch, the time from the kernel's receive of its earliest datagram to handler entry
-    /// (the `arrival` latency of `GroupMetrics`' telemetry, `lfrt run`, its JSON and
+    /// (the `arrival` latency of `LaneMetrics`' telemetry, `lfrt run`, its JSON and
     /// Prometheus). The built-in UDP echo does this for its sockets.
     ///
     /// # Errors

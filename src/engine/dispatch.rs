@@ -42,7 +42,7 @@
 //! # Concurrent mode (`promotion = "concurrent"`)
 //!
 //! The POSA2 variant *Relaxing Serialization Constraints*: an epoll set whose handles are all
-//! `EPOLLONESHOT` is a concurrent handle set, so the group needs no leader. Every idle thread
+//! `EPOLLONESHOT` is a concurrent handle set, so the lane needs no leader. Every idle thread
 //! waits in `epoll_wait` (one event per call) on the same epoll instance:
 //!
 //! ```text
@@ -85,15 +85,15 @@
 //!
 //! # Real-time safety of the loop
 //! No allocation, no formatting, no logging, no user-space lock other than PI locks (the
-//! group's, and a borrower's while lent); it blocks only in `epoll_wait` (as leader, on the
+//! lane's, and a borrower's while lent); it blocks only in `epoll_wait` (as leader, on the
 //! handle set), its parker's futex (as follower) or the handler. Lane borrowing adds the
 //! kernel's epoll locks of the lanes it
 //! links, which are not priority-inheriting (`borrow.rs`). A test counts the
 //! allocations of 100,000 dispatches for every event source and promotion order.
 
-use crate::engine::group::Group;
 use crate::engine::handle_set::Wait;
 use crate::engine::handler::{self, Context, Dispatched, Event, Handles};
+use crate::engine::lane::LanePool;
 use crate::engine::leader::{Joined, Kept, Lead, Promoted, MAX_BATCH};
 use crate::engine::slot::ThreadSlot;
 use crate::observe::alloc_count;
@@ -110,7 +110,7 @@ pub const WARMUP_DISPATCHES: u64 = 64;
 
 /// One pool thread's loop state.
 pub(crate) struct PoolThread<'a> {
-    pub(super) group: &'a Group,
+    pub(super) lane: &'a LanePool,
     pub(super) idx: u16,
     pub(super) slot: &'a ThreadSlot,
     pub(super) ctx: &'a mut Context,
@@ -124,9 +124,9 @@ impl PoolThread<'_> {
     /// The Leader/Followers loop (activities 3–5). See the module docs for its real-time
     /// contract.
     pub(super) fn run(&mut self, time_shared: bool) {
-        let group = self.group;
-        let c = &group.counters;
-        let after = group.spec.promote_after_ns;
+        let lane = self.lane;
+        let c = &lane.counters;
+        let after = lane.spec.promote_after_ns;
         let mut batch = [(0u32, 0u64); MAX_BATCH];
         // Events of this thread's last wait that it processes itself after handing the role
         // on (a full wait of quick events), as indices into `batch`, which is not waited into
@@ -136,7 +136,7 @@ impl PoolThread<'_> {
             if let Some(i) = own.next() {
                 // Not the leader: no protocol step between these (module docs).
                 let ready = batch[i];
-                self.dispatch_ready(group, ready, None, sys::now_ns());
+                self.dispatch_ready(lane, ready, None, sys::now_ns());
                 continue;
             }
             // A handle is run by one thread at a time. Under time-sharing the scheduler can
@@ -147,31 +147,31 @@ impl PoolThread<'_> {
             if time_shared && c.processing.load(Relaxed) > 0 {
                 std::thread::yield_now();
             }
-            if group.protocol.join(self.idx, self.slot.priority) == Joined::Shutdown {
+            if lane.protocol.join(self.idx, self.slot.priority) == Joined::Shutdown {
                 return;
             }
             // Leader: the next event of the batch (kept, or left by the previous leader, the
             // role then passing on in the same lock), or a wait on the handle set for as many
             // events as there are idle threads to take them. The wait claims every handle it
             // returns (`claim.rs`).
-            let (ready, promoted, woke_ns) = match group.protocol.lead(self.idx) {
+            let (ready, promoted, woke_ns) = match lane.protocol.lead(self.idx) {
                 Lead::Lost => continue, // the watchdog handed the kept role on
                 Lead::Take(ready, promoted) => (ready, promoted, sys::now_ns()),
                 Lead::Wait { max } => {
                     // Deferring, a leader takes all that is ready (up to MAX_BATCH), so that
                     // it can tell whether it drained the set; a borrowing lane keeps to its
                     // idle threads, so that lenders see the rest (`borrow.rs`).
-                    let max = if after > 0 && group.borrow.is_none() {
+                    let max = if after > 0 && lane.borrow.is_none() {
                         MAX_BATCH
                     } else {
                         max
                     };
-                    let (n, full) = match group.handles.wait_many(&mut batch[..max]) {
+                    let (n, full) = match lane.handles.wait_many(&mut batch[..max]) {
                         Ok((0, _)) => continue, // EINTR, or only reports of owned handles
                         Ok(got) => got,
                         Err(e) => {
                             self.epoll_failed(&e);
-                            group.protocol.resign(self.idx);
+                            lane.protocol.resign(self.idx);
                             continue;
                         }
                     };
@@ -180,8 +180,8 @@ impl PoolThread<'_> {
                         .iter()
                         .any(|&r| matches!(Handles::decode(r), Wait::Shutdown))
                     {
-                        // The group stops: whatever else the wait reported is not dispatched.
-                        group.protocol.resign(self.idx);
+                        // The lane stops: whatever else the wait reported is not dispatched.
+                        lane.protocol.resign(self.idx);
                         continue;
                     }
                     let now = sys::now_ns();
@@ -193,24 +193,24 @@ impl PoolThread<'_> {
                     // quick prefix of the batch, which it processes in turn with no protocol
                     // step between them, and the rest goes with the role.
                     let quick = if after > 0 {
-                        group.handles.quick_prefix(got, after)
+                        lane.handles.quick_prefix(got, after)
                     } else {
                         0
                     };
                     if quick == n && !full {
-                        match group.protocol.keep(self.idx, &got[1..], now) {
+                        match lane.protocol.keep(self.idx, &got[1..], now) {
                             Kept::Keeping => (got[0], None, now),
                             Kept::Promoted(p) => (got[0], Some(p), now),
                         }
                     } else {
                         let mine = quick.max(1);
                         own = 1..mine;
-                        let p = group.protocol.promote_with(self.idx, &got[mine..]);
+                        let p = lane.protocol.promote_with(self.idx, &got[mine..]);
                         (got[0], Some(p), now)
                     }
                 }
             };
-            self.dispatch_ready(group, ready, Some(promoted), woke_ns);
+            self.dispatch_ready(lane, ready, Some(promoted), woke_ns);
         }
     }
 
@@ -219,12 +219,12 @@ impl PoolThread<'_> {
     /// thread processes after it handed the role on with an earlier one (counted there).
     fn dispatch_ready(
         &mut self,
-        group: &Group,
+        lane: &LanePool,
         ready: (u32, u64),
         role: Option<Option<Promoted>>,
         woke_ns: u64,
     ) {
-        let c = &group.counters;
+        let c = &lane.counters;
         let wait = Handles::decode(ready);
         // A kept batch never holds a link (`HandleSet::quick`): a lent thread never leads
         // its lane.
@@ -236,16 +236,16 @@ impl PoolThread<'_> {
             Some(Some(Promoted::Vacant)) => {
                 Counters::add(&c.vacant, 1);
                 // Every thread of this lane is busy now: call the lenders (`borrow.rs`).
-                if let Some(b) = &group.borrow {
-                    b.arm(group.handles.epoll_fd().as_raw_fd(), group.index);
+                if let Some(b) = &lane.borrow {
+                    b.arm(lane.handles.epoll_fd().as_raw_fd(), lane.index);
                 }
             }
         }
         match wait {
             Wait::Event { token, readiness } => {
-                self.process(group, token, readiness, woke_ns);
+                self.process(lane, token, readiness, woke_ns);
             }
-            Wait::Link { borrower } => self.lend(group, borrower, woke_ns),
+            Wait::Link { borrower } => self.lend(lane, borrower, woke_ns),
             Wait::BoundConnection => unreachable!("only a bound pool's set"),
             Wait::Shutdown | Wait::Interrupted => unreachable!("filtered above"),
         }
@@ -253,17 +253,17 @@ impl PoolThread<'_> {
 
     /// The concurrent loop (module docs, *Concurrent mode*): wait, process, until shutdown.
     pub(super) fn run_concurrent(&mut self) {
-        let group = self.group;
+        let lane = self.lane;
         loop {
-            match group.handles.wait() {
+            match lane.handles.wait() {
                 Ok(Wait::Event { token, readiness }) => {
-                    self.process(group, token, readiness, sys::now_ns());
+                    self.process(lane, token, readiness, sys::now_ns());
                 }
-                Ok(Wait::Link { borrower }) => self.lend(group, borrower, sys::now_ns()),
+                Ok(Wait::Link { borrower }) => self.lend(lane, borrower, sys::now_ns()),
                 Ok(Wait::BoundConnection) => unreachable!("only a bound pool's set"),
                 Ok(Wait::Shutdown) => {
                     // Wake one more sleeping waiter (epoll wakes its waiters one at a time).
-                    group.handles.wake_for_shutdown();
+                    lane.handles.wake_for_shutdown();
                     return;
                 }
                 Ok(Wait::Interrupted) => {}
@@ -279,8 +279,8 @@ impl PoolThread<'_> {
     /// logged even though this is a pool thread.
     #[cold]
     fn epoll_failed(&self, e: &std::io::Error) {
-        tracing::error!(group = %self.group.spec.name, error = %e, "epoll_wait failed; stopping the group");
-        self.group.stop();
+        tracing::error!(lane = %self.lane.spec.name, error = %e, "epoll_wait failed; stopping the lane");
+        self.lane.stop();
     }
 
     /// Sets this thread's policy under its watchdog lock (a lent thread's raise, `restore`:
@@ -299,7 +299,7 @@ impl PoolThread<'_> {
     /// thread at the higher priority, which must not pass unseen).
     #[cold]
     fn sched_failed(&self, s: Sched, restore: bool, e: &io::Error) {
-        let c = &self.group.counters;
+        let c = &self.lane.counters;
         if restore {
             Counters::add(&c.restore_failures, 1);
         } else {
@@ -309,7 +309,7 @@ impl PoolThread<'_> {
             }
         }
         tracing::error!(
-            group = %self.group.spec.name,
+            lane = %self.lane.spec.name,
             thread = self.idx,
             policy = ?s,
             error = %e,
@@ -324,14 +324,14 @@ impl PoolThread<'_> {
         );
     }
 
-    /// Processing: dispatches one event of `lane` (its own group, or the lane it is lent to),
+    /// Processing: dispatches one event of `lane` (its own lane, or the lane it is lent to),
     /// counts it in that lane and records its sample. If the handle was reported again while
     /// its handler ran, this thread, which still owns it, dispatches it once more as the next
     /// event (no system call; a report during that second run gets a re-check instead,
     /// `claim.rs`). Returns false for a stale event.
     pub(super) fn process(
         &mut self,
-        lane: &Group,
+        lane: &LanePool,
         token: crate::engine::handle_set::Token,
         readiness: u32,
         woke_ns: u64,
@@ -349,15 +349,15 @@ impl PoolThread<'_> {
     /// the handle and dispatches it again (only if `may_run_again`).
     fn dispatch_once(
         &mut self,
-        lane: &Group,
+        lane: &LanePool,
         token: crate::engine::handle_set::Token,
         readiness: u32,
         woke_ns: u64,
         may_run_again: bool,
     ) -> Option<bool> {
-        let (group, slot, idx) = (lane, self.slot, self.idx);
-        let c = &group.counters;
-        self.group.counters.processing.fetch_add(1, Relaxed);
+        let (lane, slot, idx) = (lane, self.slot, self.idx);
+        let c = &lane.counters;
+        self.lane.counters.processing.fetch_add(1, Relaxed);
         self.ctx.origin_ns = 0;
         self.ctx.missed_periods = 0;
         let event = Event {
@@ -367,15 +367,14 @@ impl PoolThread<'_> {
         };
         let start_ns = sys::now_ns();
         slot.begin_dispatch(token.raw(), start_ns);
-        let outcome = handler::dispatch(&group.handles, &event, self.ctx, may_run_again);
+        let outcome = handler::dispatch(&lane.handles, &event, self.ctx, may_run_again);
         let arrival_ns = self.ctx.datagrams().take_first_arrival();
-        slot.end_dispatch(&self.group.counters, &self.group.spec.name);
+        slot.end_dispatch(&self.lane.counters, &self.lane.spec.name);
         let end_ns = sys::now_ns();
-        self.group.counters.processing.fetch_sub(1, Relaxed);
+        self.lane.counters.processing.fetch_sub(1, Relaxed);
         if outcome != Dispatched::Stale {
             // What the next wait's prediction reads (`quick`).
-            group
-                .handles
+            lane.handles
                 .note_cost(token, end_ns.saturating_sub(start_ns));
         }
         let mut again = false;
@@ -386,7 +385,7 @@ impl PoolThread<'_> {
                 // Exceptional path only (the panic itself already allocated and wrote to
                 // stderr); normal dispatches never log.
                 tracing::error!(
-                    group = %group.spec.name,
+                    lane = %lane.spec.name,
                     thread = idx,
                     handle = token.index(),
                     "event handler panicked; panic caught, thread rejoins the pool"
@@ -399,7 +398,7 @@ impl PoolThread<'_> {
         self.dispatches += 1;
 
         let sample = Sample {
-            group: group.index,
+            lane: lane.index,
             thread: idx,
             token: token.raw(),
             origin_ns: self.ctx.origin_ns,

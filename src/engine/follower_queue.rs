@@ -22,8 +22,8 @@
 
 use crate::sync::indexed_heap::IndexedHeap;
 
-/// The most threads one group may have (validated by the configuration).
-pub const MAX_GROUP_THREADS: usize = 64;
+/// The most threads one lane may have (validated by the configuration).
+pub const MAX_LANE_THREADS: usize = 64;
 
 /// Which follower a leader promotes (`promotion = "priority" | "lifo" | "fifo" | "concurrent"`
 /// in a configuration file).
@@ -37,12 +37,12 @@ pub enum Promotion {
     Lifo,
     /// First in, first out: the thread that waited the longest.
     Fifo,
-    /// No leader and no promotion: every idle thread of the group waits in `epoll_wait` on
-    /// the group's ONESHOT epoll set at once, and the kernel hands each ready event to one of
+    /// No leader and no promotion: every idle thread of the lane waits in `epoll_wait` on
+    /// the lane's ONESHOT epoll set at once, and the kernel hands each ready event to one of
     /// them (the POSA2 variant *Relaxing Serialization Constraints*; see `dispatch.rs`). Removes
     /// the hand-off (a futex wake and a futex wait) from every event. Gives up the follower
     /// queue's order: which idle thread takes an event is the kernel's choice (the most
-    /// recent waiter in current kernels), not thread priority. Unbound groups only.
+    /// recent waiter in current kernels), not thread priority. Unbound lanes only.
     Concurrent,
 }
 
@@ -75,7 +75,7 @@ impl FollowerQueue {
     pub(crate) fn push(&mut self, thread: u16, priority: u8) -> bool {
         let arrival = self.arrivals + 1;
         let key = match self.promotion {
-            // A concurrent group never queues a thread; the bound pool does not offer it.
+            // A concurrent lane never queues a thread; the bound pool does not offer it.
             Promotion::Priority | Promotion::Concurrent => (priority, arrival),
             Promotion::Lifo => (0, arrival),
             Promotion::Fifo => (0, u64::MAX - arrival),

@@ -1,4 +1,4 @@
-//! A group's handle set: one epoll instance plus the demultiplexing table.
+//! A lane's handle set: one epoll instance plus the demultiplexing table.
 //!
 //! Every handle is registered **edge-triggered** (`EPOLLET`) once and stays armed: the kernel
 //! reports it again whenever new readiness arrives, to whichever thread waits on the set. Which

@@ -135,7 +135,7 @@ pub enum Disposition {
     /// themselves), that costs no system call; otherwise the kernel checks the source once
     /// more (`epoll_ctl`), and reports it again at once if input is left.
     Rearm,
-    /// Remove the handle from the group and drop its handler (closing its fd).
+    /// Remove the handle from the lane and drop its handler (closing its fd).
     Close,
 }
 
@@ -153,7 +153,7 @@ pub enum Disposition {
 /// such run; a handler never runs for another handle's event.
 ///
 /// # Real-time safety
-/// `handle` runs on a pool thread at its group's SCHED_FIFO priority. It should be short and
+/// `handle` runs on a pool thread at its lane's SCHED_FIFO priority. It should be short and
 /// bounded, must not block (sockets are nonblocking: read until `WouldBlock`), and should use
 /// the [`Context`] buffers instead of allocating. lfrt counts allocations and page faults on
 /// pool threads and reports them (`pool_allocations`, `pool_minor_faults`).
@@ -161,7 +161,7 @@ pub enum Disposition {
 /// # Examples
 /// A handler on a [`Notifier`](crate::Notifier), registered with a lane:
 /// ```
-/// use lfrt::{Context, Disposition, Event, EventHandler, GroupConfig, Notifier, Policy};
+/// use lfrt::{Context, Disposition, Event, EventHandler, LaneConfig, Notifier, Policy};
 /// use lfrt::{Runtime, RuntimeConfig};
 /// use std::os::fd::{AsFd, BorrowedFd};
 /// struct Wakeups(Notifier, u64);
@@ -173,7 +173,7 @@ pub enum Disposition {
 ///     }
 /// }
 /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-/// let lane = rt.add_group(GroupConfig::new("work", Policy::Fifo, 50))?;
+/// let lane = rt.add_lane(LaneConfig::new("work", Policy::Fifo, 50))?;
 /// lane.registry().register(Box::new(Wakeups(Notifier::new()?, 0)))?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -239,7 +239,7 @@ pub(crate) fn close_all(handles: &Handles) {
 pub const DATAGRAM_BATCH: usize = 16;
 
 /// A pool thread's own storage (thread-specific storage), created and pre-faulted before the
-/// thread first joins its group, and handed to every handler it runs.
+/// thread first joins its lane, and handed to every handler it runs.
 ///
 /// # Real-time safety
 /// Nothing here allocates after construction.
@@ -264,7 +264,7 @@ pub const DATAGRAM_BATCH: usize = 16;
 ///             reply[..n].copy_from_slice(&input[..n]);
 ///             let _ = self.0.send_to(&reply[..n], from);
 ///         }
-///         ctx.count(Incident::DatagramTruncated, truncated); // in the group's metrics
+///         ctx.count(Incident::DatagramTruncated, truncated); // in the lane's metrics
 ///         Disposition::Rearm
 ///     }
 /// }
@@ -274,7 +274,7 @@ pub struct Context {
     buffer: Box<[u8]>,
     scratch: Box<[u8]>,
     datagrams: DatagramBatch,
-    pub(crate) group: u16,
+    pub(crate) lane: u16,
     pub(crate) thread: u32,
     pub(crate) priority: u8,
     pub(crate) tid: i32,
@@ -284,7 +284,7 @@ pub struct Context {
     /// The handler said it read its source until it would block ([`Context::set_drained`]).
     drained: bool,
     /// The pool thread's dispatch stamp (`ThreadSlot::busy_since`), which the overrun watchdog
-    /// reads; `None` outside a pool thread (tests, bound groups).
+    /// reads; `None` outside a pool thread (tests, bound lanes).
     pub(crate) dispatch_stamp: Option<Arc<AtomicU64>>,
     /// Work the handler left for the end of its dispatch ([`Context::run_after`]).
     after: Option<After>,
@@ -315,7 +315,7 @@ impl Context {
     /// that no page of it faults on the dispatch path.
     pub(crate) fn new(
         buffer_bytes: usize,
-        group: u16,
+        lane: u16,
         thread: u16,
         priority: u8,
         tid: i32,
@@ -331,7 +331,7 @@ impl Context {
             buffer,
             scratch,
             datagrams,
-            group,
+            lane,
             thread: u32::from(thread),
             priority,
             tid,
@@ -361,7 +361,7 @@ impl Context {
 
     /// The overrun watchdog sees the running dispatch as begun at `since_ns` (earlier than
     /// it began): for a handler whose work continues across dispatches, so that the whole
-    /// stretch counts toward the group's `budget_us` like one long handler (the task
+    /// stretch counts toward the lane's `budget_us` like one long handler (the task
     /// executor's turns while its ready set never empties). Only ever moves the stamp back, and
     /// only during a dispatch; a no-op outside a pool thread. The thread clears the stamp when
     /// the handler returns, as after any dispatch, so demotion and restore are unchanged.
@@ -400,15 +400,15 @@ impl Context {
     pub fn datagrams(&mut self) -> &mut DatagramBatch {
         &mut self.datagrams
     }
-    /// Index of the group this thread serves, in configuration order.
-    pub fn group(&self) -> usize {
-        self.group as usize
+    /// Index of the lane this thread serves, in configuration order.
+    pub fn lane(&self) -> usize {
+        self.lane as usize
     }
-    /// Index of this thread within its group (`lf-<group>-<n>`), below
-    /// [`MAX_GROUP_THREADS`](crate::MAX_GROUP_THREADS).
+    /// Index of this thread within its lane (`lf-<lane>-<n>`), below
+    /// [`MAX_LANE_THREADS`](crate::MAX_LANE_THREADS).
     ///
-    /// While the thread is lent to a higher lane (`borrow_from`), [`group`](Self::group) names
-    /// that lane and this index is `MAX_GROUP_THREADS × (1 + own group index) + own thread
+    /// While the thread is lent to a higher lane (`borrow_from`), [`lane`](Self::lane) names
+    /// that lane and this index is `MAX_LANE_THREADS × (1 + own lane index) + own thread
     /// index`: past every index of the lane's own threads, and distinct for every lent thread,
     /// so per-thread state a handler keeps by this index is never shared with another thread.
     pub fn thread_index(&self) -> usize {
@@ -422,7 +422,7 @@ impl Context {
     pub fn tid(&self) -> i32 {
         self.tid
     }
-    /// The group's handle registry: add or remove handles from inside a handler.
+    /// The lane's handle registry: add or remove handles from inside a handler.
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
@@ -432,7 +432,7 @@ impl Context {
     pub fn set_origin_ns(&mut self, ns: u64) {
         self.origin_ns = ns;
     }
-    /// Adds `n` to the counter of `what` in the metrics of the group whose handle set this
+    /// Adds `n` to the counter of `what` in the metrics of the lane whose handle set this
     /// thread serves, and returns the counter's new total. (A handler registered with a
     /// [bound pool](crate::bound) counts into the pool's handle set, which does not report
     /// these counters.)
@@ -481,7 +481,7 @@ impl Context {
     }
 }
 
-/// A group's (or a bound pool's) handle set, holding event handlers.
+/// A lane's (or a bound pool's) handle set, holding event handlers.
 pub(crate) type Handles = HandleSet<Held>;
 
 /// A handler lent by a preallocated pool (a built-in listener's connection table,
@@ -615,12 +615,12 @@ pub(crate) fn dispatch(
     }
 }
 
-/// A cloneable handle to one group's handle set: register and deregister handles from any
-/// thread, also while the group runs and from inside handlers.
+/// A cloneable handle to one lane's handle set: register and deregister handles from any
+/// thread, also while the lane runs and from inside handlers.
 ///
 /// # Examples
 /// ```
-/// use lfrt::{Context, Disposition, Event, EventHandler, GroupConfig, Notifier, Policy};
+/// use lfrt::{Context, Disposition, Event, EventHandler, LaneConfig, Notifier, Policy};
 /// use lfrt::{Runtime, RuntimeConfig};
 /// use std::os::fd::{AsFd, BorrowedFd};
 /// struct Bell(Notifier);
@@ -629,7 +629,7 @@ pub(crate) fn dispatch(
 ///     fn handle(&mut self, _: &Event, _: &mut Context) -> Disposition { Disposition::Rearm }
 /// }
 /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-/// let registry = rt.add_group(GroupConfig::new("g", Policy::Fifo, 10))?.registry();
+/// let registry = rt.add_lane(LaneConfig::new("g", Policy::Fifo, 10))?.registry();
 /// let token = registry.register(Box::new(Bell(Notifier::new()?)))?;
 /// assert_eq!(registry.len(), 1);
 /// assert!(registry.deregister(token)); // drops the handler, closing its eventfd
@@ -650,7 +650,7 @@ impl Registry {
     /// rejects the fd.
     ///
     /// # Real-time safety
-    /// Takes the group's free-list lock (priority-inheriting) and calls `epoll_ctl`; the
+    /// Takes the lane's free-list lock (priority-inheriting) and calls `epoll_ctl`; the
     /// `Box` is the caller's allocation.
     ///
     /// Example: [`Registry`].

@@ -146,9 +146,9 @@ use crate::sync::{Mutex, MutexGuard, Parker};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub(crate) enum Joined {
-    /// The caller is now the group's only leader.
+    /// The caller is now the lane's only leader.
     Leader,
-    /// The group is shutting down; the thread must exit.
+    /// The lane is shutting down; the thread must exit.
     Shutdown,
 }
 
@@ -382,7 +382,7 @@ impl<X: Variant> State<X> {
     }
 }
 
-/// The thread pool synchronizer of one group (unbound) or bound pool.
+/// The thread pool synchronizer of one lane (unbound) or bound pool.
 #[derive(Debug)]
 pub(crate) struct Protocol<X = ()> {
     state: Mutex<State<X>>,

@@ -4,9 +4,9 @@
 //! lent thread's turn, written as one more method of its dispatch loop.
 
 use crate::engine::dispatch::PoolThread;
-use crate::engine::follower_queue::MAX_GROUP_THREADS;
-use crate::engine::group::Group;
+use crate::engine::follower_queue::MAX_LANE_THREADS;
 use crate::engine::handle_set::Wait;
+use crate::engine::lane::LanePool;
 use crate::observe::metrics::Counters;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::SeqCst;
@@ -22,7 +22,7 @@ impl PoolThread<'_> {
     /// `lender` is the lane whose epoll set reported the link: its own, or, when the event it
     /// took from a borrower's set is that borrower's own link to a lane higher still, the
     /// borrower it stands in for (it then lends on, as that lane's leader would).
-    pub(super) fn lend(&mut self, lender: &Group, to: u16, woke_ns: u64) {
+    pub(super) fn lend(&mut self, lender: &LanePool, to: u16, woke_ns: u64) {
         let Some(b) = lender
             .lends
             .get()
@@ -52,19 +52,19 @@ impl PoolThread<'_> {
         match b.handles.wait_timeout(0) {
             Ok(Wait::Link { borrower }) => self.lend(b, borrower, woke_ns),
             Ok(Wait::Event { token, readiness }) => {
-                let own = (self.ctx.group, self.ctx.thread, self.ctx.priority);
+                let own = (self.ctx.lane, self.ctx.thread, self.ctx.priority);
                 let registry = std::mem::replace(&mut self.ctx.registry, b.registry());
                 // An index no thread of `b` (nor any other lent thread) has: Context docs.
-                let lent_index = (1 + u32::from(self.group.index)) * MAX_GROUP_THREADS as u32
+                let lent_index = (1 + u32::from(self.lane.index)) * MAX_LANE_THREADS as u32
                     + u32::from(self.idx);
-                (self.ctx.group, self.ctx.thread, self.ctx.priority) =
+                (self.ctx.lane, self.ctx.thread, self.ctx.priority) =
                     (b.index, lent_index, b.spec.priority);
                 if self.process(b, token, readiness, woke_ns) {
                     Counters::add(&b.counters.borrowed, 1);
-                    Counters::add(&self.group.counters.lent, 1);
+                    Counters::add(&self.lane.counters.lent, 1);
                 }
                 self.ctx.registry = registry;
-                (self.ctx.group, self.ctx.thread, self.ctx.priority) = own;
+                (self.ctx.lane, self.ctx.thread, self.ctx.priority) = own;
             }
             _ => {} // nothing ready any more, or the set is shutting down
         }
@@ -81,8 +81,8 @@ impl PoolThread<'_> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::engine::group::wire_borrowing;
     use crate::engine::handler::Context;
+    use crate::engine::lane::wire_borrowing;
     use crate::engine::testing::{borrowing, spec, Recorder, Seen};
     use crate::observe::telemetry::Sample;
     use crate::sys::{self, sched::Sched};
@@ -92,14 +92,14 @@ mod tests {
     /// Lane "low" (index 0) lends to lane "high" (index 1, priority 20), which has one ready
     /// handle; `raise` is what a lent thread raises itself to.
     struct Lanes {
-        low: Arc<Group>,
-        high: Arc<Group>,
+        low: Arc<LanePool>,
+        high: Arc<LanePool>,
         seen: Arc<Mutex<Vec<Seen>>>,
     }
 
     fn lanes(raise: Sched) -> Lanes {
-        let low = Arc::new(Group::new(0, spec("low", 1), None).unwrap());
-        let high = Arc::new(Group::new(1, borrowing("high", &["low"], raise), None).unwrap());
+        let low = Arc::new(LanePool::new(0, spec("low", 1), None).unwrap());
+        let high = Arc::new(LanePool::new(1, borrowing("high", &["low"], raise), None).unwrap());
         wire_borrowing(&[low.clone(), high.clone()]).unwrap();
         let h = Recorder::new();
         h.fd.write(1).unwrap();
@@ -109,13 +109,13 @@ mod tests {
     }
 
     /// Thread 0 of `low` takes one lender's turn for `high`; returns the context it is left
-    /// with (group, thread index, priority).
+    /// with (lane, thread index, priority).
     fn lend_once(l: &Lanes) -> (usize, usize, u8) {
         let g = &l.low;
         let mut ctx = Context::new(1024, 0, 0, 10, sys::gettid(), g.registry());
         let (mut ring, _samples) = rtrb::RingBuffer::<Sample>::new(16);
         let mut t = PoolThread {
-            group: g,
+            lane: g,
             idx: 0,
             slot: &g.threads[0],
             ctx: &mut ctx,
@@ -124,10 +124,10 @@ mod tests {
             time_shared: false,
         };
         t.lend(g, 1, sys::now_ns());
-        (ctx.group(), ctx.thread_index(), ctx.priority())
+        (ctx.lane(), ctx.thread_index(), ctx.priority())
     }
 
-    fn count(g: &Group) -> (u64, u64, u64) {
+    fn count(g: &LanePool) -> (u64, u64, u64) {
         let c = &g.counters;
         (
             c.borrowed.load(Relaxed),
@@ -143,8 +143,8 @@ mod tests {
         assert_eq!(
             *l.seen.lock().unwrap(),
             [Seen {
-                group: 1,
-                thread: MAX_GROUP_THREADS, // (1 + own group 0) × MAX_GROUP_THREADS + thread 0
+                lane: 1,
+                thread: MAX_LANE_THREADS, // (1 + own lane 0) × MAX_LANE_THREADS + thread 0
                 priority: 20,
             }]
         );

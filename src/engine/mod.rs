@@ -1,10 +1,10 @@
-//! The Leader/Followers engine: one group's pool of threads taking turns on one handle set.
+//! The Leader/Followers engine: one lane's pool of threads taking turns on one handle set.
 //!
 //! * **Owns:** the promotion protocol ([`leader`]), the follower queue ([`follower_queue`]),
 //!   the handle set ([`handle_set`]) and the one owner of its epoll data word ([`word`]), the
 //!   handler interface a source implements ([`handler`], with the datagram batches of a
-//!   thread's context, [`datagram`], which it re-exports), a group's shared state built from the
-//!   engine's own parameters ([`group`]), a pool thread's slot and the one owner of its
+//!   thread's context, [`datagram`], which it re-exports), a lane's shared state built from the
+//!   engine's own parameters ([`lane`]), a pool thread's slot and the one owner of its
 //!   demotion and restore ([`slot`]), its set-up ([`thread`]), its dispatch loops
 //!   ([`dispatch`]), lane borrowing ([`borrow`], and the lender's turn in `lend.rs`) and the
 //!   overrun watchdog ([`watchdog`]).
@@ -19,9 +19,9 @@ pub(crate) mod claim;
 pub(crate) mod datagram;
 pub(crate) mod dispatch;
 pub(crate) mod follower_queue;
-pub(crate) mod group;
 pub(crate) mod handle_set;
 pub(crate) mod handler;
+pub(crate) mod lane;
 pub(crate) mod leader;
 mod lend;
 pub(crate) mod slot;

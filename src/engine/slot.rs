@@ -84,7 +84,7 @@ impl ThreadSlot {
 
     /// The thread's dispatch begins: the handler of `token` runs since `start_ns`
     /// (`CLOCK_MONOTONIC`, nonzero). The one stamp of a dispatch, for a Leader/Followers
-    /// thread (`dispatch.rs`) and a runtime bound group's thread (`bound/mod.rs`) alike: the
+    /// thread (`dispatch.rs`) and a runtime bound lane's thread (`bound/mod.rs`) alike: the
     /// watchdog reads it to find a handler past its budget, a shutdown to name a handler that
     /// does not return.
     #[inline]
@@ -98,9 +98,9 @@ impl ThreadSlot {
     /// The thread's dispatch ended: clears the stamp and *then* restores the thread's policy if
     /// the watchdog demoted it meanwhile (the order the demotion protocol below needs).
     #[inline]
-    pub(crate) fn end_dispatch(&self, counters: &Counters, group: &str) {
+    pub(crate) fn end_dispatch(&self, counters: &Counters, lane: &str) {
         self.busy_since.store(0, SeqCst);
-        self.restore_if_demoted(counters, group);
+        self.restore_if_demoted(counters, lane);
     }
 
     // Demotion and restore have one owner, these three methods: the watchdog calls
@@ -142,14 +142,14 @@ impl ThreadSlot {
     /// failed restore (the privilege was taken away while running) is counted and logged: the
     /// thread then stays time-shared.
     #[cold]
-    fn restore_if_demoted(&self, counters: &Counters, group: &str) {
+    fn restore_if_demoted(&self, counters: &Counters, lane: &str) {
         if !self.demoted.load(SeqCst) {
             return;
         }
         if let Err(e) = self.take_sched(self.sched) {
             Counters::add(&counters.restore_failures, 1);
             tracing::error!(
-                group = %group,
+                lane = %lane,
                 policy = ?self.sched,
                 error = %e,
                 "could not restore a pool thread's policy after a watchdog demotion; \

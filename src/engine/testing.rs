@@ -1,10 +1,10 @@
-//! What the engine's unit tests share: a group's plain parameters, an eventfd handler that
+//! What the engine's unit tests share: a lane's plain parameters, an eventfd handler that
 //! records what it saw, and the machine-wide lock every SCHED_FIFO test takes.
 
 use crate::engine::borrow::BorrowSpec;
 use crate::engine::follower_queue::Promotion;
-use crate::engine::group::{GroupSpec, OnOverrun};
 use crate::engine::handler::{Context, Disposition, Event, EventHandler};
+use crate::engine::lane::{LaneSpec, OnOverrun};
 use crate::sys::{fd, fd::EventFd, sched, sched::Sched};
 use std::fs::File;
 use std::io::Write;
@@ -12,8 +12,8 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex};
 
 /// A lane `name` of `threads` time-shared threads (no privilege needed), priority 10.
-pub(crate) fn spec(name: &str, threads: usize) -> GroupSpec {
-    GroupSpec {
+pub(crate) fn spec(name: &str, threads: usize) -> LaneSpec {
+    LaneSpec {
         name: name.to_owned(),
         priority: 10,
         threads: vec![(Sched::Other, 10); threads],
@@ -31,8 +31,8 @@ pub(crate) fn spec(name: &str, threads: usize) -> GroupSpec {
 
 /// `spec` of a lane that borrows from `from`, one thread at a time, raising a lent thread to
 /// `sched`.
-pub(crate) fn borrowing(name: &str, from: &[&str], sched: Sched) -> GroupSpec {
-    GroupSpec {
+pub(crate) fn borrowing(name: &str, from: &[&str], sched: Sched) -> LaneSpec {
+    LaneSpec {
         priority: 20,
         borrow: Some(BorrowSpec {
             from: from.iter().map(|s| s.to_string()).collect(),
@@ -47,7 +47,7 @@ pub(crate) fn borrowing(name: &str, from: &[&str], sched: Sched) -> GroupSpec {
 /// named.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Seen {
-    pub(crate) group: usize,
+    pub(crate) lane: usize,
     pub(crate) thread: usize,
     pub(crate) priority: u8,
 }
@@ -75,7 +75,7 @@ impl EventHandler for Recorder {
     }
     fn handle(&mut self, _: &Event, ctx: &mut Context) -> Disposition {
         self.seen.lock().unwrap().push(Seen {
-            group: ctx.group(),
+            lane: ctx.lane(),
             thread: ctx.thread_index(),
             priority: ctx.priority(),
         });

@@ -1,5 +1,5 @@
-//! A pool thread's life: its set-up, then its group's loop (or, in a group that is not a
-//! Leader/Followers pool, what the group [`Served`](crate::engine::group::Served) it).
+//! A pool thread's life: its set-up, then its lane's loop (or, in a lane that is not a
+//! Leader/Followers pool, what the lane [`Served`](crate::engine::lane::Served) it).
 //!
 //! A pool thread: (1) takes its scheduling policy and priority, *then* its CPU affinity (a
 //! SCHED_OTHER thread pinned to a CPU that a FIFO thread keeps busy would starve before it could
@@ -9,17 +9,17 @@
 //! rejoins while a sibling is mid-handler, so a sibling preempted while holding its disarmed
 //! handle finishes first.
 //!
-//! A thread of a **bound** group ([`GroupConfig::bound`](crate::GroupConfig::bound)) makes
-//! the same set-up, (1) and (2), then takes the waiter leased for it when the group was built
-//! and serves the group's [`BoundPool`](crate::bound::BoundPool) (the same
-//! [`Protocol`](crate::engine::leader::Protocol), over the pool's slots) until the group stops;
-//! `Group::stop` shuts the pool down too.
+//! A thread of a **bound** lane ([`LaneConfig::bound`](crate::LaneConfig::bound)) makes
+//! the same set-up, (1) and (2), then takes the waiter leased for it when the lane was built
+//! and serves the lane's [`BoundPool`](crate::bound::BoundPool) (the same
+//! [`Protocol`](crate::engine::leader::Protocol), over the pool's slots) until the lane stops;
+//! `LanePool::stop` shuts the pool down too.
 //!
 
 use crate::engine::dispatch::PoolThread;
 use crate::engine::follower_queue::Promotion;
-use crate::engine::group::{Group, RtMode};
 use crate::engine::handler::Context;
+use crate::engine::lane::{LanePool, RtMode};
 use crate::engine::slot::{best_effort_nice, Applied, ThreadSlot};
 use crate::error::Error;
 use crate::observe::alloc_count;
@@ -44,15 +44,15 @@ pub(crate) enum Setup {
     Failed(Error),
 }
 
-/// Body of pool thread `idx` of `group`.
+/// Body of pool thread `idx` of `lane`.
 pub(crate) fn pool_thread(
-    group: Arc<Group>,
+    lane: Arc<LanePool>,
     idx: u16,
     mut ring: rtrb::Producer<Sample>,
     rt: RtMode,
     ready: std::sync::mpsc::Sender<Setup>,
 ) {
-    let slot = &group.threads[idx as usize];
+    let slot = &lane.threads[idx as usize];
     let tid = sys::gettid();
     slot.tid.store(tid, Release);
 
@@ -71,13 +71,13 @@ pub(crate) fn pool_thread(
                 );
                 let err = if let Some(cause) = cause {
                     Error::Sched {
-                        group: group.spec.name.clone(),
+                        lane: lane.spec.name.clone(),
                         what: format!("setting {:?}: {cause}", slot.sched),
                         source: e,
                     }
                 } else if sched::is_permission_denied(&e) {
                     Error::RtPermission {
-                        group: group.spec.name.clone(),
+                        lane: lane.spec.name.clone(),
                         priority: slot.priority,
                         source: e,
                         have,
@@ -85,7 +85,7 @@ pub(crate) fn pool_thread(
                     }
                 } else {
                     Error::Sched {
-                        group: group.spec.name.clone(),
+                        lane: lane.spec.name.clone(),
                         what: format!("setting {:?}", slot.sched),
                         source: e,
                     }
@@ -100,10 +100,10 @@ pub(crate) fn pool_thread(
     }
     slot.applied
         .store(Applied::pack(sched::read_back(0), sched::nice(0)), Release);
-    if let Some(cpus) = &group.spec.cpus {
+    if let Some(cpus) = &lane.spec.cpus {
         if let Err(e) = sched::set_current_affinity(cpus) {
             let _ = ready.send(Setup::Failed(Error::Sched {
-                group: group.spec.name.clone(),
+                lane: lane.spec.name.clone(),
                 what: format!("pinning to CPUs {cpus:?}"),
                 source: e,
             }));
@@ -112,28 +112,28 @@ pub(crate) fn pool_thread(
     }
 
     // 2. Thread-specific storage, resident before the first event.
-    mem::prefault_stack(group.spec.stack_bytes.saturating_sub(STACK_MARGIN));
-    if let Some(served) = &group.served {
-        // A group that is not a Leader/Followers pool (a bound group: its thread's waiter,
-        // leased and pre-faulted with the group, holds its handler buffers): it serves until
-        // the group stops.
+    mem::prefault_stack(lane.spec.stack_bytes.saturating_sub(STACK_MARGIN));
+    if let Some(served) = &lane.served {
+        // A lane that is not a Leader/Followers pool (a bound lane: its thread's waiter,
+        // leased and pre-faulted with the lane, holds its handler buffers): it serves until
+        // the lane stops.
         let _ = ready.send(Setup::Ready {
             rt_applied,
             error: rt_error,
         });
         drop(ready);
-        served.serve(&group, idx);
+        served.serve(&lane, idx);
         record_exit(slot);
         return;
     }
     prefault_ring(&mut ring);
     let mut ctx = Context::new(
-        group.spec.buffer_bytes,
-        group.index,
+        lane.spec.buffer_bytes,
+        lane.index,
         idx,
         slot.priority,
         tid,
-        group.registry(),
+        lane.registry(),
     );
     ctx.dispatch_stamp = Some(slot.busy_since.clone());
     let _ = ready.send(Setup::Ready {
@@ -145,7 +145,7 @@ pub(crate) fn pool_thread(
     // Time-shared: SCHED_OTHER by configuration, or RT refused in best-effort mode.
     let time_shared = slot.sched == Sched::Other || !rt_applied;
     let mut t = PoolThread {
-        group: &group,
+        lane: &lane,
         idx,
         slot,
         ctx: &mut ctx,
@@ -153,7 +153,7 @@ pub(crate) fn pool_thread(
         dispatches: 0,
         time_shared,
     };
-    if group.spec.promotion == Promotion::Concurrent {
+    if lane.spec.promotion == Promotion::Concurrent {
         t.run_concurrent();
     } else {
         t.run(time_shared);
@@ -187,18 +187,18 @@ mod tests {
     use crate::engine::testing::spec;
     use std::sync::mpsc;
 
-    /// Runs pool thread 0 of `group` until its set-up reports, hands the report and the
-    /// thread (still running) to `check`, then stops the group and joins the thread.
-    fn set_up(group: &Arc<Group>, rt: RtMode, check: impl FnOnce(Setup, i32)) {
+    /// Runs pool thread 0 of `lane` until its set-up reports, hands the report and the
+    /// thread (still running) to `check`, then stops the lane and joins the thread.
+    fn set_up(lane: &Arc<LanePool>, rt: RtMode, check: impl FnOnce(Setup, i32)) {
         let (ring, _samples) = rtrb::RingBuffer::<Sample>::new(16);
         let (ready, report) = mpsc::channel();
         let thread = std::thread::spawn({
-            let group = group.clone();
-            move || pool_thread(group, 0, ring, rt, ready)
+            let lane = lane.clone();
+            move || pool_thread(lane, 0, ring, rt, ready)
         });
         let setup = report.recv().expect("the thread reports its set-up");
-        check(setup, group.threads[0].tid.load(Acquire));
-        group.stop();
+        check(setup, lane.threads[0].tid.load(Acquire));
+        lane.stop();
         thread.join().unwrap();
     }
 
@@ -207,9 +207,9 @@ mod tests {
         let cpu = *sched::available_cpus().last().unwrap();
         let mut s = spec("lane", 1);
         s.cpus = Some(vec![cpu]);
-        let group = Arc::new(Group::new(0, s, None).unwrap());
+        let lane = Arc::new(LanePool::new(0, s, None).unwrap());
         let nice = sched::nice(0).unwrap(); // a new thread starts at its creator's
-        set_up(&group, RtMode::Required, |setup, tid| {
+        set_up(&lane, RtMode::Required, |setup, tid| {
             assert!(matches!(
                 setup,
                 Setup::Ready {
@@ -218,11 +218,11 @@ mod tests {
                 }
             ));
             assert_ne!(tid, 0);
-            // Read back from the kernel while the thread waits as the group's leader.
+            // Read back from the kernel while the thread waits as the lane's leader.
             assert_eq!(sched::read_back(tid).unwrap(), Sched::Other);
             assert_eq!(sched::affinity(tid).unwrap(), [cpu]);
         });
-        let slot = &group.threads[0];
+        let slot = &lane.threads[0];
         assert_eq!(
             Applied::describe(slot.applied.load(Acquire)),
             format!("other nice {nice}")
@@ -239,26 +239,26 @@ mod tests {
         // SCHED_FIFO priority 0 is refused whatever the privilege.
         let mut s = spec("strict", 1);
         s.threads[0] = (Sched::Fifo(0), 1);
-        let group = Arc::new(Group::new(0, s, None).unwrap());
+        let lane = Arc::new(LanePool::new(0, s, None).unwrap());
         let (ring, _samples) = rtrb::RingBuffer::<Sample>::new(16);
         let (ready, report) = mpsc::channel();
-        pool_thread(group.clone(), 0, ring, RtMode::Required, ready);
+        pool_thread(lane.clone(), 0, ring, RtMode::Required, ready);
         match report.recv().unwrap() {
-            Setup::Failed(Error::Sched { group, what, .. }) => {
-                assert_eq!(group, "strict");
+            Setup::Failed(Error::Sched { lane, what, .. }) => {
+                assert_eq!(lane, "strict");
                 assert!(what.contains("Fifo(0)"), "{what}");
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(group.threads[0].applied.load(Acquire), Applied::NOT_STARTED);
+        assert_eq!(lane.threads[0].applied.load(Acquire), Applied::NOT_STARTED);
     }
 
     #[test]
     fn a_refused_policy_leaves_a_best_effort_lane_time_shared_at_its_nice_value() {
         let mut s = spec("soft", 1);
         s.threads[0] = (Sched::Fifo(0), 1);
-        let group = Arc::new(Group::new(0, s, None).unwrap());
-        set_up(&group, RtMode::BestEffort, |setup, tid| {
+        let lane = Arc::new(LanePool::new(0, s, None).unwrap());
+        set_up(&lane, RtMode::BestEffort, |setup, tid| {
             match setup {
                 Setup::Ready {
                     rt_applied: false,
@@ -273,7 +273,7 @@ mod tests {
             assert_eq!(sched::nice(tid).unwrap(), best_effort_nice(1));
         });
         assert_eq!(
-            Applied::describe(group.threads[0].applied.load(Acquire)),
+            Applied::describe(lane.threads[0].applied.load(Acquire)),
             format!("other nice {}", best_effort_nice(1))
         );
     }
@@ -282,10 +282,10 @@ mod tests {
     fn cpus_the_process_cannot_use_fail_the_set_up() {
         let mut s = spec("pinned", 1);
         s.cpus = Some(vec![sched::online_cpus().len() + 1024]);
-        let group = Arc::new(Group::new(0, s, None).unwrap());
+        let lane = Arc::new(LanePool::new(0, s, None).unwrap());
         let (ring, _samples) = rtrb::RingBuffer::<Sample>::new(16);
         let (ready, report) = mpsc::channel();
-        pool_thread(group, 0, ring, RtMode::BestEffort, ready);
+        pool_thread(lane, 0, ring, RtMode::BestEffort, ready);
         match report.recv().unwrap() {
             Setup::Failed(Error::Sched { what, .. }) => assert!(what.contains("pinning"), "{what}"),
             other => panic!("{other:?}"),

@@ -1,5 +1,5 @@
 //! The overrun watchdog: a non-RT monitor thread that notices handlers running past their
-//! group's `budget_us`, and leaders that kept their role past `promote_after_us`.
+//! lane's `budget_us`, and leaders that kept their role past `promote_after_us`.
 //!
 //! It polls each pool thread's `busy_since` stamp every quarter budget (between 100 µs and
 //! 10 ms), and every lane that defers its promotions every [`RELIEF_PERIOD`] at least.
@@ -34,7 +34,7 @@
 //! follower could not run before then either, unless its lane outranks what runs).
 
 use crate::engine::follower_queue::Promotion;
-use crate::engine::group::{Group, OnOverrun};
+use crate::engine::lane::{LanePool, OnOverrun};
 use crate::engine::word::Token;
 use crate::observe::metrics::Counters;
 use crate::sys::{self, sched::Sched};
@@ -46,19 +46,19 @@ use std::time::Duration;
 pub(crate) const RELIEF_PERIOD: Duration = Duration::from_millis(1);
 
 /// Whether `g`'s leaders keep their role through quick events (deferred promotion): an unbound
-/// Leader/Followers group with `promote_after_us > 0`.
-fn defers(g: &Group) -> bool {
+/// Leader/Followers lane with `promote_after_us > 0`.
+fn defers(g: &LanePool) -> bool {
     g.spec.promote_after_ns > 0 && g.served.is_none() && g.spec.promotion != Promotion::Concurrent
 }
 
-/// A group the watchdog looks at: its handler budget (ns), if any, and whether it defers.
-type Watched = (Arc<Group>, Option<u64>);
+/// A lane the watchdog looks at: its handler budget (ns), if any, and whether it defers.
+type Watched = (Arc<LanePool>, Option<u64>);
 
 pub(crate) fn spawn(
-    groups: Vec<Arc<Group>>,
+    lanes: Vec<Arc<LanePool>>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
-    let watched: Vec<Watched> = groups
+    let watched: Vec<Watched> = lanes
         .into_iter()
         .filter(|g| g.spec.budget_us.is_some() || defers(g))
         .map(|g| {
@@ -97,11 +97,11 @@ pub(crate) fn spawn(
         .map(Some)
 }
 
-/// One look at every watched group (`(group, budget in ns)`) at instant `now`: a leader that
-/// kept its role for `promote_after` or longer is relieved (a deferring group); a handler
+/// One look at every watched lane (`(lane, budget in ns)`) at instant `now`: a leader that
+/// kept its role for `promote_after` or longer is relieved (a deferring lane); a handler
 /// that started more than its budget ago is an overrun, counted and reported once
-/// (`last[group][thread]` keeps the start of the dispatch last reported), and demoted if its
-/// group says so.
+/// (`last[lane][thread]` keeps the start of the dispatch last reported), and demoted if its
+/// lane says so.
 fn scan(watched: &[Watched], last: &mut [Vec<u64>], now: u64) {
     for ((g, budget), last) in watched.iter().zip(last) {
         if defers(g) {
@@ -115,13 +115,13 @@ fn scan(watched: &[Watched], last: &mut [Vec<u64>], now: u64) {
             }
             // Counted once per overrun, whichever thread it is seen on: a stretch of work that
             // spans dispatches (an executor streak, backdated to its start) may move between
-            // the group's threads.
+            // the lane's threads.
             if !last.contains(&start) {
                 last[i] = start;
                 Counters::add(&g.counters.budget_overruns, 1);
                 let token = Token::from_raw(slot.busy_token.load(Relaxed));
                 tracing::warn!(
-                    group = %g.spec.name,
+                    lane = %g.spec.name,
                     thread = i,
                     handle = token.index(),
                     running_us = now.saturating_sub(start) / 1000,
@@ -151,13 +151,16 @@ mod tests {
 
     const BUDGET_NS: u64 = 1_000_000;
 
-    /// A group of two threads that never ran, watched with a 1 ms budget.
+    /// A lane of two threads that never ran, watched with a 1 ms budget.
     fn watched(on_overrun: OnOverrun, configured: Sched) -> Vec<Watched> {
         let mut s = spec("lane", 2);
         s.threads = vec![(configured, 10); 2];
         s.budget_us = Some(BUDGET_NS / 1000);
         s.on_overrun = on_overrun;
-        vec![(Arc::new(Group::new(0, s, None).unwrap()), Some(BUDGET_NS))]
+        vec![(
+            Arc::new(LanePool::new(0, s, None).unwrap()),
+            Some(BUDGET_NS),
+        )]
     }
 
     fn count(w: &[Watched]) -> (u64, u64) {
@@ -218,7 +221,7 @@ mod tests {
     fn no_budget_and_no_deferral_no_watchdog() {
         let mut s = spec("lane", 1);
         s.promote_after_ns = 0;
-        let g = Arc::new(Group::new(0, s, None).unwrap());
+        let g = Arc::new(LanePool::new(0, s, None).unwrap());
         let stop = Arc::new(AtomicBool::new(false));
         assert!(spawn(vec![g], stop).unwrap().is_none());
     }
@@ -231,7 +234,7 @@ mod tests {
         use crate::engine::leader::{Joined, Kept, Lead};
         let mut s = spec("lane", 2);
         s.promote_after_ns = 50_000;
-        let g = Arc::new(Group::new(0, s, None).unwrap());
+        let g = Arc::new(LanePool::new(0, s, None).unwrap());
         let w: Vec<Watched> = vec![(g.clone(), None)];
         let p = &g.protocol;
         assert_eq!(p.join(0, 10), Joined::Leader);

@@ -1,14 +1,14 @@
 //! The epoll data word: the 64 bits every event of a handle set carries, and what they can be.
 //!
 //! One module owns the encoding, so that the argument that no two kinds of word collide lives in
-//! one place. Everything registered in a group's epoll set is one of:
+//! one place. Everything registered in a lane's epoll set is one of:
 //!
 //! ```text
 //!   63            32 31                 20 19                   0
 //!  ┌────────────────┬──────────────────────────────────────────────┐
 //!  │   generation   │        slot index  (< MAX_HANDLES = 2²⁰)     │  Word::Handle(Token)
 //!  ├────────────────┼──────────────────────────────────────────────┤
-//!  │       0        │ 0xFFFF │          borrower group index        │  Word::Link { borrower }
+//!  │       0        │ 0xFFFF │          borrower lane index        │  Word::Link { borrower }
 //!  ├────────────────┴──────────────────────────────────────────────┤
 //!  │ 0xFFFF_FFFF_FFFF_FFFE                                         │  Word::BoundConnection
 //!  │ 0xFFFF_FFFF_FFFF_FFFF                                         │  Word::Shutdown
@@ -16,17 +16,17 @@
 //! ```
 //!
 //! Why they cannot collide: a handle's low 32 bits are its slot index, below [`MAX_HANDLES`]
-//! (validated for every group and asserted by `HandleSet::new`); every reserved word has low 32
+//! (validated for every lane and asserted by `HandleSet::new`); every reserved word has low 32
 //! bits of at least `0xFFFF_0000`, far above it. Among the reserved words a link has its high
 //! 32 bits zero, the bound connection and shutdown words have them all ones, and those two
-//! differ in bit 0. A group index is 16 bits, so a link word carries any borrower.
+//! differ in bit 0. A lane index is 16 bits, so a link word carries any borrower.
 //!
 //! Who registers what: the handle set registers handles (slot tokens) and its shutdown eventfd;
 //! a borrowing lane's link sits in each lender's set (`borrow.rs`); a bound pool watches its
 //! connection in its own set (`bound/`). [`Word::decode`] runs once per event, in
 //! `HandleSet::wait_timeout`, so no caller looks inside a token.
 
-/// Identifies one registered handle within its group: slot index and generation.
+/// Identifies one registered handle within its lane: slot index and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Token(u64);
 
@@ -34,7 +34,7 @@ impl Token {
     pub(crate) fn new(index: u32, generation: u32) -> Token {
         Token(u64::from(generation) << 32 | u64::from(index))
     }
-    /// The slot index in the group's handle table.
+    /// The slot index in the lane's handle table.
     pub fn index(self) -> usize {
         (self.0 & 0xffff_ffff) as usize
     }
@@ -54,7 +54,7 @@ impl Token {
 /// The most handles one handle set may hold: slot indices stay below the reserved words.
 pub(crate) const MAX_HANDLES: usize = 1 << 20;
 
-/// Low 32 bits of every link word; the borrower's group index is added to it.
+/// Low 32 bits of every link word; the borrower's lane index is added to it.
 const LINK_BASE: u64 = 0xFFFF_0000;
 /// The bound pool's connection to its back-end.
 const BOUND_CONNECTION: u64 = u64::MAX - 1;
@@ -68,7 +68,7 @@ pub(crate) enum Word {
     Handle(Token),
     /// A borrowing lane's epoll fd in a lender's set: an event on lane `borrower` wants a thread.
     Link {
-        /// The borrowing lane's group index.
+        /// The borrowing lane's lane index.
         borrower: u16,
     },
     /// A bound pool's connection, watched level-triggered in the pool's own set.

@@ -38,16 +38,16 @@ impl Counters {
     }
 }
 
-/// A snapshot of one group's activity.
+/// A snapshot of one lane's activity.
 ///
 /// Counters only grow; gauges (`leader_present`, `followers`, `processing`) are a racy
 /// instant and may have changed by the time they are read.
 ///
 /// # Examples
 /// ```
-/// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+/// # use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
 /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-/// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+/// rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
 /// for m in rt.metrics() {
 ///     println!(
 ///         "{} prio {}: {} dispatched, {} panics, allocations after warm-up: {:?}",
@@ -57,10 +57,10 @@ impl Counters {
 /// # Ok::<(), lfrt::Error>(())
 /// ```
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct GroupMetrics {
-    /// Group name.
+pub struct LaneMetrics {
+    /// Lane name.
     pub name: String,
-    /// Group priority (as configured).
+    /// Lane priority (as configured).
     pub priority: u8,
     /// Each pool thread's policy as the kernel reported it after set-up: `fifo 80`, `rr 10`,
     /// or `other nice 5` (a best-effort lane refused its RT priority runs time-shared, ordered
@@ -140,15 +140,15 @@ pub struct GroupMetrics {
     /// Of those, wakes the lane's thread made itself because the relay's queue was full (it
     /// then took the foreign runtime's lock: the one exception, counted).
     pub relay_full: u64,
-    /// Allocations on this group's pool threads after warm-up: the sum, over the threads that
+    /// Allocations on this lane's pool threads after warm-up: the sum, over the threads that
     /// have made [`WARMUP_DISPATCHES`](crate::WARMUP_DISPATCHES) dispatches, of their
     /// allocations since that dispatch. `None` (JSON `null`) means *not measured*: no thread
-    /// of the group has reached warm-up yet, or [`crate::CountingAlloc`] is not the global
+    /// of the lane has reached warm-up yet, or [`crate::CountingAlloc`] is not the global
     /// allocator. So `Some(0)` is always a measured zero.
     pub pool_allocations: Option<u64>,
-    /// Minor page faults on this group's pool threads after warm-up: the sum over the threads
+    /// Minor page faults on this lane's pool threads after warm-up: the sum over the threads
     /// that have reached warm-up, as for `pool_allocations`. `None` (JSON `null`) when no
-    /// thread of the group has reached warm-up yet. A thread that died without recording its
+    /// thread of the lane has reached warm-up yet. A thread that died without recording its
     /// final count is left out.
     pub pool_minor_faults: Option<u64>,
     /// Telemetry samples pushed by the pool threads.
@@ -163,14 +163,14 @@ pub struct GroupMetrics {
     /// An episode lasts from the first failed `accept` until the listener has drained its
     /// backlog.
     pub accept_exhausted: u64,
-    /// Accepted connections closed at once, unserved: the group's handle table was full (raise
+    /// Accepted connections closed at once, unserved: the lane's handle table was full (raise
     /// `max_handles`), a [`stream::Framed`](crate::sources::stream::Framed) connection table was full
     /// (raise `Limits::max_connections`), the socket could not be set up, or epoll refused the
     /// fd. The log line names which.
     pub connections_refused: u64,
     /// Datagrams dropped because they were longer than a slot (`buffer_bytes`).
     pub datagrams_truncated: u64,
-    /// Values a full lane inbox of this group handed back to their senders
+    /// Values a full lane inbox of this lane handed back to their senders
     /// ([`Inbox`](crate::sources::inbox::Inbox)), counted when the inbox next drains.
     pub inbox_refused: u64,
     /// Stream connections ([`stream::Framed`](crate::sources::stream::Framed)) closed because the peer
@@ -188,28 +188,28 @@ pub struct GroupMetrics {
     /// Stream connections closed because their pending replies made no progress for
     /// `Limits::write_timeout` (the peer stopped reading).
     pub stream_write_timeouts: u64,
-    /// A bound group's pool counters (replies, hand-offs, late and unknown frames, …); `None`
-    /// for a Leader/Followers group. For a bound group `dispatched`, `promotions`,
+    /// A bound lane's pool counters (replies, hand-offs, late and unknown frames, …); `None`
+    /// for a Leader/Followers lane. For a bound lane `dispatched`, `promotions`,
     /// `promotions_no_follower`, `leader_present`, `followers` and `handler_panics` are the
     /// pool's; `processing`, the watchdog's counters, telemetry samples and the post-warm-up
     /// allocation and fault counts are not measured on its threads (0 / `None`).
     pub bound: Option<BoundStats>,
-    /// The group's async task counters (`lfrt::task`: spawns, completions, panics,
-    /// cancellations, refusals); `None` for a group without a task table (`max_tasks = 0`).
+    /// The lane's async task counters (`lfrt::task`: spawns, completions, panics,
+    /// cancellations, refusals); `None` for a lane without a task table (`max_tasks = 0`).
     pub tasks: Option<TaskStats>,
 }
 
-impl GroupMetrics {
+impl LaneMetrics {
     /// The sum of measured pool hygiene counters ([`pool_allocations`](Self::pool_allocations),
-    /// [`pool_minor_faults`](Self::pool_minor_faults)) over threads or groups, saturating;
+    /// [`pool_minor_faults`](Self::pool_minor_faults)) over threads or lanes, saturating;
     /// `None` if none was measured, so that a sum of `Some(0)` is, like each of them, a
-    /// measured zero. The runtime sums its threads with it, and the tools sum groups and runs.
+    /// measured zero. The runtime sums its threads with it, and the tools sum lanes and runs.
     ///
     /// # Examples
     /// ```
-    /// use lfrt::GroupMetrics;
-    /// assert_eq!(GroupMetrics::sum_measured([Some(2), None, Some(3)]), Some(5));
-    /// assert_eq!(GroupMetrics::sum_measured([None, None]), None);
+    /// use lfrt::LaneMetrics;
+    /// assert_eq!(LaneMetrics::sum_measured([Some(2), None, Some(3)]), Some(5));
+    /// assert_eq!(LaneMetrics::sum_measured([None, None]), None);
     /// ```
     pub fn sum_measured(values: impl IntoIterator<Item = Option<u64>>) -> Option<u64> {
         values.into_iter().flatten().reduce(u64::saturating_add)
@@ -217,7 +217,7 @@ impl GroupMetrics {
 }
 
 /// Counters of a lane's task table (`lfrt::task`); they only grow. In
-/// [`GroupMetrics::tasks`], and from the lane's spawner (`Spawner::stats`).
+/// [`LaneMetrics::tasks`], and from the lane's spawner (`Spawner::stats`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct TaskStats {
@@ -242,11 +242,11 @@ pub struct TaskStats {
     pub timers_full: u64,
 }
 
-/// A failure that a handler counts in its group's metrics with [`Context::count`](crate::Context::count): work
+/// A failure that a handler counts in its lane's metrics with [`Context::count`](crate::Context::count): work
 /// dropped or deferred that would otherwise go unseen. Each variant names the
-/// [`GroupMetrics`] field that counts it.
+/// [`LaneMetrics`] field that counts it.
 ///
-/// [`GroupMetrics`]: crate::GroupMetrics
+/// [`LaneMetrics`]: crate::LaneMetrics
 ///
 /// Example: [`Context`](crate::Context) counts one from a handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -279,7 +279,7 @@ pub enum Incident {
     StreamWriteTimeout,
 }
 
-/// The counters behind [`Incident`]: kept in each handle set (a group's, or a bound pool's),
+/// The counters behind [`Incident`]: kept in each handle set (a lane's, or a bound pool's),
 /// where every handler's [`Context`](crate::Context) reaches them through its registry.
 #[derive(Debug, Default)]
 pub(crate) struct IncidentCounters {

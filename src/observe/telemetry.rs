@@ -31,16 +31,16 @@ pub const DRAIN_PERIOD: Duration = Duration::from_millis(2);
 pub const HIST_MAX_NS: u64 = 10_000_000_000;
 /// Most timers that get [`Histograms`] of their own (each is four histograms of about
 /// 200 KiB, so this bounds the per-timer memory near 200 MiB whatever the number of timers).
-/// Samples of further timers are merged per group into [`Recorded::untracked_timers`], so
-/// group figures stay complete.
+/// Samples of further timers are merged per lane into [`Recorded::untracked_timers`], so
+/// lane figures stay complete.
 pub const MAX_TIMER_HISTOGRAMS: usize = 256;
 
 /// One dispatch, as seen by the pool thread that ran it. All times are `CLOCK_MONOTONIC` ns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Sample {
-    /// Group index.
-    pub group: u16,
-    /// Thread index within the group.
+    /// Lane index.
+    pub lane: u16,
+    /// Thread index within the lane.
     pub thread: u16,
     /// Token of the handle (raw).
     pub token: u64,
@@ -79,7 +79,7 @@ pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, HIST_MAX_NS, 3).expect("valid fixed histogram bounds")
 }
 
-/// Latency histograms of one group, or of one timer.
+/// Latency histograms of one lane, or of one timer.
 #[derive(Debug, Clone)]
 pub struct Histograms {
     /// Handler-entry latency: origin (or leader wake-up) → handler entry.
@@ -140,13 +140,13 @@ impl Histograms {
 /// Everything the collector has recorded so far.
 #[derive(Debug)]
 pub struct Recorded {
-    /// Per group (index = group index).
-    pub groups: Vec<Histograms>,
-    /// Per `(group, raw token)`, for handles whose samples carry an origin (timers): at most
+    /// Per lane (index = lane index).
+    pub lanes: Vec<Histograms>,
+    /// Per `(lane, raw token)`, for handles whose samples carry an origin (timers): at most
     /// [`MAX_TIMER_HISTOGRAMS`], those given to [`Telemetry::preallocate_timers`] first, then
     /// the first to report a sample.
     pub timers: BTreeMap<(u16, u64), Histograms>,
-    /// Per group, the merged samples of its timers that found `timers` full.
+    /// Per lane, the merged samples of its timers that found `timers` full.
     pub untracked_timers: BTreeMap<u16, Histograms>,
     /// Samples recorded.
     pub recorded: u64,
@@ -204,10 +204,10 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    pub(crate) fn new(groups: usize) -> Telemetry {
+    pub(crate) fn new(lanes: usize) -> Telemetry {
         Telemetry {
             recorded: Mutex::new(Recorded {
-                groups: (0..groups).map(|_| Histograms::new()).collect(),
+                lanes: (0..lanes).map(|_| Histograms::new()).collect(),
                 timers: BTreeMap::new(),
                 untracked_timers: BTreeMap::new(),
                 recorded: 0,
@@ -215,10 +215,10 @@ impl Telemetry {
         }
     }
 
-    /// Adds the histograms of one more group (a group added before start).
-    pub(crate) fn add_group(&self) {
+    /// Adds the histograms of one more lane (a lane added before start).
+    pub(crate) fn add_lane(&self) {
         let mut r = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
-        r.groups.push(Histograms::new());
+        r.lanes.push(Histograms::new());
     }
 
     /// Runs `f` on the recorded histograms (briefly blocks the collector).
@@ -226,31 +226,31 @@ impl Telemetry {
         f(&self.recorded.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Latency summary of group `g`.
-    pub fn group_latency(&self, g: usize) -> LatencySummary {
+    /// Latency summary of lane `g`.
+    pub fn lane_latency(&self, g: usize) -> LatencySummary {
         self.with(|r| {
-            r.groups
+            r.lanes
                 .get(g)
                 .map(|h| LatencySummary::of(&h.latency))
                 .unwrap_or_default()
         })
     }
 
-    /// Arrival latency summary of group `g`: kernel receive of a datagram → handler entry
+    /// Arrival latency summary of lane `g`: kernel receive of a datagram → handler entry
     /// (empty if its handlers take no stamped datagrams).
-    pub fn group_arrival(&self, g: usize) -> LatencySummary {
+    pub fn lane_arrival(&self, g: usize) -> LatencySummary {
         self.with(|r| {
-            r.groups
+            r.lanes
                 .get(g)
                 .map(|h| LatencySummary::of(&h.arrival))
                 .unwrap_or_default()
         })
     }
 
-    /// Creates the histograms of these timers (`(group, raw token)`) now, before their first
+    /// Creates the histograms of these timers (`(lane, raw token)`) now, before their first
     /// sample: the collector then does not allocate for them during a run, and it is these
     /// timers, in this order, that get histograms of their own, up to [`MAX_TIMER_HISTOGRAMS`]
-    /// in all; for a group with timers beyond that, its merged histograms are created too.
+    /// in all; for a lane with timers beyond that, its merged histograms are created too.
     pub fn preallocate_timers(&self, timers: &[(u16, u64)]) {
         let mut guard = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
         let r = &mut *guard;
@@ -268,7 +268,7 @@ impl Telemetry {
     /// Clears all histograms (e.g. after a warm-up period).
     pub fn reset(&self) {
         let mut r = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
-        for h in &mut r.groups {
+        for h in &mut r.lanes {
             *h = Histograms::new();
         }
         r.timers.clear();
@@ -282,16 +282,16 @@ impl Telemetry {
         let mut guard = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
         let r = &mut *guard;
         for s in batch {
-            if let Some(h) = r.groups.get_mut(s.group as usize) {
+            if let Some(h) = r.lanes.get_mut(s.lane as usize) {
                 h.record(s);
             }
             if s.origin_ns != 0 {
-                let key = (s.group, s.token);
+                let key = (s.lane, s.token);
                 let h = if r.timers.contains_key(&key) || r.timers.len() < MAX_TIMER_HISTOGRAMS {
                     r.timers.entry(key).or_insert_with(Histograms::new)
                 } else {
                     r.untracked_timers
-                        .entry(s.group)
+                        .entry(s.lane)
                         .or_insert_with(Histograms::new)
                 };
                 h.record(s);
@@ -332,9 +332,9 @@ pub(crate) fn spawn_collector(
 mod tests {
     use super::*;
 
-    fn timer_sample(group: u16, token: u64, missed_periods: u32) -> Sample {
+    fn timer_sample(lane: u16, token: u64, missed_periods: u32) -> Sample {
         Sample {
-            group,
+            lane,
             thread: 0,
             token,
             origin_ns: 1_000,
@@ -347,9 +347,9 @@ mod tests {
     }
 
     /// Per-timer histograms stop at `MAX_TIMER_HISTOGRAMS` timers; the samples of further
-    /// timers are kept, merged per group, so nothing is lost from the group's figures.
+    /// timers are kept, merged per lane, so nothing is lost from the lane's figures.
     #[test]
-    fn timer_histograms_are_bounded_and_the_rest_is_merged_per_group() {
+    fn timer_histograms_are_bounded_and_the_rest_is_merged_per_lane() {
         let t = Telemetry::new(2);
         let extra = 10;
         let batch: Vec<Sample> = (0..(MAX_TIMER_HISTOGRAMS + extra) as u64)
@@ -365,7 +365,7 @@ mod tests {
             assert_eq!(rest.latency.len(), extra as u64);
             assert_eq!(rest.missed_periods, extra as u64);
             assert_eq!(
-                r.groups[1].latency.len(),
+                r.lanes[1].latency.len(),
                 (MAX_TIMER_HISTOGRAMS + extra + 1) as u64
             );
             assert_eq!(r.recorded, (MAX_TIMER_HISTOGRAMS + extra + 1) as u64);
@@ -375,7 +375,7 @@ mod tests {
     }
 
     /// Preallocated timers are the ones that keep histograms, whatever order their samples
-    /// arrive in; the others are merged into their group's.
+    /// arrive in; the others are merged into their lane's.
     #[test]
     fn preallocated_timers_are_the_tracked_ones() {
         let t = Telemetry::new(1);

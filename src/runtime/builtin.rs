@@ -1,8 +1,8 @@
-//! The built-in handlers a configuration names (`[[group.handler]]` and `[[band]]`): made,
+//! The built-in handlers a configuration names (`[[lane.handler]]` and `[[band]]`): made,
 //! with their sockets bound, when the runtime is built (so a bind error is `Runtime::new`'s or
-//! `add_group`'s), and registered with their lanes at start, when built-in timers are armed.
+//! `add_lane`'s), and registered with their lanes at start, when built-in timers are armed.
 
-use crate::config::{BandHandler, GroupConfig, HandlerConfig, RuntimeConfig};
+use crate::config::{BandHandler, HandlerConfig, LaneConfig, RuntimeConfig};
 use crate::engine::handler::{EventHandler, Registry};
 use crate::error::Error;
 use crate::sources::handlers::{PeriodicTimer, TcpEcho, UdpEcho};
@@ -23,13 +23,13 @@ pub(super) enum Pending {
 
 /// Binds every `[[band]]` of `cfg` ([`crate::sources::band::bind`]: one `SO_REUSEPORT` socket per band,
 /// steered by the kernel) and wraps each band's socket in its handler, to be registered with
-/// the band's lane at start: `(group index, handler)`.
+/// the band's lane at start: `(lane index, handler)`.
 pub(super) fn bind_bands(cfg: &RuntimeConfig) -> Result<Vec<(usize, Pending)>, Error> {
     let mut pending = Vec::new();
     for (bi, b) in cfg.bands.iter().enumerate() {
         // `Runtime::new` validated `cfg` first, so neither lookup fails; an error all the same.
         let plan = b
-            .plan(&cfg.groups)
+            .plan(&cfg.lanes)
             .map_err(|m| Error::config(format!("band[{bi}].classify"), m))?;
         let sockets = crate::sources::band::bind(b.bind, &plan.bands).map_err(|e| Error::Bind {
             addr: b.bind,
@@ -37,11 +37,11 @@ pub(super) fn bind_bands(cfg: &RuntimeConfig) -> Result<Vec<(usize, Pending)>, E
         })?;
         for (socket, lane) in sockets.into_iter().zip(&plan.lanes) {
             let gi = cfg
-                .groups
+                .lanes
                 .iter()
                 .position(|g| g.name == *lane)
                 .ok_or_else(|| {
-                    Error::config(format!("band[{bi}].classify"), format!("no group `{lane}`"))
+                    Error::config(format!("band[{bi}].classify"), format!("no lane `{lane}`"))
                 })?;
             let handler: Box<dyn EventHandler> = match b.handler {
                 BandHandler::UdpEcho => {
@@ -57,9 +57,9 @@ pub(super) fn bind_bands(cfg: &RuntimeConfig) -> Result<Vec<(usize, Pending)>, E
     Ok(pending)
 }
 
-/// Binds the sockets of group `gc`'s built-in handlers (`[[group.handler]]`), to be registered
-/// with the group (index `gi`) at start: `(group index, handler)`.
-pub(super) fn bind_handlers(gc: &GroupConfig, gi: usize) -> Result<Vec<(usize, Pending)>, Error> {
+/// Binds the sockets of lane `gc`'s built-in handlers (`[[lane.handler]]`), to be registered
+/// with the lane (index `gi`) at start: `(lane index, handler)`.
+pub(super) fn bind_handlers(gc: &LaneConfig, gi: usize) -> Result<Vec<(usize, Pending)>, Error> {
     let mut handlers = Vec::new();
     for h in &gc.handlers {
         let p = match *h {

@@ -1,19 +1,19 @@
-//! [`Lane`]: a group's typed handle, as `add_group` and `lane` return it.
+//! [`Lane`]: a lane's typed handle, as `add_lane` and `lane` return it.
 
 use super::*;
 
-/// One lane of a runtime: a cheap cloneable handle to a group (its name, its index and its
-/// [`Registry`]), returned by [`Runtime::add_group`] or looked up once with [`Runtime::lane`].
+/// One lane of a runtime: a cheap cloneable handle to a lane (its name, its index and its
+/// [`Registry`]), returned by [`Runtime::add_lane`] or looked up once with [`Runtime::lane`].
 ///
-/// A `Lane` is the only way to reach a group, so a misspelt lane name is an error at set-up,
-/// never a missing group later. It holds its own group, so it cannot be used with another
+/// A `Lane` is the only way to reach a lane, so a misspelt lane name is an error at set-up,
+/// never a missing lane later. It holds its own lane, so it cannot be used with another
 /// runtime: no [`Runtime`] method takes a `Lane`, and its registry adds handles only to the
-/// group it came from. It stays valid (and refers to the same, possibly stopped, group) for as
+/// lane it came from. It stays valid (and refers to the same, possibly stopped, lane) for as
 /// long as it lives; cloning it clones an `Arc`.
 ///
 /// # Examples
 /// ```
-/// use lfrt::{GroupConfig, Lane, Notifier, Policy, Runtime, RuntimeConfig};
+/// use lfrt::{LaneConfig, Lane, Notifier, Policy, Runtime, RuntimeConfig};
 /// # use lfrt::{Context, Disposition, Event, EventHandler};
 /// # use std::os::fd::{AsFd, BorrowedFd};
 /// # struct Bell(Notifier);
@@ -22,7 +22,7 @@ use super::*;
 /// #     fn handle(&mut self, _: &Event, _: &mut Context) -> Disposition { Disposition::Rearm }
 /// # }
 /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-/// let control: Lane = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+/// let control: Lane = rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
 /// let token = control.registry().register(Box::new(Bell(Notifier::new()?)))?;
 /// assert!(control.registry().deregister(token));
 /// assert_eq!((control.name(), control.index()), ("control", 0));
@@ -30,34 +30,34 @@ use super::*;
 /// ```
 #[derive(Clone)]
 pub struct Lane {
-    pub(super) group: Arc<Group>,
+    pub(super) lane: Arc<LanePool>,
     pub(super) tasks: Option<Spawner>,
 }
 
 impl Lane {
-    /// The registry of this lane's group: add, remove, suspend and resume its handles from
+    /// The registry of this lane's lane: add, remove, suspend and resume its handles from
     /// any thread, before or after [`Runtime::start`]. A clone (one `Arc` increment).
     pub fn registry(&self) -> Registry {
-        self.group.registry()
+        self.lane.registry()
     }
 
-    /// The pool of this lane if it is a bound group ([`GroupConfig::bound`]); `None` for a
-    /// Leader/Followers group. Lease a [`Waiter`](crate::bound::Waiter) from it to call the
-    /// back-end, from a handler of the group (registered with [`registry`](Self::registry),
-    /// which for a bound group is the pool's) or from any other thread. The group's own threads
+    /// The pool of this lane if it is a bound lane ([`LaneConfig::bound`]); `None` for a
+    /// Leader/Followers lane. Lease a [`Waiter`](crate::bound::Waiter) from it to call the
+    /// back-end, from a handler of the lane (registered with [`registry`](Self::registry),
+    /// which for a bound lane is the pool's) or from any other thread. The lane's own threads
     /// serve the pool from [`Runtime::start`] until shutdown, which also shuts the pool down.
     /// An outside thread waiting in `join` takes part in the pool too: while it leads it may
-    /// run the group's handlers inline, at its own priority (hybrid associations, see
+    /// run the lane's handlers inline, at its own priority (hybrid associations, see
     /// [`crate::bound`]).
     ///
     /// # Examples
     /// ```no_run
-    /// use lfrt::{BoundGroup, GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// use lfrt::{BoundLane, LaneConfig, Policy, Runtime, RuntimeConfig};
     /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-    /// let mut front = GroupConfig::new("front", Policy::Fifo, 20);
-    /// front.bound = Some(BoundGroup::new("127.0.0.1:7100".parse().unwrap()));
-    /// let front = rt.add_group(front)?;
-    /// let pool = front.bound_pool().expect("`front` is a bound group");
+    /// let mut front = LaneConfig::new("front", Policy::Fifo, 20);
+    /// front.bound = Some(BoundLane::new("127.0.0.1:7100".parse().unwrap()));
+    /// let front = rt.add_lane(front)?;
+    /// let pool = front.bound_pool().expect("`front` is a bound lane");
     /// rt.start()?;
     /// let mut w = pool.waiter().expect("a free waiter slot");
     /// let reply = pool.call(&mut w, b"balance?", None).expect("a reply");
@@ -65,7 +65,7 @@ impl Lane {
     /// # Ok::<(), lfrt::Error>(())
     /// ```
     pub fn bound_pool(&self) -> Option<BoundPool> {
-        let served = self.group.served.as_ref()?;
+        let served = self.lane.served.as_ref()?;
         let lane = served.as_any().downcast_ref::<BoundLane>()?;
         Some(lane.pool.clone())
     }
@@ -76,15 +76,15 @@ impl Lane {
     ///
     /// # Errors
     /// The future is handed back ([`SpawnError`]): too large for a slot, the task table is
-    /// full, the runtime shut down, or the group has `max_tasks = 0` ([`SpawnError::Closed`]).
+    /// full, the runtime shut down, or the lane has `max_tasks = 0` ([`SpawnError::Closed`]).
     ///
     /// # Examples
     /// ```no_run
-    /// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
     /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-    /// let mut cfg = GroupConfig::new("control", Policy::Fifo, 80);
+    /// let mut cfg = LaneConfig::new("control", Policy::Fifo, 80);
     /// cfg.max_tasks = 16;
-    /// let control = rt.add_group(cfg)?;
+    /// let control = rt.add_lane(cfg)?;
     /// rt.start()?;
     /// let answer = control.spawn(async { 6 * 7 }).unwrap();
     /// assert_eq!(answer.wait(), Ok(42));
@@ -101,21 +101,21 @@ impl Lane {
         }
     }
 
-    /// This lane's task spawner (clone it into other threads), or `None` if the group has
+    /// This lane's task spawner (clone it into other threads), or `None` if the lane has
     /// `max_tasks = 0`.
     pub fn spawner(&self) -> Option<Spawner> {
         self.tasks.clone()
     }
 
-    /// The group's name, as configured.
+    /// The lane's name, as configured.
     pub fn name(&self) -> &str {
-        &self.group.spec.name
+        &self.lane.spec.name
     }
 
-    /// The group's position in the runtime: its index in [`Runtime::metrics`] and
+    /// The lane's position in the runtime: its index in [`Runtime::metrics`] and
     /// [`Runtime::thread_ids`].
     pub fn index(&self) -> usize {
-        usize::from(self.group.index)
+        usize::from(self.lane.index)
     }
 }
 

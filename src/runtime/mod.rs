@@ -1,7 +1,7 @@
-//! The runtime: owns the groups, starts and stops their threads, reports their metrics.
+//! The runtime: owns the lanes, starts and stops their threads, reports their metrics.
 //!
 //! * **Owns:** [`Runtime`] and what it hands out ([`Lane`], [`Stopper`], [`MetricsHandle`]).
-//!   Building (this file: `new`, `add_group`, `lane`), the built-in handlers a configuration
+//!   Building (this file: `new`, `add_lane`, `lane`), the built-in handlers a configuration
 //!   names (`builtin.rs`), starting (`start.rs`), stopping (`stop.rs`) and reporting
 //!   (`report.rs`) are one file each.
 //! * **May use:** every layer below it (`config`, `bound`, `task`, `sources`, `engine`,
@@ -22,15 +22,15 @@ pub use stop::{Stopper, SHUTDOWN_TIMEOUT};
 
 use crate::bound::lane::BoundLane;
 use crate::bound::{BoundPool, BoundStats};
-use crate::config::{GroupConfig, OnOverrun, RtMode, RuntimeConfig};
-use crate::engine::group::{Group, Served};
+use crate::config::{LaneConfig, OnOverrun, RtMode, RuntimeConfig};
 use crate::engine::handle_set::Token;
 use crate::engine::handler::Registry;
+use crate::engine::lane::{LanePool, Served};
 use crate::engine::slot::{Applied, ThreadSlot};
 use crate::engine::thread::{pool_thread, Setup};
 use crate::error::Error;
 use crate::observe::alloc_count;
-use crate::observe::metrics::GroupMetrics;
+use crate::observe::metrics::LaneMetrics;
 use crate::observe::telemetry::{self, Sample, Telemetry};
 use crate::sys::{self, futex, mem};
 use crate::task::executor::Budget;
@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 enum State {
     Built {
-        /// Per group, per thread: the producer side of the thread's telemetry ring.
+        /// Per lane, per thread: the producer side of the thread's telemetry ring.
         rings: Vec<Vec<rtrb::Producer<Sample>>>,
         /// The consumer sides, for the collector.
         consumers: Vec<rtrb::Consumer<Sample>>,
@@ -57,13 +57,13 @@ enum State {
     Stopped,
 }
 
-/// A set of Leader/Followers groups, each at its own priority.
+/// A set of Leader/Followers lanes, each at its own priority.
 ///
 /// # Examples
 /// ```no_run
-/// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+/// use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
 /// let mut cfg = RuntimeConfig::default();
-/// cfg.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
+/// cfg.lanes.push(LaneConfig::new("control", Policy::Fifo, 80));
 /// let mut rt = Runtime::new(cfg)?;
 /// // rt.lane("control")?.registry().register(Box::new(my_handler))?;
 /// rt.start()?;
@@ -78,7 +78,7 @@ enum State {
 /// allocate and blocks only in `epoll_wait` (leader), the follower's futex, or a PI lock.
 pub struct Runtime {
     cfg: RuntimeConfig,
-    groups: Vec<Arc<Group>>,
+    lanes: Vec<Arc<LanePool>>,
     threads: Vec<JoinHandle<()>>,
     telemetry: Arc<Telemetry>,
     /// Stops the helper threads (collector, watchdog).
@@ -89,10 +89,10 @@ pub struct Runtime {
     counting: bool,
     /// Set to 1 (and futex-woken) by [`Stopper::stop`]; [`Runtime::wait`] sleeps on it.
     stopped: Arc<AtomicU32>,
-    /// A [`Stopper`] or [`MetricsHandle`] was taken: its group list is fixed, so
-    /// [`Runtime::add_group`] is refused.
+    /// A [`Stopper`] or [`MetricsHandle`] was taken: its lane list is fixed, so
+    /// [`Runtime::add_lane`] is refused.
     handed_out: AtomicBool,
-    /// Each group's task spawner (`max_tasks > 0`), by group index.
+    /// Each lane's task spawner (`max_tasks > 0`), by lane index.
     spawners: Vec<Option<Spawner>>,
     /// The relay of foreign wakes every pool thread uses (`task/relay.rs`), and its thread
     /// once started.
@@ -107,13 +107,13 @@ impl fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Validates the configuration, creates every group's handle set and telemetry rings and
+    /// Validates the configuration, creates every lane's handle set and telemetry rings and
     /// binds the built-in handlers' sockets and every `[[band]]`'s sockets (registered with
     /// their lanes at start). No thread is started: the pool threads, the
     /// telemetry collector and the watchdog are spawned by [`start`](Self::start).
     ///
-    /// A configuration may have no group: they are then added with
-    /// [`add_group`](Self::add_group), which returns each one's [`Lane`].
+    /// A configuration may have no lane: they are then added with
+    /// [`add_lane`](Self::add_lane), which returns each one's [`Lane`].
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid configuration, [`Error::Bind`] if a socket cannot be
@@ -127,7 +127,7 @@ impl Runtime {
     ///     r#"
     ///     [runtime]
     ///     rt = "best-effort"
-    ///     [[group]]
+    ///     [[lane]]
     ///     name = "control"
     ///     policy = "fifo"
     ///     priority = 80
@@ -138,14 +138,14 @@ impl Runtime {
     /// # Ok::<(), lfrt::Error>(())
     /// ```
     pub fn new(mut cfg: RuntimeConfig) -> Result<Runtime, Error> {
-        if !cfg.groups.is_empty() {
+        if !cfg.lanes.is_empty() {
             cfg.validate()?;
         }
-        let groups = std::mem::take(&mut cfg.groups);
+        let lanes = std::mem::take(&mut cfg.lanes);
         let mut rt = Runtime {
             cfg,
             telemetry: Arc::new(Telemetry::new(0)),
-            groups: Vec::new(),
+            lanes: Vec::new(),
             threads: Vec::new(),
             stop: Arc::new(AtomicBool::new(false)),
             helpers: Vec::new(),
@@ -164,8 +164,8 @@ impl Runtime {
             })?),
             relay_thread: None,
         };
-        for gc in groups {
-            rt.push_group(gc)?;
+        for gc in lanes {
+            rt.push_lane(gc)?;
         }
         let bands = builtin::bind_bands(&rt.cfg)?;
         if let State::Built { pending, .. } = &mut rt.state {
@@ -174,18 +174,18 @@ impl Runtime {
         Ok(rt)
     }
 
-    /// Creates group `gc` (validated by the caller) with its telemetry rings and its built-in
+    /// Creates lane `gc` (validated by the caller) with its telemetry rings and its built-in
     /// handlers' sockets, and appends it. On error nothing is appended.
-    fn push_group(&mut self, gc: GroupConfig) -> Result<Lane, Error> {
+    fn push_lane(&mut self, gc: LaneConfig) -> Result<Lane, Error> {
         let State::Built {
             rings,
             consumers,
             pending,
         } = &mut self.state
         else {
-            return Err(Error::State("Runtime::add_group after start or shutdown"));
+            return Err(Error::State("Runtime::add_lane after start or shutdown"));
         };
-        let gi = self.groups.len();
+        let gi = self.lanes.len();
         let served: Option<Arc<dyn Served>> = match &gc.bound {
             Some(b) => Some(Arc::new(BoundLane::connect(
                 &gc.name,
@@ -195,7 +195,7 @@ impl Runtime {
             )?)),
             None => None,
         };
-        let g = Group::new(gi as u16, gc.engine_spec(), served)?;
+        let g = LanePool::new(gi as u16, gc.engine_spec(), served)?;
         let tasks = if gc.max_tasks > 0 {
             Some(add_executor(&g, &gc, gi)?)
         } else {
@@ -212,54 +212,54 @@ impl Runtime {
         rings.push(producers);
         consumers.extend(cons);
         pending.extend(handlers);
-        self.telemetry.add_group();
-        self.cfg.groups.push(gc);
-        let group = Arc::new(g);
-        self.groups.push(group.clone());
+        self.telemetry.add_lane();
+        self.cfg.lanes.push(gc);
+        let lane = Arc::new(g);
+        self.lanes.push(lane.clone());
         self.spawners.push(tasks.clone());
-        Ok(Lane { group, tasks })
+        Ok(Lane { lane, tasks })
     }
 
-    /// Adds a group (a lane) to a runtime that has not started and returns its [`Lane`]: the
-    /// way to build a runtime in code. The group is validated at once together with the groups
+    /// Adds a lane (a lane) to a runtime that has not started and returns its [`Lane`]: the
+    /// way to build a runtime in code. The lane is validated at once together with the lanes
     /// already there (a duplicate name or priority is an error), and its built-in handlers'
     /// sockets are bound.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the field (`group[i].name` for a duplicate name), as
+    /// [`Error::Config`] naming the field (`lane[i].name` for a duplicate name), as
     /// [`Runtime::new`] does for a configuration; [`Error::Bind`] or [`Error::Io`] as `new`;
     /// [`Error::State`] after [`start`](Self::start) or [`shutdown`](Self::shutdown), or after
-    /// a [`Stopper`] or [`MetricsHandle`] was taken (each covers the groups that exist when it
-    /// is taken, so add every group first). On error the runtime is unchanged.
+    /// a [`Stopper`] or [`MetricsHandle`] was taken (each covers the lanes that exist when it
+    /// is taken, so add every lane first). On error the runtime is unchanged.
     ///
     /// # Examples
     /// ```
-    /// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
     /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-    /// let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
-    /// let admin = rt.add_group(GroupConfig::new("admin", Policy::Other, 0))?;
+    /// let control = rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
+    /// let admin = rt.add_lane(LaneConfig::new("admin", Policy::Other, 0))?;
     /// assert_eq!((control.name(), admin.index()), ("control", 1));
     /// // Checked at once: a second `control` is refused.
-    /// assert!(rt.add_group(GroupConfig::new("control", Policy::Fifo, 70)).is_err());
+    /// assert!(rt.add_lane(LaneConfig::new("control", Policy::Fifo, 70)).is_err());
     /// # Ok::<(), lfrt::Error>(())
     /// ```
-    pub fn add_group(&mut self, gc: GroupConfig) -> Result<Lane, Error> {
+    pub fn add_lane(&mut self, gc: LaneConfig) -> Result<Lane, Error> {
         if !matches!(self.state, State::Built { .. }) {
-            return Err(Error::State("Runtime::add_group after start or shutdown"));
+            return Err(Error::State("Runtime::add_lane after start or shutdown"));
         }
         if self.handed_out.load(Relaxed) {
             return Err(Error::State(
-                "Runtime::add_group after stopper() or metrics_handle(): each covers only the \
-                 groups that exist when it is taken; add every group first",
+                "Runtime::add_lane after stopper() or metrics_handle(): each covers only the \
+                 lanes that exist when it is taken; add every lane first",
             ));
         }
         let mut all = self.cfg.clone();
-        all.groups.push(gc.clone());
+        all.lanes.push(gc.clone());
         all.validate_without_binds()?;
-        self.push_group(gc)
+        self.push_lane(gc)
     }
 
-    /// The lane (group) named `name`: how a service finds the groups of a configuration it
+    /// The lane (lane) named `name`: how a service finds the lanes of a configuration it
     /// loaded (e.g. from TOML). Look every lane up once, before [`start`](Self::start), so a
     /// misspelt name stops the service at set-up, not later.
     ///
@@ -268,25 +268,25 @@ impl Runtime {
     ///
     /// # Examples
     /// ```
-    /// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
     /// let mut cfg = RuntimeConfig::default();
-    /// cfg.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
+    /// cfg.lanes.push(LaneConfig::new("control", Policy::Fifo, 80));
     /// let rt = Runtime::new(cfg)?;
     /// let control = rt.lane("control")?;
     /// assert_eq!(control.name(), "control");
     /// let typo = rt.lane("contrl").unwrap_err().to_string();
-    /// assert_eq!(typo, "no lane (group) named `contrl`; the lanes are: `control`");
+    /// assert_eq!(typo, "no lane (lane) named `contrl`; the lanes are: `control`");
     /// # Ok::<(), lfrt::Error>(())
     /// ```
     pub fn lane(&self, name: &str) -> Result<Lane, Error> {
-        match self.groups.iter().position(|g| g.spec.name == name) {
+        match self.lanes.iter().position(|g| g.spec.name == name) {
             Some(i) => Ok(Lane {
-                group: self.groups[i].clone(),
+                lane: self.lanes[i].clone(),
                 tasks: self.spawners[i].clone(),
             }),
             None => Err(Error::UnknownLane {
                 name: name.to_owned(),
-                known: self.groups.iter().map(|g| g.spec.name.clone()).collect(),
+                known: self.lanes.iter().map(|g| g.spec.name.clone()).collect(),
             }),
         }
     }
@@ -295,10 +295,10 @@ impl Runtime {
     ///
     /// # Examples
     /// ```
-    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// # use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
     /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
-    /// assert_eq!(rt.config().groups[0].name, "control"); // added groups included
+    /// rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
+    /// assert_eq!(rt.config().lanes[0].name, "control"); // added lanes included
     /// # Ok::<(), lfrt::Error>(())
     /// ```
     pub fn config(&self) -> &RuntimeConfig {
@@ -316,9 +316,9 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("a panic with a non-string payload")
 }
 
-/// Builds the executor of group `gi` and registers its two handles (task doorbell, timer).
-fn add_executor(group: &Group, gc: &GroupConfig, gi: usize) -> Result<Spawner, Error> {
-    let registry = group.registry();
+/// Builds the executor of lane `gi` and registers its two handles (task doorbell, timer).
+fn add_executor(lane: &LanePool, gc: &LaneConfig, gi: usize) -> Result<Spawner, Error> {
+    let registry = lane.registry();
     let budget = gc.budget_us.map(|us| Budget {
         ns: us.saturating_mul(1000),
         demote: gc.on_overrun == OnOverrun::Demote,
@@ -330,7 +330,7 @@ fn add_executor(group: &Group, gc: &GroupConfig, gi: usize) -> Result<Spawner, E
         budget,
         registry.clone(),
     )
-    .map_err(|e| Error::config(format!("group[{gi}].max_tasks"), e.to_string()))?;
+    .map_err(|e| Error::config(format!("lane[{gi}].max_tasks"), e.to_string()))?;
     registry.register(ex.turn)?;
     registry.register(ex.clock)?;
     Ok(ex.spawner)
@@ -339,21 +339,21 @@ fn add_executor(group: &Group, gc: &GroupConfig, gi: usize) -> Result<Spawner, E
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{GroupConfig, Policy};
+    use crate::config::{LaneConfig, Policy};
     use crate::engine::handler::EventHandler;
 
     /// A pool thread that panics before reporting ready (its set-up channel closes without a
-    /// message) fails the start with an error naming its group, thread and panic, instead of
+    /// message) fails the start with an error naming its lane, thread and panic, instead of
     /// being skipped.
     #[test]
     fn a_thread_that_dies_during_setup_is_an_error_naming_it() {
         let mut cfg = RuntimeConfig {
             rt: RtMode::BestEffort,
             lock_memory: false,
-            groups: vec![GroupConfig::new("g", Policy::Fifo, 10)],
+            lanes: vec![LaneConfig::new("g", Policy::Fifo, 10)],
             bands: Vec::new(),
         };
-        cfg.groups[0].threads = 2;
+        cfg.lanes[0].threads = 2;
         let mut rt = Runtime::new(cfg).unwrap();
         let mut setups = Vec::new();
         for i in 0..2 {
@@ -380,7 +380,7 @@ mod tests {
             Err(e @ Error::ThreadSetup { .. }) => {
                 let text = e.to_string();
                 assert!(
-                    text.contains("group `g`")
+                    text.contains("lane `g`")
                         && text.contains("lf-g-1")
                         && text.contains("set-up exploded"),
                     "{text}"
@@ -396,7 +396,7 @@ mod tests {
         RuntimeConfig {
             rt: RtMode::BestEffort,
             lock_memory: false,
-            groups: Vec::new(),
+            lanes: Vec::new(),
             bands: Vec::new(),
         }
     }
@@ -416,14 +416,13 @@ mod tests {
     #[test]
     fn an_unknown_lane_is_an_error_naming_it_and_the_known_lanes() {
         let mut cfg = best_effort();
-        cfg.groups
-            .push(GroupConfig::new("control", Policy::Fifo, 80));
-        cfg.groups.push(GroupConfig::new("feed", Policy::Fifo, 60));
+        cfg.lanes.push(LaneConfig::new("control", Policy::Fifo, 80));
+        cfg.lanes.push(LaneConfig::new("feed", Policy::Fifo, 60));
         let rt = Runtime::new(cfg).unwrap();
         match rt.lane("contrl") {
             Err(e @ Error::UnknownLane { .. }) => assert_eq!(
                 e.to_string(),
-                "no lane (group) named `contrl`; the lanes are: `control`, `feed`"
+                "no lane (lane) named `contrl`; the lanes are: `control`, `feed`"
             ),
             other => panic!("expected UnknownLane, got {other:?}"),
         }
@@ -432,58 +431,52 @@ mod tests {
         let empty = Runtime::new(best_effort()).unwrap();
         assert_eq!(
             empty.lane("x").unwrap_err().to_string(),
-            "no lane (group) named `x`; the lanes are: none"
+            "no lane (lane) named `x`; the lanes are: none"
         );
     }
 
-    /// A second group with a name already used is refused with the field that names it, and
+    /// A second lane with a name already used is refused with the field that names it, and
     /// the runtime is left as it was.
     #[test]
-    fn a_duplicate_group_name_is_refused_at_once() {
+    fn a_duplicate_lane_name_is_refused_at_once() {
         let mut rt = Runtime::new(best_effort()).unwrap();
         let control = rt
-            .add_group(GroupConfig::new("control", Policy::Fifo, 80))
+            .add_lane(LaneConfig::new("control", Policy::Fifo, 80))
             .unwrap();
-        match rt.add_group(GroupConfig::new("control", Policy::Fifo, 70)) {
+        match rt.add_lane(LaneConfig::new("control", Policy::Fifo, 70)) {
             Err(Error::Config { field, message, .. }) => {
-                assert_eq!(field, "group[1].name");
+                assert_eq!(field, "lane[1].name");
                 assert!(
-                    message.contains("`control` is used by another group"),
+                    message.contains("`control` is used by another lane"),
                     "{message}"
                 );
             }
             other => panic!("expected a Config error, got {other:?}"),
         }
-        assert_eq!(rt.metrics().len(), 1, "the refused group was not added");
-        assert_eq!(rt.config().groups.len(), 1);
+        assert_eq!(rt.metrics().len(), 1, "the refused lane was not added");
+        assert_eq!(rt.config().lanes.len(), 1);
         assert_eq!(rt.lane("control").unwrap().index(), control.index());
-        // The same holds for groups that came from a configuration.
+        // The same holds for lanes that came from a configuration.
         let mut cfg = best_effort();
-        cfg.groups.push(GroupConfig::new("a", Policy::Fifo, 80));
+        cfg.lanes.push(LaneConfig::new("a", Policy::Fifo, 80));
         let mut rt = Runtime::new(cfg).unwrap();
         assert!(matches!(
-            rt.add_group(GroupConfig::new("a", Policy::Other, 0)),
+            rt.add_lane(LaneConfig::new("a", Policy::Other, 0)),
             Err(Error::Config { .. })
         ));
-        let b = rt
-            .add_group(GroupConfig::new("b", Policy::Other, 0))
-            .unwrap();
+        let b = rt.add_lane(LaneConfig::new("b", Policy::Other, 0)).unwrap();
         assert_eq!((b.index(), rt.metrics()[1].name.as_str()), (1, "b"));
-        assert_eq!(rt.telemetry().with(|r| r.groups.len()), 2);
+        assert_eq!(rt.telemetry().with(|r| r.lanes.len()), 2);
     }
 
-    /// A Lane carries its own group: two runtimes with a lane of the same name, and each
+    /// A Lane carries its own lane: two runtimes with a lane of the same name, and each
     /// lane's registry adds handles to its own runtime only.
     #[test]
     fn a_lane_registers_only_into_its_own_runtime() {
         let mut a = Runtime::new(best_effort()).unwrap();
         let mut b = Runtime::new(best_effort()).unwrap();
-        let la = a
-            .add_group(GroupConfig::new("g", Policy::Other, 0))
-            .unwrap();
-        let _lb = b
-            .add_group(GroupConfig::new("g", Policy::Other, 0))
-            .unwrap();
+        let la = a.add_lane(LaneConfig::new("g", Policy::Other, 0)).unwrap();
+        let _lb = b.add_lane(LaneConfig::new("g", Policy::Other, 0)).unwrap();
         la.registry()
             .register(Box::new(Idle(crate::Notifier::new().unwrap())))
             .unwrap();
@@ -491,34 +484,32 @@ mod tests {
         assert_eq!(b.metrics()[0].handles, 0);
     }
 
-    /// Groups can be added only before start, before a Stopper or MetricsHandle (whose group
-    /// list is fixed when taken) exists, and a runtime without any group does not start.
+    /// Lanes can be added only before start, before a Stopper or MetricsHandle (whose lane
+    /// list is fixed when taken) exists, and a runtime without any lane does not start.
     #[test]
-    fn add_group_is_refused_once_the_group_list_is_fixed() {
+    fn add_lane_is_refused_once_the_group_list_is_fixed() {
         let mut rt = Runtime::new(best_effort()).unwrap();
         match rt.start() {
-            Err(Error::Config { field, .. }) => assert_eq!(field, "group"),
+            Err(Error::Config { field, .. }) => assert_eq!(field, "lane"),
             other => panic!("expected a Config error, got {other:?}"),
         }
-        rt.add_group(GroupConfig::new("g", Policy::Other, 0))
-            .unwrap();
+        rt.add_lane(LaneConfig::new("g", Policy::Other, 0)).unwrap();
         let _stopper = rt.stopper();
         assert!(matches!(
-            rt.add_group(GroupConfig::new("h", Policy::Other, 0)),
+            rt.add_lane(LaneConfig::new("h", Policy::Other, 0)),
             Err(Error::State(_))
         ));
         let mut rt = Runtime::new(best_effort()).unwrap();
-        rt.add_group(GroupConfig::new("g", Policy::Other, 0))
-            .unwrap();
+        rt.add_lane(LaneConfig::new("g", Policy::Other, 0)).unwrap();
         let _metrics = rt.metrics_handle();
         assert!(matches!(
-            rt.add_group(GroupConfig::new("h", Policy::Other, 0)),
+            rt.add_lane(LaneConfig::new("h", Policy::Other, 0)),
             Err(Error::State(_))
         ));
         let mut rt = Runtime::new(best_effort()).unwrap();
         rt.shutdown().unwrap();
         assert!(matches!(
-            rt.add_group(GroupConfig::new("h", Policy::Other, 0)),
+            rt.add_lane(LaneConfig::new("h", Policy::Other, 0)),
             Err(Error::State(_))
         ));
     }

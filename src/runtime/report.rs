@@ -8,15 +8,15 @@ impl Runtime {
     ///
     /// # Examples
     /// ```
-    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// # use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
     /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-    /// let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// let control = rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
     /// let m = &rt.metrics()[control.index()];
     /// assert_eq!((m.name.as_str(), m.dispatched), ("control", 0));
     /// # Ok::<(), lfrt::Error>(())
     /// ```
-    pub fn metrics(&self) -> Vec<GroupMetrics> {
-        snapshot(&self.groups, &self.spawners, self.counting)
+    pub fn metrics(&self) -> Vec<LaneMetrics> {
+        snapshot(&self.lanes, &self.spawners, self.counting)
     }
 
     /// A cloneable handle that reads this runtime's metrics from any thread, also while it
@@ -24,9 +24,9 @@ impl Runtime {
     ///
     /// # Examples
     /// ```no_run
-    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// # use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
     /// # let mut cfg = RuntimeConfig::default();
-    /// # cfg.groups.push(GroupConfig::new("g", Policy::Fifo, 10));
+    /// # cfg.lanes.push(LaneConfig::new("g", Policy::Fifo, 10));
     /// let rt = Runtime::new(cfg)?;
     /// let metrics = rt.metrics_handle();
     /// std::thread::spawn(move || println!("{} dispatched", metrics.get()[0].dispatched));
@@ -35,27 +35,27 @@ impl Runtime {
     pub fn metrics_handle(&self) -> MetricsHandle {
         self.handed_out.store(true, Relaxed);
         MetricsHandle {
-            groups: self.groups.clone(),
+            lanes: self.lanes.clone(),
             tasks: self.spawners.clone(),
             counting: self.counting,
         }
     }
 
-    /// `(group index, thread index, kernel tid)` of every pool thread (0 before it started).
+    /// `(lane index, thread index, kernel tid)` of every pool thread (0 before it started).
     ///
     /// # Examples
     /// ```no_run
-    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// # use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
     /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
     /// rt.start()?;
-    /// for (group, thread, tid) in rt.thread_ids() {
-    ///     println!("group {group} thread {thread}: tid {tid}"); // e.g. for `chrt -p TID`
+    /// for (lane, thread, tid) in rt.thread_ids() {
+    ///     println!("lane {lane} thread {thread}: tid {tid}"); // e.g. for `chrt -p TID`
     /// }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn thread_ids(&self) -> Vec<(usize, usize, i32)> {
-        self.groups
+        self.lanes
             .iter()
             .enumerate()
             .flat_map(|(gi, g)| {
@@ -71,11 +71,11 @@ impl Runtime {
     ///
     /// # Examples
     /// ```
-    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// # use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
     /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
-    /// // after start, the collector fills one set of histograms per group
-    /// let samples = rt.telemetry().with(|r| r.groups[0].latency.len());
+    /// rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
+    /// // after start, the collector fills one set of histograms per lane
+    /// let samples = rt.telemetry().with(|r| r.lanes[0].latency.len());
     /// assert_eq!(samples, 0);
     /// # Ok::<(), lfrt::Error>(())
     /// ```
@@ -84,10 +84,14 @@ impl Runtime {
     }
 }
 
-/// The metrics of `groups`, with their task tables' counters (`tasks`, by group index;
+/// The metrics of `lanes`, with their task tables' counters (`tasks`, by lane index;
 /// `counting`: the counting allocator is installed).
-fn snapshot(groups: &[Arc<Group>], tasks: &[Option<Spawner>], counting: bool) -> Vec<GroupMetrics> {
-    groups
+fn snapshot(
+    lanes: &[Arc<LanePool>],
+    tasks: &[Option<Spawner>],
+    counting: bool,
+) -> Vec<LaneMetrics> {
+    lanes
         .iter()
         .enumerate()
         .map(|(gi, g)| {
@@ -100,7 +104,7 @@ fn snapshot(groups: &[Arc<Group>], tasks: &[Option<Spawner>], counting: bool) ->
                 None => (None, g.protocol.snapshot()),
             };
             let pool = |own: u64, of: fn(&BoundStats) -> u64| bound.as_ref().map_or(own, of);
-            GroupMetrics {
+            LaneMetrics {
                 name: g.spec.name.clone(),
                 priority: g.spec.priority,
                 kernel_sched: g
@@ -136,11 +140,11 @@ fn snapshot(groups: &[Arc<Group>], tasks: &[Option<Spawner>], counting: bool) ->
                 relayed_wakes: c.relayed.load(Relaxed),
                 relay_full: c.relay_full.load(Relaxed),
                 pool_allocations: if counting {
-                    GroupMetrics::sum_measured(g.threads.iter().map(ThreadSlot::allocations))
+                    LaneMetrics::sum_measured(g.threads.iter().map(ThreadSlot::allocations))
                 } else {
                     None
                 },
-                pool_minor_faults: GroupMetrics::sum_measured(
+                pool_minor_faults: LaneMetrics::sum_measured(
                     g.threads.iter().map(ThreadSlot::minor_faults),
                 ),
                 samples: g.threads.iter().map(|t| t.samples.load(Relaxed)).sum(),
@@ -169,9 +173,9 @@ fn snapshot(groups: &[Arc<Group>], tasks: &[Option<Spawner>], counting: bool) ->
 ///
 /// # Examples
 /// ```no_run
-/// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+/// # use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
 /// # let mut cfg = RuntimeConfig::default();
-/// # cfg.groups.push(GroupConfig::new("g", Policy::Fifo, 10));
+/// # cfg.lanes.push(LaneConfig::new("g", Policy::Fifo, 10));
 /// let rt = Runtime::new(cfg)?;
 /// let metrics = rt.metrics_handle();
 /// for g in metrics.get() {
@@ -181,8 +185,8 @@ fn snapshot(groups: &[Arc<Group>], tasks: &[Option<Spawner>], counting: bool) ->
 /// ```
 #[derive(Clone)]
 pub struct MetricsHandle {
-    pub(super) groups: Vec<Arc<Group>>,
-    /// Each group's task spawner, by group index (its counters are in the snapshot).
+    pub(super) lanes: Vec<Arc<LanePool>>,
+    /// Each lane's task spawner, by lane index (its counters are in the snapshot).
     pub(super) tasks: Vec<Option<Spawner>>,
     pub(super) counting: bool,
 }
@@ -194,8 +198,8 @@ impl MetricsHandle {
     /// Allocates the snapshot (names, vectors): call it from an admin lane, not a hot path.
     ///
     /// Example: [`MetricsHandle`].
-    pub fn get(&self) -> Vec<GroupMetrics> {
-        snapshot(&self.groups, &self.tasks, self.counting)
+    pub fn get(&self) -> Vec<LaneMetrics> {
+        snapshot(&self.lanes, &self.tasks, self.counting)
     }
 }
 

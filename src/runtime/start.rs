@@ -1,4 +1,4 @@
-//! Starting: spawning the collector, every group's threads and the watchdog, waiting for
+//! Starting: spawning the collector, every lane's threads and the watchdog, waiting for
 //! each thread's set-up, and arming the built-in handlers.
 
 use super::*;
@@ -12,7 +12,7 @@ const TIMER_START_DELAY_NS: u64 = 2_000_000;
 /// Example: [`Runtime::start`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartReport {
-    /// Every RT group's threads got their configured policy and priority.
+    /// Every RT lane's threads got their configured policy and priority.
     pub rt_applied: bool,
     /// `mlockall` succeeded (false if not requested).
     pub memory_locked: bool,
@@ -21,9 +21,9 @@ pub struct StartReport {
 }
 
 impl Runtime {
-    /// Locks memory (if configured), spawns the telemetry collector and every group's threads
+    /// Locks memory (if configured), spawns the telemetry collector and every lane's threads
     /// and waits until each has set its policy, priority and affinity and pre-faulted its stack
-    /// and buffers; then spawns the watchdog (if a group has a budget) and arms the built-in
+    /// and buffers; then spawns the watchdog (if a lane has a budget) and arms the built-in
     /// handlers.
     ///
     /// # Errors
@@ -39,9 +39,9 @@ impl Runtime {
     ///
     /// # Examples
     /// ```no_run
-    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// # use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
     /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
     /// let report = rt.start()?;
     /// if !report.rt_applied {
     ///     eprintln!("running without real-time priorities (rt = \"best-effort\")");
@@ -49,10 +49,10 @@ impl Runtime {
     /// # Ok::<(), lfrt::Error>(())
     /// ```
     pub fn start(&mut self) -> Result<StartReport, Error> {
-        if self.groups.is_empty() && matches!(self.state, State::Built { .. }) {
+        if self.lanes.is_empty() && matches!(self.state, State::Built { .. }) {
             return Err(Error::config(
-                "group",
-                "at least one group is required: add one with Runtime::add_group or in the \
+                "lane",
+                "at least one lane is required: add one with Runtime::add_lane or in the \
                  configuration",
             ));
         }
@@ -88,8 +88,8 @@ impl Runtime {
         pending: Vec<(usize, Pending)>,
     ) -> Result<StartReport, Error> {
         // Lane borrowing links every lender to its borrowers' epoll sets; done here, not in
-        // `new`, so that groups added with `add_group` are linked too.
-        crate::engine::group::wire_borrowing(&self.groups)?;
+        // `new`, so that lanes added with `add_lane` are linked too.
+        crate::engine::lane::wire_borrowing(&self.lanes)?;
         let mut report = StartReport {
             rt_applied: true,
             memory_locked: false,
@@ -120,7 +120,7 @@ impl Runtime {
         // One channel per thread, in the order of `self.threads`: a thread that dies before
         // reporting is seen as a closed channel and named.
         let mut setups = Vec::new();
-        for (g, producers) in self.groups.iter().zip(rings) {
+        for (g, producers) in self.lanes.iter().zip(rings) {
             for (i, ring) in producers.into_iter().enumerate() {
                 let (tx, rx) = std::sync::mpsc::channel();
                 let g2 = g.clone();
@@ -145,19 +145,19 @@ impl Runtime {
         }
         self.await_setup(setups, &mut report)?;
         self.helpers.extend(
-            crate::engine::watchdog::spawn(self.groups.clone(), self.stop.clone()).map_err(
-                |e| Error::Io {
+            crate::engine::watchdog::spawn(self.lanes.clone(), self.stop.clone()).map_err(|e| {
+                Error::Io {
                     context: "spawning the watchdog",
                     source: e,
-                },
-            )?,
+                }
+            })?,
         );
         let first = sys::now_ns() + TIMER_START_DELAY_NS;
         for (gi, p) in pending {
-            p.register(&self.groups[gi].registry(), first)?;
+            p.register(&self.lanes[gi].registry(), first)?;
         }
         tracing::info!(
-            groups = self.groups.len(),
+            lanes = self.lanes.len(),
             threads = self.threads.len(),
             rt = report.rt_applied,
             mlock = report.memory_locked,
@@ -166,7 +166,7 @@ impl Runtime {
         Ok(report)
     }
 
-    /// Waits for every pool thread's set-up report. `setups[k]` is `(group name, thread index,
+    /// Waits for every pool thread's set-up report. `setups[k]` is `(lane name, thread index,
     /// channel)` of `self.threads[k]`. Every thread is waited for, so none is still setting
     /// itself up when the caller stops them; the first failure is returned. A thread whose
     /// channel closed without a report panicked: it is joined for its panic message.
@@ -177,23 +177,23 @@ impl Runtime {
     ) -> Result<(), Error> {
         let mut failure = None;
         let mut warned_cause: Vec<String> = Vec::new();
-        for (k, (group, thread, rx)) in setups.into_iter().enumerate() {
+        for (k, (lane, thread, rx)) in setups.into_iter().enumerate() {
             match rx.recv() {
                 Ok(Setup::Ready { rt_applied, error }) => {
                     if !rt_applied {
                         let (error, cause) =
                             error.map_or((String::new(), None), |(e, c)| (e.to_string(), c));
                         if let Some(cause) = cause {
-                            // Every thread of the lane meets it: said per group, once.
-                            if report.rt_applied || !warned_cause.contains(&group) {
+                            // Every thread of the lane meets it: said per lane, once.
+                            if report.rt_applied || !warned_cause.contains(&lane) {
                                 tracing::warn!(
-                                    group = %group,
+                                    lane = %lane,
                                     error = %error,
                                     "real-time scheduling refused for a reason no privilege \
                                      fixes: {cause}; rt = \"best-effort\": the lane runs \
                                      time-shared (SCHED_OTHER), NOT isolated from the others"
                                 );
-                                warned_cause.push(group.clone());
+                                warned_cause.push(lane.clone());
                             }
                         } else if report.rt_applied {
                             let p = sys::sched::RtPrivilege::probe();
@@ -220,7 +220,7 @@ impl Runtime {
                         Ok(()) => "it returned without reporting".to_owned(),
                     };
                     failure = Some(Error::ThreadSetup {
-                        group,
+                        lane,
                         thread,
                         message,
                     });

@@ -17,9 +17,9 @@ impl Runtime {
     ///
     /// # Examples
     /// ```no_run
-    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// # use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
     /// # let mut cfg = RuntimeConfig::default();
-    /// # cfg.groups.push(GroupConfig::new("g", Policy::Fifo, 10));
+    /// # cfg.lanes.push(LaneConfig::new("g", Policy::Fifo, 10));
     /// let mut rt = Runtime::new(cfg)?;
     /// let stopper = rt.stopper(); // hand it to an admin handler or a signal thread
     /// rt.start()?;
@@ -40,7 +40,7 @@ impl Runtime {
     pub fn stopper(&self) -> Stopper {
         self.handed_out.store(true, Relaxed);
         Stopper {
-            groups: self.groups.clone(),
+            lanes: self.lanes.clone(),
             stopped: self.stopped.clone(),
         }
     }
@@ -52,20 +52,20 @@ impl Runtime {
     ///
     /// # Examples
     /// ```no_run
-    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// # use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
     /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-    /// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+    /// rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
     /// rt.start()?;
     /// for m in rt.shutdown()? {
     ///     println!("{}: {} events, {} panics", m.name, m.dispatched, m.handler_panics);
     /// }
     /// # Ok::<(), lfrt::Error>(())
     /// ```
-    pub fn shutdown(&mut self) -> Result<Vec<GroupMetrics>, Error> {
+    pub fn shutdown(&mut self) -> Result<Vec<LaneMetrics>, Error> {
         self.shutdown_within(SHUTDOWN_TIMEOUT)
     }
 
-    /// Graceful shutdown with a deadline: stops every group (no new event is dispatched; a
+    /// Graceful shutdown with a deadline: stops every lane (no new event is dispatched; a
     /// leader waiting for one returns), cancels every lane's async tasks, lets the handlers
     /// that are running finish, waits up to `deadline` for every pool thread; then calls
     /// [`EventHandler::on_close`] of every handle still registered, drops the handlers (closing
@@ -93,15 +93,15 @@ impl Runtime {
     ///
     /// # Examples
     /// ```no_run
-    /// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+    /// # use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
     /// # let mut cfg = RuntimeConfig::default();
-    /// # cfg.groups.push(GroupConfig::new("g", Policy::Fifo, 10));
+    /// # cfg.lanes.push(LaneConfig::new("g", Policy::Fifo, 10));
     /// let mut rt = Runtime::new(cfg)?;
     /// rt.start()?;
     /// let metrics = rt.shutdown_within(std::time::Duration::from_millis(500))?;
     /// # Ok::<(), lfrt::Error>(())
     /// ```
-    pub fn shutdown_within(&mut self, deadline: Duration) -> Result<Vec<GroupMetrics>, Error> {
+    pub fn shutdown_within(&mut self, deadline: Duration) -> Result<Vec<LaneMetrics>, Error> {
         if matches!(self.state, State::Stopped) {
             return Ok(self.metrics());
         }
@@ -137,7 +137,7 @@ impl Runtime {
         }
         if stuck {
             let handlers = self
-                .groups
+                .lanes
                 .iter()
                 .flat_map(|g| {
                     g.threads
@@ -148,7 +148,7 @@ impl Runtime {
                             let token = Token::from_raw(t.busy_token.load(Relaxed));
                             let name = &g.spec.name;
                             format!(
-                                "group `{name}` thread lf-{name}-{i} handle {}",
+                                "lane `{name}` thread lf-{name}-{i} handle {}",
                                 token.index()
                             )
                         })
@@ -160,7 +160,7 @@ impl Runtime {
                 tasks: tasks_left,
             });
         }
-        for g in &self.groups {
+        for g in &self.lanes {
             crate::engine::handler::close_all(&g.handles);
         }
         tracing::info!("lfrt stopped");
@@ -176,7 +176,7 @@ impl Runtime {
     /// `until_ns`), each as `lane `NAME`: N task(s)`; its turn cancels them when that poll
     /// returns.
     fn cancel_tasks(&self, until_ns: u64) -> Vec<String> {
-        let rank = |g: &GroupConfig| {
+        let rank = |g: &LaneConfig| {
             let class = match g.policy {
                 Policy::Deadline => 3,
                 Policy::Fifo | Policy::Rr => 2,
@@ -185,7 +185,7 @@ impl Runtime {
             Reverse((class, g.priority))
         };
         let mut lanes: Vec<usize> = (0..self.spawners.len()).collect();
-        lanes.sort_by_key(|&i| rank(&self.cfg.groups[i]));
+        lanes.sort_by_key(|&i| rank(&self.cfg.lanes[i]));
         let mut left = Vec::new();
         for i in lanes {
             if let Some(sp) = &self.spawners[i] {
@@ -193,7 +193,7 @@ impl Runtime {
                 if n > 0 {
                     left.push(format!(
                         "lane `{}`: {n} task(s), cancelled when the running poll returns",
-                        self.cfg.groups[i].name
+                        self.cfg.lanes[i].name
                     ));
                 }
             }
@@ -208,14 +208,14 @@ impl Drop for Runtime {
     }
 }
 
-/// Stops a runtime from any thread, also from inside a handler: every group's threads return,
+/// Stops a runtime from any thread, also from inside a handler: every lane's threads return,
 /// and [`Runtime::wait`] returns (the owner's [`Runtime::shutdown`] then joins them).
 ///
 /// # Examples
 /// ```no_run
-/// # use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+/// # use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
 /// # let mut cfg = RuntimeConfig::default();
-/// # cfg.groups.push(GroupConfig::new("g", Policy::Fifo, 10));
+/// # cfg.lanes.push(LaneConfig::new("g", Policy::Fifo, 10));
 /// let mut rt = Runtime::new(cfg)?;
 /// let stopper = rt.stopper();
 /// rt.start()?;
@@ -226,20 +226,20 @@ impl Drop for Runtime {
 /// ```
 #[derive(Clone)]
 pub struct Stopper {
-    pub(super) groups: Vec<Arc<Group>>,
+    pub(super) lanes: Vec<Arc<LanePool>>,
     pub(super) stopped: Arc<AtomicU32>,
 }
 
 impl Stopper {
-    /// Asks every group to stop and wakes [`Runtime::wait`]. Does not wait.
+    /// Asks every lane to stop and wakes [`Runtime::wait`]. Does not wait.
     ///
     /// # Real-time safety
-    /// No allocation, no lock: an eventfd write per group and one futex wake (a bound group's
+    /// No allocation, no lock: an eventfd write per lane and one futex wake (a bound lane's
     /// pool also takes its priority-inheritance lock once and shuts its connection down).
     ///
     /// Example: [`Stopper`].
     pub fn stop(&self) {
-        for g in &self.groups {
+        for g in &self.lanes {
             g.stop();
         }
         self.stopped.store(1, Release);

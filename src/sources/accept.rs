@@ -59,7 +59,7 @@ impl LogLimit {
 pub(crate) enum Refused {
     /// Configuring the accepted socket failed.
     Setup(io::Error),
-    /// The group's handle table is full, or epoll refused the fd.
+    /// The lane's handle table is full, or epoll refused the fd.
     Register(Error),
     /// Every slot of a handler's own connection table is in use.
     TableFull {
@@ -89,7 +89,7 @@ impl std::fmt::Display for Refused {
 #[derive(Debug)]
 pub(crate) struct Acceptor {
     listener: TcpListener,
-    /// What the group waits on: holds the listener (readable, unless paused) and `retry`.
+    /// What the lane waits on: holds the listener (readable, unless paused) and `retry`.
     gate: Epoll,
     /// One-shot timer that ends a pause.
     retry: Timer,
@@ -209,7 +209,7 @@ impl Acceptor {
     /// (the timer or `epoll_ctl` failing on descriptors this handler owns) to log every time.
     fn give_up(&self, e: &io::Error, ctx: &Context) -> Disposition {
         tracing::error!(
-            group = ctx.group(),
+            lane = ctx.lane(),
             listener = ?self.addr,
             error = %e,
             "TCP listener cannot be paused (its retry timer or epoll set failed): closing it \
@@ -225,7 +225,7 @@ impl Acceptor {
             let logged = self.exhausted_log.allow();
             if logged {
                 tracing::warn!(
-                    group = ctx.group(),
+                    lane = ctx.lane(),
                     listener = ?self.addr,
                     error = %e,
                     accept_exhausted = total,
@@ -249,7 +249,7 @@ impl Acceptor {
         if let Some((since_ns, logged)) = self.exhausted.take() {
             if logged {
                 tracing::info!(
-                    group = ctx.group(),
+                    lane = ctx.lane(),
                     listener = ?self.addr,
                     paused_ms = sys::now_ns().saturating_sub(since_ns) / 1_000_000,
                     "TCP listener drained its backlog: accepting again"
@@ -263,7 +263,7 @@ impl Acceptor {
         let total = ctx.count(Incident::ConnectionRefused, 1);
         if self.refused_log.allow() {
             tracing::warn!(
-                group = ctx.group(),
+                lane = ctx.lane(),
                 listener = ?self.addr,
                 error = %why,
                 connections_refused = total,

@@ -111,11 +111,10 @@ pub fn bind(addr: SocketAddr, plan: &Bands) -> io::Result<Vec<UdpSocket>> {
         Classify::PayloadByte(offset) => Field::PayloadByte(u32::from(offset)),
     };
     let program = reuseport::classifier(field, &cases, 0);
-    let mut by_position: Vec<Option<UdpSocket>> =
-        reuseport::bind_group(addr, plan.count, &program)?
-            .into_iter()
-            .map(Some)
-            .collect();
+    let mut by_position: Vec<Option<UdpSocket>> = reuseport::bind_lane(addr, plan.count, &program)?
+        .into_iter()
+        .map(Some)
+        .collect();
     Ok((0..plan.count)
         .map(|band| {
             by_position[position(band) as usize]

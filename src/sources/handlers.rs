@@ -3,7 +3,7 @@
 //! # Failure behaviour
 //! Each built-in handler does a bounded amount of work per event (at most one
 //! [`DATAGRAM_BATCH`] of datagrams or of stream reads), never retries a failing call in a loop,
-//! and counts every piece of work it drops or defers in its group's metrics
+//! and counts every piece of work it drops or defers in its lane's metrics
 //! ([`Context::count`]). It also logs each condition, from the pool thread, under one rule:
 //! the first occurrence is logged, and after that at most one line per [`LOG_INTERVAL_NS`] per
 //! handler and condition, naming the running total; the counter is exact, the log is a sample.
@@ -60,7 +60,7 @@ pub(crate) fn burn_cpu(ns: u64) {
 }
 
 /// `work_us` of the built-in echoes. It stays in the library, unlike `cpu_work`: it is a field
-/// of the configuration file (`[[group.handler]]`, `[[band]]`) and of the echoes' public
+/// of the configuration file (`[[lane.handler]]`, `[[band]]`) and of the echoes' public
 /// constructors, and putting it behind a feature would make the file format and those
 /// signatures depend on the build. It is how a configuration alone stands for a service whose
 /// handlers cost something (what `lfrt run`, the benchmarks and the inversion experiments
@@ -140,7 +140,7 @@ impl EventHandler for UdpEcho {
             let total = ctx.count(Incident::DatagramTruncated, truncated);
             if self.truncated_log.allow() {
                 tracing::warn!(
-                    group = ctx.group(),
+                    lane = ctx.lane(),
                     socket = ?self.socket.local_addr().ok(),
                     slot_bytes = ctx.datagrams().slot_bytes(),
                     datagrams_truncated = total,
@@ -153,7 +153,7 @@ impl EventHandler for UdpEcho {
     }
 }
 
-/// Accepts TCP connections and serves each with a [`TcpEchoStream`] in the same group.
+/// Accepts TCP connections and serves each with a [`TcpEchoStream`] in the same lane.
 ///
 /// The connections come from a table preallocated by [`TcpEcho::new`]: `max_connections`
 /// echo streams, each with its pending buffer of `buffer_bytes` (pre-faulted). A connection
@@ -168,7 +168,7 @@ impl EventHandler for UdpEcho {
 ///   clients retry. An episode lasts until the listener has drained its backlog again; each
 ///   counts once in `accept_exhausted`, its start is logged (and its end, if its start was).
 /// * **Connection or handle table full.** A connection beyond `max_connections`, or one that
-///   cannot be registered (the group already has `max_handles` handles, or epoll refuses the
+///   cannot be registered (the lane already has `max_handles` handles, or epoll refuses the
 ///   fd), is closed at once, counted in `connections_refused` and logged.
 ///
 /// Both logs follow the [module](self)'s rule. The same accept side (pause, retry, refusal)
@@ -179,11 +179,11 @@ impl EventHandler for UdpEcho {
 /// readable again as soon as it is re-armed: it would be dispatched over and over (about
 /// 650,000 times a second was measured), and at `SCHED_FIFO` that loop owns a CPU.
 ///
-/// The pause needs the listener out of the group's epoll set for a while, and a timer to put
-/// it back. The group waits on a private epoll set (the *gate*, this handler's source) that
+/// The pause needs the listener out of the lane's epoll set for a while, and a timer to put
+/// it back. The lane waits on a private epoll set (the *gate*, this handler's source) that
 /// holds the listener and a one-shot retry timer; pausing masks the listener in the gate and
 /// arms the timer, so the gate — and the handle — is ready only when the timer fires. The
-/// handle never leaves the group (no re-registration, which could fail on a full table), and
+/// handle never leaves the lane (no re-registration, which could fail on a full table), and
 /// the two extra descriptors are opened at construction, not when descriptors have run out.
 ///
 /// The other known remedy, a reserve descriptor closed to accept and immediately drop the
@@ -262,7 +262,7 @@ impl EventHandler for TcpEcho {
 /// Echoes the bytes of one TCP connection; closes the handle when the peer closes.
 ///
 /// One event reads at most [`DATAGRAM_BATCH`] times (each up to the thread's buffer), then
-/// re-arms: a connection that keeps sending is served in turns with the group's other
+/// re-arms: a connection that keeps sending is served in turns with the lane's other
 /// handles, as a busy UDP socket is, instead of holding a thread until it pauses.
 ///
 /// Unsent bytes (the peer is not reading) are kept in a buffer of `buffer_bytes`, allocated
@@ -437,9 +437,9 @@ impl Reusable for TcpEchoStream {
 ///
 /// # Examples
 /// ```
-/// use lfrt::{handlers::PeriodicTimer, GroupConfig, Policy, Runtime, RuntimeConfig, Timer};
+/// use lfrt::{handlers::PeriodicTimer, LaneConfig, Policy, Runtime, RuntimeConfig, Timer};
 /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-/// let control = rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+/// let control = rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
 /// let mut t = Timer::new()?;
 /// t.arm(lfrt::task::time::now_ns() + 1_000_000, 1_000_000)?; // 1 kHz
 /// control.registry().register(Box::new(PeriodicTimer::new(t)))?;

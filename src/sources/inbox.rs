@@ -17,7 +17,7 @@
 //! a pop that finds a value claimed by a poster that has not written it yet returns at once
 //! (that poster's ring, after its write, brings the handler back): a lane thread never waits
 //! for a poster, whatever that poster's priority. A full inbox hands the value back to the
-//! sender ([`Full`]) and counts it ([`Poster::refused`], and the group's `inbox_refused`).
+//! sender ([`Full`]) and counts it ([`Poster::refused`], and the lane's `inbox_refused`).
 //!
 //! # The doorbell protocol (no lost wake-up, at most one eventfd write per drain)
 //! The one doorbell of `sync::doorbell`: a poster pushes, then rings; the handler answers (reads
@@ -244,7 +244,7 @@ pub struct Inbox<T, F> {
     order: Order,
     /// Preallocated to `batch` for [`Order::Priority`]; never grows past it.
     heap: BinaryHeap<Slot<T>>,
-    /// Refusals already added to the group's counter.
+    /// Refusals already added to the lane's counter.
     reported: u64,
 }
 
@@ -519,7 +519,7 @@ mod tests {
     /// crossbeam's `ArrayQueue` the pop spun until the poster wrote: the lane served nothing.)
     #[test]
     fn a_held_poster_does_not_hold_up_the_lane() {
-        use crate::{GroupConfig, Notifier, Policy, RtMode, Runtime, RuntimeConfig};
+        use crate::{LaneConfig, Notifier, Policy, RtMode, Runtime, RuntimeConfig};
         use std::sync::atomic::AtomicU64;
         use std::sync::Barrier;
         struct Other(Notifier, Arc<AtomicU64>);
@@ -539,12 +539,12 @@ mod tests {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         };
-        let mut g = GroupConfig::new("held", Policy::Other, 0);
+        let mut g = LaneConfig::new("held", Policy::Other, 0);
         g.threads = 1;
         let mut rt = Runtime::new(RuntimeConfig {
             rt: RtMode::BestEffort,
             lock_memory: false,
-            groups: vec![g],
+            lanes: vec![g],
             bands: Vec::new(),
         })
         .unwrap();

@@ -9,7 +9,7 @@
 //! * **May use:** the engine's handler interface (`engine::handler`, and the handles'
 //!   `engine::word::Token`), `sys`, `sync`, `observe` and `error`.
 //! * **Must never use:** `config`, `runtime` or the engine's internals (leader, follower queue,
-//!   group); the engine never uses a source.
+//!   lane); the engine never uses a source.
 
 pub(crate) mod accept;
 pub mod band;

@@ -87,11 +87,11 @@
 //! A lane that answers each frame with its body reversed:
 //! ```no_run
 //! use lfrt::stream::{Flow, Framed, Limits, Output};
-//! use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+//! use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
 //! use std::net::TcpListener;
 //!
 //! let mut cfg = RuntimeConfig::default();
-//! cfg.groups.push(GroupConfig::new("admin", Policy::Other, 0));
+//! cfg.lanes.push(LaneConfig::new("admin", Policy::Other, 0));
 //! let mut rt = Runtime::new(cfg)?;
 //! let listener = TcpListener::bind("127.0.0.1:7100").unwrap();
 //! let reverse = |frame: &[u8], out: &mut Output<'_>| {

@@ -14,7 +14,7 @@ use std::ops::{Deref, DerefMut};
 
 /// A mutual-exclusion lock whose holder inherits the priority of its highest-priority waiter.
 ///
-/// Use it for state that handlers of different groups (priorities) share.
+/// Use it for state that handlers of different lanes (priorities) share.
 ///
 /// # Examples
 /// ```

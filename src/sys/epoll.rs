@@ -42,7 +42,7 @@ impl Epoll {
         let fd = syscall!(epoll_create1(libc::EPOLL_CLOEXEC))?;
         // SAFETY: epoll_create1 returned a new, valid fd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // epoll_create1 takes no O_NONBLOCK. Set it, so an epoll set nested in a group's set
+        // epoll_create1 takes no O_NONBLOCK. Set it, so an epoll set nested in a lane's set
         // (a handler's private gate) passes the registry's nonblocking check like any source.
         let flags = syscall!(fcntl(fd.as_raw_fd(), libc::F_GETFL))?;
         syscall!(fcntl(

@@ -1,6 +1,6 @@
-//! `SO_REUSEPORT` socket groups steered by a classic BPF program (`SO_ATTACH_REUSEPORT_CBPF`).
+//! `SO_REUSEPORT` socket lanes steered by a classic BPF program (`SO_ATTACH_REUSEPORT_CBPF`).
 //!
-//! The kernel runs the program for each datagram that reaches the group and delivers it to the
+//! The kernel runs the program for each datagram that reaches the lane and delivers it to the
 //! socket whose index (its position in bind order) the program returns. For UDP the program
 //! sees the datagram's payload at offset 0 (the kernel pulls the UDP header before running it)
 //! and the IP header through the `SKF_NET_OFF` negative offset. A return value that is not a
@@ -79,8 +79,8 @@ pub(crate) fn classifier(field: Field, cases: &[(u8, u32)], default: u32) -> Vec
 }
 
 /// Binds `count` nonblocking UDP sockets to `addr` with `SO_REUSEPORT`, in index order, and
-/// attaches `program` to the group. Port 0 picks one port for all of them.
-pub(crate) fn bind_group(
+/// attaches `program` to the lane. Port 0 picks one port for all of them.
+pub(crate) fn bind_lane(
     addr: SocketAddr,
     count: usize,
     program: &[Insn],

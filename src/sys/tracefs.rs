@@ -73,7 +73,7 @@ pub(crate) const EVENTS: [&str; 7] = [
 /// What an error for lack of permission adds: tracefs is root's (directories mode 0700/0750,
 /// files 0640), and access is decided by those modes alone.
 const PRIVILEGE: &str = "needs root (or CAP_DAC_OVERRIDE, or tracefs mounted with gid= of one \
-                         of this process's groups)";
+                         of this process's lanes)";
 
 /// The PID whose `KernelTrace` is open (0: none): one per process, since the instance is named
 /// after the PID. A forked child has another PID, so its parent's value does not hold it back.
@@ -395,9 +395,9 @@ fn failed(what: &str, path: &Path, e: io::Error) -> io::Error {
     io::Error::new(kind, msg)
 }
 
-/// `cpus` as the kernel writes a CPU mask (`tracing_cpumask`): hexadecimal, in 32-bit groups
-/// separated by commas, most significant first, with no group above the highest CPU (the
-/// kernel refuses more groups than it has CPUs for).
+/// `cpus` as the kernel writes a CPU mask (`tracing_cpumask`): hexadecimal, in 32-bit lanes
+/// separated by commas, most significant first, with no lane above the highest CPU (the
+/// kernel refuses more lanes than it has CPUs for).
 fn cpu_mask(cpus: &[u16]) -> String {
     let top = cpus.iter().copied().max().unwrap_or(0) as usize / 32;
     let mut words = vec![0u32; top + 1];

@@ -10,7 +10,7 @@
 //!   `engine::word::Token`), `sync` (queue, doorbell, indexed heap, loom shim: every atomic of a
 //!   protocol goes through it), `sys`, `observe` and `error`. **Must never use:** `config`,
 //!   `runtime`, `sources` or the engine's internals; the runtime builds an executor for each
-//!   group with `max_tasks > 0` and registers its two handlers with the group, like any
+//!   lane with `max_tasks > 0` and registers its two handlers with the lane, like any
 //!   event source, and gives every pool thread its relay.
 //!
 //! ```text

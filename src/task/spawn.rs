@@ -78,11 +78,11 @@ impl<F> fmt::Display for SpawnError<F> {
             } => write!(
                 f,
                 "the future needs {size} bytes at alignment {align}, but the lane's task slots \
-                 hold {slot_bytes} bytes at alignment {TASK_ALIGN}: raise the group's \
+                 hold {slot_bytes} bytes at alignment {TASK_ALIGN}: raise the lane's \
                  `task_bytes`, or box the future's large state before spawning"
             ),
             SpawnError::Closed(_) => f.write_str(
-                "the lane runs no tasks: its runtime shut down, or its group has `max_tasks = 0`",
+                "the lane runs no tasks: its runtime shut down, or its lane has `max_tasks = 0`",
             ),
         }
     }

@@ -770,7 +770,7 @@ fn a_pop_wakes_a_sender_that_still_waits() {
 #[test]
 fn a_lane_threads_wake_of_a_foreign_waker_goes_through_the_relay() {
     use crate::task::{ReplySender, ReplySlots};
-    use crate::{Context, Disposition, GroupConfig, Notifier, Policy, RtMode, Runtime};
+    use crate::{Context, Disposition, LaneConfig, Notifier, Policy, RtMode, Runtime};
     struct Replier(Notifier, Option<ReplySender<u32>>);
     impl EventHandler for Replier {
         fn source(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -790,12 +790,12 @@ fn a_lane_threads_wake_of_a_foreign_waker_goes_through_the_relay() {
             *self.0.lock().unwrap() = std::thread::current().name().map(str::to_owned);
         }
     }
-    let mut g = GroupConfig::new("relay", Policy::Other, 0);
+    let mut g = LaneConfig::new("relay", Policy::Other, 0);
     g.threads = 1;
     let mut rt = Runtime::new(crate::RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        groups: vec![g],
+        lanes: vec![g],
         bands: Vec::new(),
     })
     .unwrap();

@@ -44,7 +44,7 @@ static ALLOC: lfrt::CountingAlloc = lfrt::CountingAlloc;
 #[path = "../tests/util/netns.rs"]
 mod netns;
 
-use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig};
+use lfrt::{LaneConfig, Policy, RtMode, Runtime, RuntimeConfig};
 use lfrt_zenoh::zenoh::Wait;
 use lfrt_zenoh::{Bridge, Config};
 use std::io::Read;
@@ -202,13 +202,13 @@ fn main() {
         ))
         .unwrap();
         let lane = |name: &str, prio| {
-            let mut g = GroupConfig::new(name, Policy::Fifo, prio);
+            let mut g = LaneConfig::new(name, Policy::Fifo, prio);
             g.threads = 1;
             g
         };
         let mut rt = Runtime::new(RuntimeConfig {
             rt: RtMode::BestEffort,
-            groups: vec![lane("high", 80), lane("low", 20)],
+            lanes: vec![lane("high", 80), lane("low", 20)],
             ..Default::default()
         })
         .unwrap();

@@ -10,7 +10,7 @@
 #[global_allocator]
 static ALLOC: lfrt::CountingAlloc = lfrt::CountingAlloc;
 
-use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig};
+use lfrt::{LaneConfig, Policy, RtMode, Runtime, RuntimeConfig};
 use lfrt_zenoh::{Bridge, Config};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -19,14 +19,14 @@ use std::time::{Duration, Instant};
 const COMMANDS: u64 = 200;
 
 fn runtime(lanes: &[(&str, u8)]) -> Result<Runtime, lfrt::Error> {
-    let groups = lanes.iter().map(|(n, p)| {
-        let mut g = GroupConfig::new(*n, Policy::Fifo, *p);
+    let lanes = lanes.iter().map(|(n, p)| {
+        let mut g = LaneConfig::new(*n, Policy::Fifo, *p);
         g.threads = 1;
         g
     });
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
-        groups: groups.collect(),
+        lanes: lanes.collect(),
         ..Default::default()
     })
 }

@@ -318,7 +318,7 @@ impl Drop for GiveBack<'_> {
 ///
 /// # Examples
 /// ```no_run
-/// use lfrt::{GroupConfig, Policy, Runtime, RuntimeConfig};
+/// use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
 /// let cfg = lfrt_zenoh::Config::parse(r#"
 /// [session]
 /// listen = ["tcp/127.0.0.1:7447?prio=1-3", "tcp/127.0.0.1:7448?prio=4-7"]
@@ -329,7 +329,7 @@ impl Drop for GiveBack<'_> {
 /// key = "robot/cmd/**"
 /// "#)?;
 /// let mut rt = Runtime::new(RuntimeConfig::default())?;
-/// rt.add_group(GroupConfig::new("control", Policy::Fifo, 80))?;
+/// rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
 /// let mut bridge = lfrt_zenoh::Bridge::open(&cfg)?;
 /// bridge.route(&rt, "control", |cmd: &lfrt_zenoh::Received, _ctx| {
 ///     let _ = (cmd.key, cmd.payload);
@@ -510,7 +510,7 @@ impl Bridge {
         if let Some(rx) = self.cfg.threads.rx_priority {
             let at_or_below = rt
                 .config()
-                .groups
+                .lanes
                 .iter()
                 .find(|g| matches!(g.policy, Policy::Fifo | Policy::Rr) && g.priority <= rx);
             if let Some(g) = at_or_below {

@@ -115,7 +115,7 @@ impl Threads {
 /// `capacity` preallocated slots of `max_payload` bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteConfig {
-    /// The lane (lfrt group) name.
+    /// The lane (lfrt lane) name.
     pub lane: String,
     /// The priorities it receives (`"real-time"`, `"interactive-high"`, `"interactive-low"`,
     /// `"data-high"`, `"data"`, `"data-low"`, `"background"`); each priority has at most one

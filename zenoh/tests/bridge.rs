@@ -11,7 +11,7 @@ mod util;
 #[global_allocator]
 static ALLOC: lfrt::CountingAlloc = lfrt::CountingAlloc;
 
-use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig, WARMUP_DISPATCHES};
+use lfrt::{LaneConfig, Policy, RtMode, Runtime, RuntimeConfig, WARMUP_DISPATCHES};
 use lfrt_zenoh::zenoh::qos::Priority;
 use lfrt_zenoh::zenoh::Wait;
 use lfrt_zenoh::{Bridge, Config, Error};
@@ -32,10 +32,10 @@ fn free_port() -> u16 {
 }
 
 fn lanes(names: &[(&str, u8)]) -> Runtime {
-    let groups = names
+    let lanes = names
         .iter()
         .map(|(name, prio)| {
-            let mut g = GroupConfig::new(*name, Policy::Fifo, *prio);
+            let mut g = LaneConfig::new(*name, Policy::Fifo, *prio);
             g.threads = 1;
             g.buffer_bytes = 2048;
             g
@@ -43,7 +43,7 @@ fn lanes(names: &[(&str, u8)]) -> Runtime {
         .collect();
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
-        groups,
+        lanes,
         ..RuntimeConfig::default()
     })
     .unwrap()

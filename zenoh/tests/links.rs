@@ -12,7 +12,7 @@ mod netns;
 #[path = "../../rt-tests/tests/util/mod.rs"]
 mod util;
 
-use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig};
+use lfrt::{LaneConfig, Policy, RtMode, Runtime, RuntimeConfig};
 use lfrt_zenoh::zenoh::qos::Priority;
 use lfrt_zenoh::{Bridge, Config, Error};
 use std::path::Path;
@@ -99,13 +99,13 @@ fn ss(port: u16) -> (usize, u64) {
 
 fn lanes() -> Runtime {
     let lane = |name: &str, prio| {
-        let mut g = GroupConfig::new(name, Policy::Fifo, prio);
+        let mut g = LaneConfig::new(name, Policy::Fifo, prio);
         g.threads = 1;
         g
     };
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
-        groups: vec![lane("rt", 60), lane("bulk", 20)],
+        lanes: vec![lane("rt", 60), lane("bulk", 20)],
         ..Default::default()
     })
     .unwrap()

@@ -6,7 +6,7 @@
 #[path = "../../rt-tests/tests/util/mod.rs"]
 mod util;
 
-use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig};
+use lfrt::{LaneConfig, Policy, RtMode, Runtime, RuntimeConfig};
 use lfrt_zenoh::zenoh::Wait;
 use lfrt_zenoh::{Bridge, Config, Error};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -16,11 +16,11 @@ use std::time::Duration;
 const THREADS: &str = "[threads]\nrx = 2\ntx = 1\napp = 1\nacc = 1\nnet = 1\nmax_blocking = 2\n";
 
 fn lanes(prio: u8) -> Runtime {
-    let mut g = GroupConfig::new("control", Policy::Fifo, prio);
+    let mut g = LaneConfig::new("control", Policy::Fifo, prio);
     g.threads = 1;
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
-        groups: vec![g],
+        lanes: vec![g],
         ..Default::default()
     })
     .unwrap()

@@ -1,7 +1,7 @@
-//! The command line (cyclictest's options) and the plan it maps to: groups and timers.
+//! The command line (cyclictest's options) and the plan it maps to: lanes and timers.
 
-use lfrt::MAX_GROUP_THREADS;
-use lfrt::{Deadline, GroupConfig, HandlerConfig, Policy, Promotion, RtMode, RuntimeConfig};
+use lfrt::MAX_LANE_THREADS;
+use lfrt::{Deadline, HandlerConfig, LaneConfig, Policy, Promotion, RtMode, RuntimeConfig};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -10,23 +10,23 @@ use std::time::Duration;
 pub const MIN_INTERVAL_US: u64 = 50;
 /// Longest timer interval accepted (µs).
 pub const MAX_INTERVAL_US: u64 = 10_000_000;
-/// Descriptors a run needs besides its timerfds and its threads' parkers, per group (epoll set,
+/// Descriptors a run needs besides its timerfds and its threads' parkers, per lane (epoll set,
 /// wake-up eventfds), on top of those already open when the plan is made: a generous estimate,
 /// so the check errs towards a clear message.
-const FDS_PER_GROUP: u64 = 8;
+const FDS_PER_LANE: u64 = 8;
 const FDS_SPARE: u64 = 32;
 /// Descriptors of one Leader/Followers pool thread's parker (epoll set, eventfd, timerfd).
 const FDS_PER_PARKER: u64 = 3;
-/// Name of the group built from the flags (thread names are `lf-cyclic-<n>`).
+/// Name of the lane built from the flags (thread names are `lf-cyclic-<n>`).
 pub const GROUP_NAME: &str = "cyclic";
-/// Per-thread buffer of the flag-built group: timer handlers read 8 bytes, so the runtime's
+/// Per-thread buffer of the flag-built lane: timer handlers read 8 bytes, so the runtime's
 /// 64 KiB default would only add memory to lock and pre-fault.
 const BUFFER_BYTES: usize = 4096;
 
 /// `lfrt cyclic`: cyclictest's options, measuring timer dispatch through the lfrt runtime.
 ///
 /// Options keep cyclictest's letters, units and defaults where they apply (see the module
-/// docs of [`crate::cyclic`] for how cyclictest's threads map onto a Leader/Followers group).
+/// docs of [`crate::cyclic`] for how cyclictest's threads map onto a Leader/Followers lane).
 #[derive(clap::Args, Debug, Clone, Default)]
 #[command(disable_help_flag = true)]
 pub struct CyclicArgs {
@@ -34,12 +34,12 @@ pub struct CyclicArgs {
     #[arg(long, action = clap::ArgAction::Help)]
     help: Option<bool>,
 
-    /// Priority of the timer group (SCHED_FIFO 1..=99; 0 = SCHED_OTHER) [default: 0].
+    /// Priority of the timer lane (SCHED_FIFO 1..=99; 0 = SCHED_OTHER) [default: 0].
     #[arg(short = 'p', long = "priority", value_name = "PRIO", value_parser = clap::value_parser!(u8).range(0..=99))]
     pub priority: Option<u8>,
 
-    /// Scheduling policy of the group: other, fifo, rr or deadline [default: fifo for PRIO
-    /// 1..=99, other for 0]. With deadline, PRIO only ranks the group (default 1) and the
+    /// Scheduling policy of the lane: other, fifo, rr or deadline [default: fifo for PRIO
+    /// 1..=99, other for 0]. With deadline, PRIO only ranks the lane (default 1) and the
     /// --dl-* options give each pool thread's reservation.
     #[arg(long = "policy", value_name = "NAME", value_parser = parse_policy)]
     pub policy: Option<Policy>,
@@ -67,7 +67,7 @@ pub struct CyclicArgs {
     pub distance: Option<u64>,
 
     /// Align the timers: all start together, timer k USEC later than timer 0
-    /// [default: unaligned, timer k of n offset by k/n of its group's first interval].
+    /// [default: unaligned, timer k of n offset by k/n of its lane's first interval].
     #[arg(short = 'A', long = "aligned", value_name = "USEC")]
     pub aligned: Option<u64>,
 
@@ -76,16 +76,16 @@ pub struct CyclicArgs {
     #[arg(short = 't', long = "threads", value_name = "NUM", num_args = 0..=1, default_missing_value = "0")]
     pub threads: Option<usize>,
 
-    /// Pool threads of the group [default: the number of timers, at most 64].
+    /// Pool threads of the lane [default: the number of timers, at most 64].
     #[arg(long = "pool-threads", value_name = "N")]
     pub pool_threads: Option<usize>,
 
-    /// How the group's threads share its events: priority, lifo, fifo (a leader promotes the
+    /// How the lane's threads share its events: priority, lifo, fifo (a leader promotes the
     /// next follower) or concurrent (every idle thread waits in epoll_wait) [default: priority].
     #[arg(long = "promotion", value_name = "NAME", value_parser = parse_promotion)]
     pub promotion: Option<Promotion>,
 
-    /// Pin the group's threads to CPUSET (e.g. 1 or 0-1,3); without CPUSET, to every
+    /// Pin the lane's threads to CPUSET (e.g. 1 or 0-1,3); without CPUSET, to every
     /// available CPU [default: not pinned].
     #[arg(short = 'a', long = "affinity", value_name = "CPUSET", num_args = 0..=1, default_missing_value = "")]
     pub affinity: Option<String>,
@@ -143,8 +143,8 @@ pub struct CyclicArgs {
     )]
     pub latency: i32,
 
-    /// Run the groups of a configuration file instead: each `kind = "timer"` handler's timers
-    /// are measured in their own group, at that group's priority.
+    /// Run the lanes of a configuration file instead: each `kind = "timer"` handler's timers
+    /// are measured in their own lane, at that lane's priority.
     #[arg(long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -236,8 +236,8 @@ impl Unit {
 /// One measured timer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimerSpec {
-    /// Index of its group in the runtime configuration.
-    pub group: usize,
+    /// Index of its lane in the runtime configuration.
+    pub lane: usize,
     /// Period (µs).
     pub interval_us: u64,
     /// Start offset (µs): the first expiry is at the common start + `phase_us` + `interval_us`.
@@ -248,7 +248,7 @@ pub struct TimerSpec {
 /// its own, counting timers), the timers, and the reporting options.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// Groups to start; their `kind = "timer"` handlers moved into `timers`.
+    /// Lanes to start; their `kind = "timer"` handlers moved into `timers`.
     pub config: RuntimeConfig,
     /// The timers, in report order (`T: 0`, `T: 1`, ...).
     pub timers: Vec<TimerSpec>,
@@ -271,7 +271,7 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Maps the options onto groups and timers (see the module docs), and checks them.
+    /// Maps the options onto lanes and timers (see the module docs), and checks them.
     ///
     /// # Errors
     /// A message naming the offending option.
@@ -300,7 +300,7 @@ impl Plan {
     }
 }
 
-/// Without `--config`: one group at `-p` with `-t` timers and as many pool threads.
+/// Without `--config`: one lane at `-p` with `-t` timers and as many pool threads.
 pub(crate) fn from_flags(
     a: &CyclicArgs,
     cpus: &[usize],
@@ -352,13 +352,13 @@ pub(crate) fn from_flags(
     if interval < MIN_INTERVAL_US || last > MAX_INTERVAL_US {
         return Err(format!("-i {interval} -d {distance} -t {timers}: intervals must stay within {MIN_INTERVAL_US}..={MAX_INTERVAL_US} µs"));
     }
-    let pool = a.pool_threads.unwrap_or(timers.min(MAX_GROUP_THREADS));
-    if pool == 0 || pool > MAX_GROUP_THREADS {
+    let pool = a.pool_threads.unwrap_or(timers.min(MAX_LANE_THREADS));
+    if pool == 0 || pool > MAX_LANE_THREADS {
         return Err(format!(
-            "--pool-threads {pool}: must be 1..={MAX_GROUP_THREADS}"
+            "--pool-threads {pool}: must be 1..={MAX_LANE_THREADS}"
         ));
     }
-    let mut g = GroupConfig::new(GROUP_NAME, policy, priority);
+    let mut g = LaneConfig::new(GROUP_NAME, policy, priority);
     g.threads = pool;
     g.promotion = a.promotion.unwrap_or_default();
     g.buffer_bytes = BUFFER_BYTES;
@@ -385,7 +385,7 @@ pub(crate) fn from_flags(
             RtMode::Required
         },
         lock_memory: a.mlockall,
-        groups: vec![g],
+        lanes: vec![g],
         bands: Vec::new(),
     };
     config.validate_with_cpus(cpus).map_err(|e| {
@@ -398,7 +398,7 @@ pub(crate) fn from_flags(
     })?;
     let timers = (0..timers as u64)
         .map(|k| TimerSpec {
-            group: 0,
+            lane: 0,
             interval_us: interval + k * distance,
             phase_us: 0,
         })
@@ -409,7 +409,7 @@ pub(crate) fn from_flags(
 /// Sets each timer's start offset. With `-A USEC`, cyclictest's aligned mode: timer k (global
 /// `T:` index) starts k·USEC after timer 0. Without it, the timers are unaligned, as
 /// cyclictest's threads (each starts at its own clock reading): here deterministically, timer j
-/// of a group's n timers starts j/n of the group's first interval later, so timers of equal
+/// of a lane's n timers starts j/n of the lane's first interval later, so timers of equal
 /// period do not expire at the same instant.
 pub(crate) fn assign_phases(timers: &mut [TimerSpec], aligned: Option<u64>) {
     if let Some(usec) = aligned {
@@ -418,11 +418,9 @@ pub(crate) fn assign_phases(timers: &mut [TimerSpec], aligned: Option<u64>) {
         }
         return;
     }
-    let groups = timers.iter().map(|t| t.group).max().map_or(0, |g| g + 1);
-    for g in 0..groups {
-        let members: Vec<usize> = (0..timers.len())
-            .filter(|&i| timers[i].group == g)
-            .collect();
+    let lanes = timers.iter().map(|t| t.lane).max().map_or(0, |g| g + 1);
+    for g in 0..lanes {
+        let members: Vec<usize> = (0..timers.len()).filter(|&i| timers[i].lane == g).collect();
         let (n, base) = match members.first() {
             Some(&first) => (members.len() as u64, timers[first].interval_us),
             None => continue,
@@ -433,7 +431,7 @@ pub(crate) fn assign_phases(timers: &mut [TimerSpec], aligned: Option<u64>) {
     }
 }
 
-/// With `--config`: the file's groups; each timer handler becomes measured timers.
+/// With `--config`: the file's lanes; each timer handler becomes measured timers.
 fn from_file(
     a: &CyclicArgs,
     path: &std::path::Path,
@@ -452,7 +450,7 @@ fn from_file(
         (a.affinity.is_some(), "-a"),
     ];
     if let Some((_, flag)) = conflicting.iter().find(|(set, _)| *set) {
-        return Err(format!("{flag} cannot be combined with --config: groups, priorities and timers come from the file"));
+        return Err(format!("{flag} cannot be combined with --config: lanes, priorities and timers come from the file"));
     }
     // The command's loader, so a file `lfrt run` takes (with its `[runtime] metrics`) is taken
     // here too; cyclic serves no metrics.
@@ -481,12 +479,12 @@ fn check_open_files(config: &RuntimeConfig, timers: usize) -> Result<(), String>
     let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
     // A Leader/Followers thread parks on its own epoll set, eventfd and timerfd.
     let parkers: u64 = config
-        .groups
+        .lanes
         .iter()
         .filter(|g| g.promotion != lfrt::Promotion::Concurrent)
         .map(|g| FDS_PER_PARKER * g.threads as u64)
         .sum();
-    let others = open + FDS_SPARE + FDS_PER_GROUP * config.groups.len() as u64 + parkers;
+    let others = open + FDS_SPARE + FDS_PER_LANE * config.lanes.len() as u64 + parkers;
     let needed = timers as u64 + others;
     if needed > soft {
         return Err(format!(
@@ -499,11 +497,11 @@ fn check_open_files(config: &RuntimeConfig, timers: usize) -> Result<(), String>
     Ok(())
 }
 
-/// Moves every `kind = "timer"` handler out of the configuration, as timer specs in group
+/// Moves every `kind = "timer"` handler out of the configuration, as timer specs in lane
 /// order; other handlers (e.g. an echo service as background load) stay.
 pub(crate) fn split_timers(mut cfg: RuntimeConfig) -> (RuntimeConfig, Vec<TimerSpec>) {
     let mut timers = Vec::new();
-    for (gi, g) in cfg.groups.iter_mut().enumerate() {
+    for (gi, g) in cfg.lanes.iter_mut().enumerate() {
         g.handlers.retain(|h| match *h {
             HandlerConfig::Timer {
                 interval_us,
@@ -511,7 +509,7 @@ pub(crate) fn split_timers(mut cfg: RuntimeConfig) -> (RuntimeConfig, Vec<TimerS
                 distance_us,
             } => {
                 timers.extend((0..count as u64).map(|k| TimerSpec {
-                    group: gi,
+                    lane: gi,
                     interval_us: interval_us + k * distance_us,
                     phase_us: 0,
                 }));
@@ -637,10 +635,10 @@ mod tests {
     }
 
     #[test]
-    fn flags_map_to_one_group_of_timers() {
+    fn flags_map_to_one_lane_of_timers() {
         let (cfg, timers) = plan("-p 80 -i 1000 -t 3").unwrap();
-        assert_eq!(cfg.groups.len(), 1);
-        let g = &cfg.groups[0];
+        assert_eq!(cfg.lanes.len(), 1);
+        let g = &cfg.lanes[0];
         assert_eq!(
             (g.priority, g.policy, g.threads, g.cpus.clone()),
             (80, Policy::Fifo, 3, None)
@@ -652,13 +650,13 @@ mod tests {
 
         let (cfg, timers) = plan("").unwrap();
         assert_eq!(
-            (cfg.groups[0].policy, cfg.groups[0].priority, cfg.rt),
+            (cfg.lanes[0].policy, cfg.lanes[0].priority, cfg.rt),
             (Policy::Other, 0, RtMode::BestEffort)
         );
         assert_eq!(
             timers,
             [TimerSpec {
-                group: 0,
+                lane: 0,
                 interval_us: 1000,
                 phase_us: 0
             }]
@@ -669,9 +667,9 @@ mod tests {
         assert!(timers.iter().all(|t| t.interval_us == 1000));
         assert_eq!(
             (
-                cfg.groups[0].cpus.clone(),
-                cfg.groups[0].threads,
-                cfg.groups[0].policy
+                cfg.lanes[0].cpus.clone(),
+                cfg.lanes[0].threads,
+                cfg.lanes[0].policy
             ),
             (Some(vec![0, 1]), 1, Policy::Rr)
         );
@@ -682,7 +680,7 @@ mod tests {
             timers.iter().all(|t| t.interval_us == 1000),
             "-h: the same interval for every timer, as cyclictest"
         );
-        assert_eq!(plan("-a 1").unwrap().0.groups[0].cpus, Some(vec![1]));
+        assert_eq!(plan("-a 1").unwrap().0.lanes[0].cpus, Some(vec![1]));
         assert!(plan("-a 5").is_err(), "CPU 5 does not exist");
         assert!(plan("-i 10").is_err());
         assert!(plan("--policy fifo").is_err());
@@ -692,7 +690,7 @@ mod tests {
             4096,
             "no cap at 256 timers"
         );
-        assert_eq!(plan("-t 4096 -d 0").unwrap().0.groups[0].max_handles, 4096);
+        assert_eq!(plan("-t 4096 -d 0").unwrap().0.lanes[0].max_handles, 4096);
         assert!(plan("-t 300").is_ok());
         assert!(plan("--pool-threads 65").is_err());
     }
@@ -700,7 +698,7 @@ mod tests {
     #[test]
     fn deadline_policy_takes_its_reservation_from_the_dl_flags() {
         let (cfg, _) = plan("--policy deadline -i 500 -t 2").unwrap();
-        let g = &cfg.groups[0];
+        let g = &cfg.lanes[0];
         assert_eq!(
             (g.policy, g.priority, cfg.rt),
             (Policy::Deadline, 1, RtMode::Required)
@@ -717,9 +715,9 @@ mod tests {
         let (cfg, _) =
             plan("--policy deadline -p 90 --dl-runtime 100 --dl-deadline 400 --dl-period 1000")
                 .unwrap();
-        assert_eq!(cfg.groups[0].priority, 90);
+        assert_eq!(cfg.lanes[0].priority, 90);
         assert_eq!(
-            cfg.groups[0].deadline,
+            cfg.lanes[0].deadline,
             Some(Deadline {
                 runtime_us: 100,
                 deadline_us: 400,
@@ -745,8 +743,8 @@ mod tests {
 
     #[test]
     fn phases_are_spread_unless_aligned() {
-        let spec = |group, interval_us| TimerSpec {
-            group,
+        let spec = |lane, interval_us| TimerSpec {
+            lane,
             interval_us,
             phase_us: 99,
         };
@@ -771,32 +769,31 @@ mod tests {
     fn config_timers_become_measured_timers() {
         let cfg = lfrt::parse_config(
             r#"
-            [[group]]
+            [[lane]]
             name = "hi"
             priority = 80
-            [[group.handler]]
+            [[lane.handler]]
             kind = "timer"
             interval_us = 500
             count = 2
             distance_us = 100
-            [[group]]
+            [[lane]]
             name = "lo"
             priority = 20
-            [[group.handler]]
+            [[lane.handler]]
             kind = "udp-echo"
             bind = "127.0.0.1:0"
-            [[group.handler]]
+            [[lane.handler]]
             kind = "timer"
             interval_us = 2000
             "#,
         )
         .unwrap();
         let (cfg, timers) = split_timers(cfg);
-        let intervals: Vec<(usize, u64)> =
-            timers.iter().map(|t| (t.group, t.interval_us)).collect();
+        let intervals: Vec<(usize, u64)> = timers.iter().map(|t| (t.lane, t.interval_us)).collect();
         assert_eq!(intervals, [(0, 500), (0, 600), (1, 2000)]);
-        assert!(cfg.groups[0].handlers.is_empty());
-        assert_eq!(cfg.groups[1].handlers.len(), 1, "the echo service stays");
+        assert!(cfg.lanes[0].handlers.is_empty());
+        assert_eq!(cfg.lanes[1].handlers.len(), 1, "the echo service stays");
     }
 
     #[test]

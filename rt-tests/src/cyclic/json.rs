@@ -4,9 +4,9 @@
 //! maps in increasing key order, as cyclictest writes them.
 
 use super::args::Unit;
-use super::report::{Buckets, GroupResult, TimerResult};
+use super::report::{Buckets, LaneResult, TimerResult};
 use lfrt::telemetry::LatencySummary;
-use lfrt::{GroupMetrics, StartReport};
+use lfrt::{LaneMetrics, StartReport};
 use serde::{Serialize, Serializer};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -101,7 +101,7 @@ struct Thread {
     p999: f64,
     missed_periods: u64,
     hist_overflow: u64,
-    group: String,
+    lane: String,
     priority: u8,
     interval: u64,
     phase: u64,
@@ -129,7 +129,7 @@ impl Thread {
             p999: s.p999,
             missed_periods: t.missed_periods,
             hist_overflow: t.buckets.overflow,
-            group: t.group.clone(),
+            lane: t.lane.clone(),
             priority: t.priority,
             interval: t.spec.interval_us,
             phase: t.spec.phase_us,
@@ -142,7 +142,7 @@ impl Thread {
 }
 
 #[derive(Serialize)]
-struct Group {
+struct Lane {
     name: String,
     priority: u8,
     policy: &'static str,
@@ -169,12 +169,12 @@ struct Group {
     untracked_timers: usize,
 }
 
-impl Group {
+impl Lane {
     /// `cycles` counts its timers' loops; every one of them is in its histogram.
-    fn of(g: &GroupResult, unit: Unit) -> Group {
+    fn of(g: &LaneResult, unit: Unit) -> Lane {
         let s = Split::of(&g.latency, unit);
         let m = &g.metrics;
-        Group {
+        Lane {
             name: m.name.clone(),
             priority: m.priority,
             policy: g.policy,
@@ -225,19 +225,19 @@ struct Document {
     memory_locked: bool,
     counting_allocations: bool,
     missed_periods: u64,
-    /// Over the groups that measured; `null` if none did (see `GroupMetrics`).
+    /// Over the lanes that measured; `null` if none did (see `LaneMetrics`).
     pool_allocations: Option<u64>,
     pool_minor_faults: Option<u64>,
     /// Loops run whose sample is in no histogram at all: the timers' `cycles` minus the
-    /// samples in their groups' histograms. Every loop is recorded, so this is 0; it is
+    /// samples in their lanes' histograms. Every loop is recorded, so this is 0; it is
     /// computed, not assumed (before issue 22 it counted the telemetry ring's drops).
     samples_dropped: u64,
     /// Most timers with histograms of their own ([`super::MAX_TIMER_HISTOGRAMS`]).
     histogram_limit_timers: usize,
     /// Sum of the threads' `unrecorded`: samples not in their own thread's histogram (they
-    /// are in their group's).
+    /// are in their lane's).
     unrecorded: u64,
-    groups: Vec<Group>,
+    lanes: Vec<Lane>,
 }
 
 /// How the run went, for the envelope.
@@ -257,11 +257,11 @@ pub(crate) struct RunInfo {
 pub(crate) fn render(
     info: &RunInfo,
     timers: &[TimerResult],
-    groups: &[GroupResult],
+    lanes: &[LaneResult],
 ) -> serde_json::Result<String> {
     let unit = info.unit;
     let loops: u64 = timers.iter().map(|t| t.cycles).sum();
-    let recorded: u64 = groups.iter().map(|g| g.latency.count).sum();
+    let recorded: u64 = lanes.iter().map(|g| g.latency.count).sum();
     let doc = Document {
         file_version: FILE_VERSION,
         cmdline: info.cmdline.clone(),
@@ -286,16 +286,16 @@ pub(crate) fn render(
         memory_locked: info.started.memory_locked,
         counting_allocations: info.started.counting_allocations,
         missed_periods: timers.iter().map(|t| t.missed_periods).sum(),
-        pool_allocations: GroupMetrics::sum_measured(
-            groups.iter().map(|g| g.metrics.pool_allocations),
+        pool_allocations: LaneMetrics::sum_measured(
+            lanes.iter().map(|g| g.metrics.pool_allocations),
         ),
-        pool_minor_faults: GroupMetrics::sum_measured(
-            groups.iter().map(|g| g.metrics.pool_minor_faults),
+        pool_minor_faults: LaneMetrics::sum_measured(
+            lanes.iter().map(|g| g.metrics.pool_minor_faults),
         ),
         samples_dropped: loops.saturating_sub(recorded),
         histogram_limit_timers: super::MAX_TIMER_HISTOGRAMS,
         unrecorded: timers.iter().map(|t| t.unrecorded).sum(),
-        groups: groups.iter().map(|g| Group::of(g, unit)).collect(),
+        lanes: lanes.iter().map(|g| Lane::of(g, unit)).collect(),
     };
     let mut s = serde_json::to_string_pretty(&doc)?;
     s.push('\n');

@@ -2,8 +2,8 @@
 //! *through the runtime*, so its figures can sit next to cyclictest's from the same machine.
 //!
 //! # What is measured
-//! Each timer is an absolute, periodic `CLOCK_MONOTONIC` timerfd registered in a group's handle
-//! set. When it expires, the group's leader wakes in `epoll_wait`, promotes a follower, and runs
+//! Each timer is an absolute, periodic `CLOCK_MONOTONIC` timerfd registered in a lane's handle
+//! set. When it expires, the lane's leader wakes in `epoll_wait`, promotes a follower, and runs
 //! the timer's handler in its own thread. The handler reads the clock on entry, and from the
 //! expiry the event was due at and the instant the leader woke ([`lfrt::Event::woke_ns`]),
 //! per timer:
@@ -25,9 +25,9 @@
 //! relaxed atomic add per value (`hist.rs`). The runtime's telemetry ring, which drops samples
 //! when its collector falls behind, is not used for these figures. One bound remains: only
 //! the first [`MAX_TIMER_HISTOGRAMS`] timers (`T:` order) get histograms of their own (three of
-//! 200 KiB each); the samples of later timers go into histograms their group shares, so the
-//! group's figures hold every sample, and those timers' own min, avg and max still cover
-//! every cycle. The JSON says so per thread (`unrecorded`) and per group (`untracked_timers`).
+//! 200 KiB each); the samples of later timers go into histograms their lane shares, so the
+//! lane's figures hold every sample, and those timers' own min, avg and max still cover
+//! every cycle. The JSON says so per thread (`unrecorded`) and per lane (`untracked_timers`).
 //!
 //! The histograms have hdrhistogram's layout with 3 significant digits: values are exact
 //! below 2.048 µs and within ±0.05% above (each is represented by its bucket's midpoint). µs
@@ -36,14 +36,14 @@
 //! # How cyclictest's options map onto lfrt
 //! | cyclictest | `lfrt cyclic` |
 //! |---|---|
-//! | `-t N`: N measuring threads | one group with N timers and N pool threads (`--pool-threads` changes the pool); `-t` alone = one per CPU; no `-t` = 1 |
-//! | `-p P`: every thread at P (rt-tests 2.x; `--priospread` lowers each further thread by one) | the whole group at P: in Leader/Followers any pool thread may run any timer, so timers have no priority of their own; use `--config` for groups at distinct priorities. `-p 0` (the default) = `SCHED_OTHER`, as in cyclictest |
+//! | `-t N`: N measuring threads | one lane with N timers and N pool threads (`--pool-threads` changes the pool); `-t` alone = one per CPU; no `-t` = 1 |
+//! | `-p P`: every thread at P (rt-tests 2.x; `--priospread` lowers each further thread by one) | the whole lane at P: in Leader/Followers any pool thread may run any timer, so timers have no priority of their own; use `--config` for lanes at distinct priorities. `-p 0` (the default) = `SCHED_OTHER`, as in cyclictest |
 //! | `-i I -d D`: thread k sleeps I + k·D µs; with `-h`, every thread I µs | timer k fires every I + k·D µs (defaults 1000 and 500); with `-h`, every timer I µs |
-//! | threads start unaligned (each at its own clock reading); `-A USEC`: a common start, thread k USEC·k later | unaligned by default, deterministically: timer j of a group's n timers starts j/n of the group's first interval after timer 0, so equal periods do not expire together; `-A USEC` as cyclictest (`-A 0`: all at once, so one group's leader meets them together and the later ones wait for a promotion) |
-//! | `-a [CPUSET]` | the group's threads are pinned to CPUSET (all available CPUs without a value); threads are not pinned one per CPU, since any of them may lead |
+//! | threads start unaligned (each at its own clock reading); `-A USEC`: a common start, thread k USEC·k later | unaligned by default, deterministically: timer j of a lane's n timers starts j/n of the lane's first interval after timer 0, so equal periods do not expire together; `-A USEC` as cyclictest (`-A 0`: all at once, so one lane's leader meets them together and the later ones wait for a promotion) |
+//! | `-a [CPUSET]` | the lane's threads are pinned to CPUSET (all available CPUs without a value); threads are not pinned one per CPU, since any of them may lead |
 //! | `-l`, `-D`, `-m`, `-q`, `-N`, `-h US`, `--histfile`, `--json`, `--policy`, `--laptop`, `--latency` | the same meaning |
-//! | `--policy deadline` (lfrt only) | the group is a `SCHED_DEADLINE` lane: each pool thread reserves `--dl-runtime` µs (default a tenth of the period) in every `--dl-period` µs (default `-i`), within `--dl-deadline` µs (default the period); `-p` then only ranks the group |
-//! | `--config FILE` (lfrt only) | the file's groups run at their own priorities; every `kind = "timer"` handler becomes measured timers, other handlers (e.g. an echo service) run as load |
+//! | `--policy deadline` (lfrt only) | the lane is a `SCHED_DEADLINE` lane: each pool thread reserves `--dl-runtime` µs (default a tenth of the period) in every `--dl-period` µs (default `-i`), within `--dl-deadline` µs (default the period); `-p` then only ranks the lane |
+//! | `--config FILE` (lfrt only) | the file's lanes run at their own priorities; every `kind = "timer"` handler becomes measured timers, other handlers (e.g. an echo service) run as load |
 //!
 //! With `-p` > 0 the run refuses to start without `SCHED_FIFO`/`SCHED_RR` (as cyclictest
 //! does). Unless `--laptop`, `/dev/cpu_dma_latency` is held at `--latency` (0) for the run,
@@ -55,19 +55,19 @@
 //!   the pool thread that ran the timer's last cycle. `-q` prints only the final lines.
 //! * `-h US`: cyclictest's histogram (rows of per-timer counts, `# Total`, `# Min/Avg/Max
 //!   Latencies`, `# Histogram Overflows`).
-//! * A summary per timer and per group (min, avg, p50, p99, p99.9, max, and the wake/dispatch
+//! * A summary per timer and per lane (min, avg, p50, p99, p99.9, max, and the wake/dispatch
 //!   split), every line starting with `#`.
 //! * `--json FILE`: cyclictest's document (`file_version`, `cmdline`, `start_time`, `sysinfo`,
 //!   `num_threads`, `resolution_in_ns`, `thread: {"0": {histogram, cycles, min, max, avg, cpu,
-//!   node}}`) plus, per thread, `p50`, `p99`, `p999`, `missed_periods`, `hist_overflow`, `group`,
-//!   `priority`, `interval`, `wake`, `dispatch`, `unrecorded`, and a `groups` array with the
-//!   same per group and the runtime's counters (`pool_allocations`, `pool_minor_faults`: `null`
+//!   node}}`) plus, per thread, `p50`, `p99`, `p999`, `missed_periods`, `hist_overflow`, `lane`,
+//!   `priority`, `interval`, `wake`, `dispatch`, `unrecorded`, and a `lanes` array with the
+//!   same per lane and the runtime's counters (`pool_allocations`, `pool_minor_faults`: `null`
 //!   when not measured, i.e. no pool thread reached its warm-up; promotions;
 //!   `untracked_timers`: timers from `T:` [`MAX_TIMER_HISTOGRAMS`] on, which have no histograms
 //!   of their own). `cycles` counts loops run, as cyclictest's does. Histogram keys are the
 //!   latency in µs (ns with `-N`), only non-zero buckets; a thread's counts sum to `cycles` −
 //!   `unrecorded` (`unrecorded` is 0 for a timer with histograms of its own, else `cycles`:
-//!   those samples are in its group's histogram, whose counts sum to the group's `cycles`);
+//!   those samples are in its lane's histogram, whose counts sum to the lane's `cycles`);
 //!   with `-h US`, larger values are counted in bucket US−1 and in `hist_overflow`.
 //!   `histogram_limit_timers` gives the bound; `samples_dropped` counts loops whose sample is
 //!   in no histogram at all (0: computed from the counts, as a check).
@@ -82,12 +82,12 @@ pub use args::{
     parse_cpuset, CyclicArgs, Plan, TimerSpec, Unit, GROUP_NAME, MAX_INTERVAL_US, MIN_INTERVAL_US,
 };
 pub use json::FILE_VERSION;
-pub use report::{Buckets, GroupResult, TimerResult};
+pub use report::{Buckets, LaneResult, TimerResult};
 
 use lfrt::Policy;
 use lfrt::Runtime;
 use lfrt::Timer;
-use report::{GroupInfo, Status, TimerKey};
+use report::{LaneInfo, Status, TimerKey};
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
@@ -95,8 +95,8 @@ use std::time::{Duration, Instant, SystemTime};
 use timer::{CyclicTimer, Histograms, TimerStats};
 
 /// Most timers with histograms of their own (three of 200 KiB each: this bounds them near
-/// 150 MiB whatever the number of timers). Later timers record into histograms their group
-/// shares, so no sample is lost from the group's figures.
+/// 150 MiB whatever the number of timers). Later timers record into histograms their lane
+/// shares, so no sample is lost from the lane's figures.
 pub const MAX_TIMER_HISTOGRAMS: usize = 256;
 
 /// Live status refresh on a terminal.
@@ -116,8 +116,8 @@ const START_DELAY_PER_TIMER_NS: u64 = 5_000;
 pub struct CyclicReport {
     /// Per timer, in `T:` order.
     pub timers: Vec<TimerResult>,
-    /// Per group, in configuration order.
-    pub groups: Vec<GroupResult>,
+    /// Per lane, in configuration order.
+    pub lanes: Vec<LaneResult>,
     /// Why the run ended: `"loops"`, `"duration"` or `"signal"`.
     pub stopped_by: &'static str,
     /// Wall time from the timers' registration to the stop.
@@ -159,14 +159,14 @@ pub fn run(args: &CyclicArgs) -> Result<(), Box<dyn std::error::Error>> {
     write!(
         out,
         "{}",
-        report::summary(&report.timers, &report.groups, plan.unit)
+        report::summary(&report.timers, &report.lanes, plan.unit)
     )?;
     out.flush()?;
-    let untracked: usize = report.groups.iter().map(|g| g.untracked_timers).sum();
+    let untracked: usize = report.lanes.iter().map(|g| g.untracked_timers).sum();
     if untracked > 0 {
         eprintln!(
             "lfrt cyclic: note: {untracked} timers (from T: {MAX_TIMER_HISTOGRAMS} on) have no \
-             histograms of their own, to bound memory; their samples are in their group's \
+             histograms of their own, to bound memory; their samples are in their lane's \
              histogram and figures"
         );
     }
@@ -181,7 +181,7 @@ pub fn run(args: &CyclicArgs) -> Result<(), Box<dyn std::error::Error>> {
             unit: plan.unit,
             histogram: plan.histogram,
         };
-        std::fs::write(path, json::render(&info, &report.timers, &report.groups)?)
+        std::fs::write(path, json::render(&info, &report.timers, &report.lanes)?)
             .map_err(|e| format!("--json {}: {e}", path.display()))?;
     }
     Ok(())
@@ -232,8 +232,8 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
     let started = rt.start()?;
 
     // Histograms first (hundreds of KiB each, written once so their pages are resident):
-    // the first MAX_TIMER_HISTOGRAMS timers get their own, later ones share their group's.
-    let mut shared: Vec<Option<Arc<Histograms>>> = vec![None; cfg.groups.len()];
+    // the first MAX_TIMER_HISTOGRAMS timers get their own, later ones share their lane's.
+    let mut shared: Vec<Option<Arc<Histograms>>> = vec![None; cfg.lanes.len()];
     let stats: Vec<Arc<TimerStats>> = plan
         .timers
         .iter()
@@ -242,7 +242,7 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
             if i < MAX_TIMER_HISTOGRAMS {
                 Arc::new(TimerStats::new(Arc::new(Histograms::new()), true))
             } else {
-                let h = shared[spec.group].get_or_insert_with(|| Arc::new(Histograms::new()));
+                let h = shared[spec.lane].get_or_insert_with(|| Arc::new(Histograms::new()));
                 Arc::new(TimerStats::new(h.clone(), false))
             }
         })
@@ -257,7 +257,7 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
         let interval_ns = spec.interval_us * 1000;
         t.arm(first_ns + spec.phase_us * 1000 + interval_ns, interval_ns)
             .map_err(|e| format!("timerfd_settime: {e}"))?;
-        let registry = rt.lane(&cfg.groups[spec.group].name)?.registry();
+        let registry = rt.lane(&cfg.lanes[spec.lane].name)?.registry();
         registry.register(Box::new(CyclicTimer::new(t, plan.loops, stats.clone())))?;
         timers.push((spec.clone(), stats));
     }
@@ -266,7 +266,7 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
     let tty = std::io::stdout().is_terminal();
     let refresh = if tty { REFRESH_TTY } else { REFRESH_PLAIN };
     let policy = cfg
-        .groups
+        .lanes
         .iter()
         .max_by_key(|g| g.priority)
         .map_or("other", |g| policy_name(g.policy));
@@ -277,7 +277,7 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
             .iter()
             .enumerate()
             .map(|(i, (spec, stats))| {
-                let g = &cfg.groups[spec.group];
+                let g = &cfg.lanes[spec.lane];
                 Status::of(i, stats.snapshot(), g.priority, spec.interval_us).line(plan.unit)
             })
             .collect()
@@ -305,12 +305,12 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
     // Joins every pool thread: from here on the timers' statistics are final.
     let metrics = rt.shutdown()?;
 
-    let groups: Vec<GroupInfo> = cfg
-        .groups
+    let lanes: Vec<LaneInfo> = cfg
+        .lanes
         .iter()
         .zip(metrics)
         .zip(shared)
-        .map(|((g, m), shared)| GroupInfo {
+        .map(|((g, m), shared)| LaneInfo {
             metrics: m,
             policy: policy_name(g.policy),
             cpus: g.cpus.clone(),
@@ -324,7 +324,7 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
             stats: stats.clone(),
         })
         .collect();
-    let (timers, groups) = report::collect(&keys, &groups, plan.unit, plan.histogram);
+    let (timers, lanes) = report::collect(&keys, &lanes, plan.unit, plan.histogram);
 
     // Final status, with the figures the summary and JSON give: in place of the live lines on
     // a terminal, else a last block.
@@ -336,7 +336,7 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
     draw_status(&lines, policy, tty && drawn, tty && drawn)?;
     Ok(CyclicReport {
         timers,
-        groups,
+        lanes,
         stopped_by,
         elapsed,
         started,

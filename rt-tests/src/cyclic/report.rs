@@ -6,7 +6,7 @@ use super::timer::{Histograms, Snapshot, TimerStats};
 use crate::measured;
 use hdrhistogram::Histogram;
 use lfrt::telemetry::{new_histogram, LatencySummary};
-use lfrt::GroupMetrics;
+use lfrt::LaneMetrics;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::sync::atomic::Ordering::Relaxed;
@@ -56,11 +56,11 @@ impl Buckets {
 pub struct TimerResult {
     /// `T:` index.
     pub index: usize,
-    /// Its group and period.
+    /// Its lane and period.
     pub spec: TimerSpec,
-    /// Group name.
-    pub group: String,
-    /// Group priority.
+    /// Lane name.
+    pub lane: String,
+    /// Lane priority.
     pub priority: u8,
     /// Handler-entry latency (expected expiry → handler entry), from the timer's own
     /// histogram: `latency.count` = `cycles` − `unrecorded`.
@@ -78,19 +78,19 @@ pub struct TimerResult {
     pub cycles: u64,
     /// Cycles whose sample is not in this timer's own histogram and percentiles: all of them
     /// for a timer from `T:` [`super::MAX_TIMER_HISTOGRAMS`] on (no histograms of its own;
-    /// its samples are in its group's), 0 otherwise. Its min, avg and max cover every cycle.
+    /// its samples are in its lane's), 0 otherwise. Its min, avg and max cover every cycle.
     pub unrecorded: u64,
     /// Kernel tid of the pool thread that ran the last cycle (0 if none).
     pub last_tid: i32,
-    /// CPU the timer's group is pinned to, or -1.
+    /// CPU the timer's lane is pinned to, or -1.
     pub cpu: i32,
 }
 
-/// The final results of one group (its timers' samples merged).
+/// The final results of one lane (its timers' samples merged).
 #[derive(Debug, Clone)]
-pub struct GroupResult {
-    /// The runtime's counters for the group.
-    pub metrics: GroupMetrics,
+pub struct LaneResult {
+    /// The runtime's counters for the lane.
+    pub metrics: LaneMetrics,
     /// Policy name.
     pub policy: &'static str,
     /// CPUs the threads were pinned to (`None` = not pinned).
@@ -108,7 +108,7 @@ pub struct GroupResult {
     /// Overruns of its timers.
     pub missed_periods: u64,
     /// Timers that ran but have no histograms of their own (beyond
-    /// [`super::MAX_TIMER_HISTOGRAMS`]): their samples count in the group's figures.
+    /// [`super::MAX_TIMER_HISTOGRAMS`]): their samples count in the lane's figures.
     pub untracked_timers: usize,
 }
 
@@ -121,8 +121,8 @@ pub(crate) struct TimerKey {
 
 /// Per-group facts that are not in the timers' statistics.
 #[derive(Debug, Clone)]
-pub(crate) struct GroupInfo {
-    pub(crate) metrics: GroupMetrics,
+pub(crate) struct LaneInfo {
+    pub(crate) metrics: LaneMetrics,
     pub(crate) policy: &'static str,
     pub(crate) cpus: Option<Vec<usize>>,
     /// The histograms shared by its timers beyond [`super::MAX_TIMER_HISTOGRAMS`], if any.
@@ -150,10 +150,10 @@ impl Converted {
 /// runtime's shutdown, so they are final).
 pub(crate) fn collect(
     keys: &[TimerKey],
-    groups: &[GroupInfo],
+    lanes: &[LaneInfo],
     unit: Unit,
     limit: Option<u64>,
-) -> (Vec<TimerResult>, Vec<GroupResult>) {
+) -> (Vec<TimerResult>, Vec<LaneResult>) {
     let own: Vec<Option<Converted>> = keys
         .iter()
         .map(|k| {
@@ -167,13 +167,13 @@ pub(crate) fn collect(
         .zip(&own)
         .enumerate()
         .map(|(index, (k, own))| {
-            let g = &groups[k.spec.group];
+            let g = &lanes[k.spec.lane];
             let s = &k.stats;
             let cycles = s.cycles.load(Relaxed);
             let mut t = TimerResult {
                 index,
                 spec: k.spec.clone(),
-                group: g.metrics.name.clone(),
+                lane: g.metrics.name.clone(),
                 priority: g.metrics.priority,
                 latency: LatencySummary::default(),
                 wake: LatencySummary::default(),
@@ -209,7 +209,7 @@ pub(crate) fn collect(
             t
         })
         .collect();
-    let groups = groups
+    let lanes = lanes
         .iter()
         .enumerate()
         .map(|(gi, g)| {
@@ -219,7 +219,7 @@ pub(crate) fn collect(
             let mut members = Vec::new();
             let mut untracked_timers = 0;
             let shared = g.shared.as_deref().map(Converted::of);
-            for (i, k) in keys.iter().enumerate().filter(|(_, k)| k.spec.group == gi) {
+            for (i, k) in keys.iter().enumerate().filter(|(_, k)| k.spec.lane == gi) {
                 members.push(i);
                 missed_periods += timers[i].missed_periods;
                 if !k.stats.own_histograms && timers[i].cycles > 0 {
@@ -233,7 +233,7 @@ pub(crate) fn collect(
                 let _ = wake.add(&h.wake);
                 let _ = dispatch.add(&h.dispatch);
             }
-            GroupResult {
+            LaneResult {
                 metrics: g.metrics.clone(),
                 policy: g.policy,
                 cpus: g.cpus.clone(),
@@ -247,7 +247,7 @@ pub(crate) fn collect(
             }
         })
         .collect();
-    (timers, groups)
+    (timers, lanes)
 }
 
 /// One live or final line in cyclictest's format.
@@ -421,10 +421,10 @@ fn figure_cells(
     }
 }
 
-/// lfrt's summary: per timer and per group, min/avg/p50/p99/p99.9/max and the split into
+/// lfrt's summary: per timer and per lane, min/avg/p50/p99/p99.9/max and the split into
 /// wake-up and dispatch. Every line starts with `#`, so tools reading cyclictest's output
 /// skip it.
-pub(crate) fn summary(timers: &[TimerResult], groups: &[GroupResult], unit: Unit) -> String {
+pub(crate) fn summary(timers: &[TimerResult], lanes: &[LaneResult], unit: Unit) -> String {
     let mut s = String::new();
     let u = unit.name();
     let _ = writeln!(s, "# lfrt cyclic summary ({u}): latency = expected expiry -> handler entry = wake (expiry -> leader awake) + dispatch (leader awake -> handler entry)");
@@ -435,13 +435,13 @@ pub(crate) fn summary(timers: &[TimerResult], groups: &[GroupResult], unit: Unit
     let _ = writeln!(
         s,
         "# {:>3} {:<12} {:>4} {:>8} {:>9} {:>8} {head}",
-        "T", "group", "prio", "interval", "cycles", "missed_periods"
+        "T", "lane", "prio", "interval", "cycles", "missed_periods"
     );
     for t in timers {
         let _ = write!(
             s,
             "# {:>3} {:<12} {:>4} {:>8} {:>9} {:>8}",
-            t.index, t.group, t.priority, t.spec.interval_us, t.cycles, t.missed_periods
+            t.index, t.lane, t.priority, t.spec.interval_us, t.cycles, t.missed_periods
         );
         figure_cells(&mut s, unit, &t.latency, &t.wake, &t.dispatch);
         s.push('\n');
@@ -449,9 +449,9 @@ pub(crate) fn summary(timers: &[TimerResult], groups: &[GroupResult], unit: Unit
     let _ = writeln!(
         s,
         "# {:<16} {:>4} {:>7} {:>6} {:>9} {:>8} {head}",
-        "group", "prio", "policy", "pool", "cycles", "missed_periods"
+        "lane", "prio", "policy", "pool", "cycles", "missed_periods"
     );
-    for g in groups {
+    for g in lanes {
         let m = &g.metrics;
         let _ = write!(
             s,
@@ -461,11 +461,11 @@ pub(crate) fn summary(timers: &[TimerResult], groups: &[GroupResult], unit: Unit
         figure_cells(&mut s, unit, &g.latency, &g.wake, &g.dispatch);
         s.push('\n');
     }
-    for g in groups {
+    for g in lanes {
         let m = &g.metrics;
         let _ = writeln!(
             s,
-            "# group {}: dispatched={} promotions={} no_follower={} pool_allocations={} pool_minor_faults={} untracked_timers={}",
+            "# lane {}: dispatched={} promotions={} no_follower={} pool_allocations={} pool_minor_faults={} untracked_timers={}",
             m.name, m.dispatched, m.promotions, m.promotions_no_follower, measured(m.pool_allocations), measured(m.pool_minor_faults), g.untracked_timers
         );
     }
@@ -541,11 +541,11 @@ mod tests {
         TimerResult {
             index,
             spec: TimerSpec {
-                group: 0,
+                lane: 0,
                 interval_us: 1000 + 500 * index as u64,
                 phase_us: 0,
             },
-            group: "cyclic".into(),
+            lane: "cyclic".into(),
             priority: 80,
             latency: LatencySummary::of(&h),
             wake: LatencySummary::default(),

@@ -55,7 +55,7 @@ pub(crate) struct TimerStats {
     /// Kernel tid of the pool thread that ran the latest cycle (0 before the first).
     pub(crate) last_tid: AtomicI32,
     /// Where the latency, wake and dispatch values go: the timer's own histograms, or, for
-    /// timers beyond [`super::MAX_TIMER_HISTOGRAMS`], its group's shared ones.
+    /// timers beyond [`super::MAX_TIMER_HISTOGRAMS`], its lane's shared ones.
     pub(crate) histograms: Arc<Histograms>,
     /// Whether `histograms` are this timer's own.
     pub(crate) own_histograms: bool,

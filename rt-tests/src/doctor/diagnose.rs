@@ -5,7 +5,7 @@ use super::host::{
     cpuidle, governor, irqbalance, isolcpus, kernel, lock_privilege, nohz_full, preempt,
     rt_privilege, smt, throttle, timerslack,
 };
-use super::machine::{group_sched, size, Machine};
+use super::machine::{lane_sched, size, Machine};
 use super::needs::{
     busy_time, cpus_need, default_need, lock_need, promotion, rt_need, LockEstimate,
 };
@@ -18,9 +18,9 @@ use std::path::Path;
 pub(crate) fn diagnose(m: &Machine, cfg: Option<(&Path, &RuntimeConfig)>) -> Report {
     let c = cfg.map(|(_, c)| c);
     let top_rt = c.map_or(1, |c| {
-        c.groups
+        c.lanes
             .iter()
-            .filter_map(group_sched)
+            .filter_map(lane_sched)
             .map(|s| match s {
                 Sched::Fifo(p) | Sched::Rr(p) => p,
                 Sched::Other => 0,

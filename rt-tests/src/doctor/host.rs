@@ -111,7 +111,7 @@ pub(crate) fn rt_privilege(m: &Machine, need: u8) -> [Finding; 2] {
     } else if need == 0 {
         ok(
             "sys_nice",
-            "CAP_SYS_NICE not in the effective set; not needed: no group asks for SCHED_FIFO/RR",
+            "CAP_SYS_NICE not in the effective set; not needed: no lane asks for SCHED_FIFO/RR",
         )
     } else if covered {
         ok(
@@ -144,7 +144,7 @@ pub(crate) fn rt_privilege(m: &Machine, need: u8) -> [Finding; 2] {
         ok(
             "rtprio",
             format!(
-                "RLIMIT_RTPRIO {} (not needed: no group asks for SCHED_FIFO/RR)",
+                "RLIMIT_RTPRIO {} (not needed: no lane asks for SCHED_FIFO/RR)",
                 p.rlimit_rtprio
             ),
         )
@@ -252,7 +252,7 @@ pub(crate) fn throttle(m: &Machine) -> Finding {
             Status::Warn,
             "rt_throttle",
             "sched_rt_runtime_us = -1 (RT throttling off): a SCHED_FIFO thread that never blocks holds its CPU for good",
-            "sysctl -w kernel.sched_rt_runtime_us=950000 (or give every real-time group budget_us with on_overrun = \"demote\")",
+            "sysctl -w kernel.sched_rt_runtime_us=950000 (or give every real-time lane budget_us with on_overrun = \"demote\")",
         ),
         (Some(0), _) => not_ok(
             Status::Fail,
@@ -288,12 +288,12 @@ pub(crate) fn timerslack(m: &Machine) -> Finding {
 
 pub(crate) fn isolcpus(m: &Machine) -> Finding {
     if m.isolated.is_empty() {
-        ok("isolcpus", "none isolated: real-time threads share every CPU with other tasks (optional: isolcpus= on the command line, then cpus = [...] in the group)")
+        ok("isolcpus", "none isolated: real-time threads share every CPU with other tasks (optional: isolcpus= on the command line, then cpus = [...] in the lane)")
     } else {
         ok(
             "isolcpus",
             format!(
-                "CPUs {} isolated from the scheduler's balancing: pin real-time groups there with cpus = [...]",
+                "CPUs {} isolated from the scheduler's balancing: pin real-time lanes there with cpus = [...]",
                 cpulist(&m.isolated)
             ),
         )

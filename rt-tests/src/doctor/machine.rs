@@ -4,7 +4,7 @@
 //! in a finding (CPU lists, sizes, policies, the `setcap` that grants a capability).
 
 use lfrt::os::{RtPrivilege, Sched};
-use lfrt::{GroupConfig, Policy, RuntimeConfig};
+use lfrt::{LaneConfig, Policy, RuntimeConfig};
 use std::path::Path;
 
 /// `RLIMIT_*` value meaning "no limit" (as `RLIM_INFINITY`).
@@ -172,19 +172,19 @@ impl Machine {
     }
 }
 
-/// The policies to probe: each real-time group's at its highest thread priority, or
+/// The policies to probe: each real-time lane's at its highest thread priority, or
 /// `SCHED_FIFO` 1 without a configuration.
 pub(crate) fn needs(cfg: Option<&RuntimeConfig>) -> Vec<Sched> {
     let Some(cfg) = cfg else {
         return vec![Sched::Fifo(1)];
     };
-    let mut v: Vec<Sched> = cfg.groups.iter().filter_map(group_sched).collect();
+    let mut v: Vec<Sched> = cfg.lanes.iter().filter_map(lane_sched).collect();
     v.dedup();
     v
 }
 
-/// The policy a group's highest-priority thread asks for (`None` for `SCHED_OTHER`).
-pub(crate) fn group_sched(g: &GroupConfig) -> Option<Sched> {
+/// The policy a lane's highest-priority thread asks for (`None` for `SCHED_OTHER`).
+pub(crate) fn lane_sched(g: &LaneConfig) -> Option<Sched> {
     let top = (0..g.threads)
         .map(|i| g.thread_priority(i))
         .max()

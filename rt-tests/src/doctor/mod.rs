@@ -41,7 +41,7 @@
 //! | `smt` | `/sys/devices/system/cpu/smt/{active,control}`, else `thread_siblings_list` |
 //! | `cpuidle`, `dma_latency` | `/sys/devices/system/cpu/cpuidle/current_driver`, `cpu*/cpuidle/state*/{name,latency,disable}`, `/dev/cpu_dma_latency` (opened read-write for a moment: that adds a request with no constraint and reads the current one) |
 //! | `irqbalance` | `/proc/*/comm` |
-//! | `rt` | a probe thread per real-time group (or one at `SCHED_FIFO` 1 without a configuration) sets the group's policy at its highest thread priority, reads it back and exits at once; `cpu.rt_runtime_us` of the process's v1 `cpu` cgroup explains a refusal despite `CAP_SYS_NICE` |
+//! | `rt` | a probe thread per real-time lane (or one at `SCHED_FIFO` 1 without a configuration) sets the lane's policy at its highest thread priority, reads it back and exits at once; `cpu.rt_runtime_us` of the process's v1 `cpu` cgroup explains a refusal despite `CAP_SYS_NICE` |
 //! | `cpus` | [`lfrt::os::online_cpus`], [`lfrt::os::available_cpus`], the process's cpuset (`cpuset.effective_cpus` / `cpuset.cpus.effective`) |
 //! | `lock_memory`, `busy_time` | the configuration against the facts above |
 //!
@@ -53,10 +53,10 @@
 //! * before `mlockall` (built by `Runtime::new`): this process's `VmSize` now (the same binary
 //!   and libraries, before any runtime exists), the telemetry collector's thread stack (std's
 //!   default, 2 MiB unless `RUST_MIN_STACK`) and sample batch, one sample ring per pool thread
-//!   ([`lfrt::telemetry::RING_CAPACITY`] samples) and four latency histograms per group;
+//!   ([`lfrt::telemetry::RING_CAPACITY`] samples) and four latency histograms per lane;
 //! * after it (`Runtime::start`): per pool thread `stack_bytes` plus `(2 + DATAGRAM_BATCH) ×
 //!   buffer_bytes` (buffer, scratch buffer and the datagram slots of its `Context`, i.e. 18 ×
-//!   `buffer_bytes`), the watchdog's stack if a group has `budget_us`, and four histograms per
+//!   `buffer_bytes`), the watchdog's stack if a lane has `budget_us`, and four histograms per
 //!   timer.
 //!
 //! On the development machine (glibc, Linux 6.18, as root) it came within 0.5 MiB of what

@@ -1,12 +1,12 @@
 //! The checks of what the configuration asks of this machine (or, without one, the default
-//! need: `SCHED_FIFO` at some priority): each group's real-time policy as a probe thread got
-//! it, its CPUs, what `lock_memory` will lock against `RLIMIT_MEMLOCK`, each group's hand-off
+//! need: `SCHED_FIFO` at some priority): each lane's real-time policy as a probe thread got
+//! it, its CPUs, what `lock_memory` will lock against `RLIMIT_MEMLOCK`, each lane's hand-off
 //! ([`handoff`]) and its busy time under the RT throttle.
 
-use super::machine::{cpulist, group_sched, sched_name, setcap, size, Machine};
+use super::machine::{cpulist, lane_sched, sched_name, setcap, size, Machine};
 use super::report::{not_ok, ok, Finding, Status};
 use lfrt::os::Sched;
-use lfrt::{GroupConfig, HandlerConfig, RtMode, RuntimeConfig};
+use lfrt::{HandlerConfig, LaneConfig, RtMode, RuntimeConfig};
 
 /// Why the kernel may refuse a real-time policy despite the privilege.
 fn refusal_fix(m: &Machine, need: u8) -> String {
@@ -15,7 +15,7 @@ fn refusal_fix(m: &Machine, need: u8) -> String {
             Some((path, 0)) => format!(
                 "this process's cpu cgroup {path} has cpu.rt_runtime_us = 0: give it a real-time budget (echo 950000 > /sys/fs/cgroup/cpu{path}/cpu.rt_runtime_us, after its parents) or run lfrt in the root cgroup"
             ),
-            _ => "check the cgroup's real-time budget (cpu.rt_runtime_us, CONFIG_RT_GROUP_SCHED) and the container's seccomp and capability policy".into(),
+            _ => "check the cgroup's real-time budget (cpu.rt_runtime_us, CONFIG_RT_LANE_SCHED) and the container's seccomp and capability policy".into(),
         };
         format!("CAP_SYS_NICE is present yet the kernel refused: {cgroup}")
     } else {
@@ -45,29 +45,29 @@ pub(crate) fn default_need(m: &Machine) -> Finding {
     match probe_of(m, s) {
         Ok(()) => ok(
             "rt",
-            format!("SCHED_FIFO granted to a probe thread (priority 1; up to {upto} allowed): lfrt groups can run as real-time lanes"),
+            format!("SCHED_FIFO granted to a probe thread (priority 1; up to {upto} allowed): lfrt lanes can run as real-time lanes"),
         ),
         Err(e) => not_ok(
             Status::Fail,
             "rt",
-            format!("SCHED_FIFO refused to a probe thread at priority 1 ({e}): lfrt groups would run time-shared"),
+            format!("SCHED_FIFO refused to a probe thread at priority 1 ({e}): lfrt lanes would run time-shared"),
             refusal_fix(m, 1),
         ),
     }
 }
 
 pub(crate) fn rt_need(m: &Machine, c: &RuntimeConfig) -> Finding {
-    let rt: Vec<(&GroupConfig, Sched)> = c
-        .groups
+    let rt: Vec<(&LaneConfig, Sched)> = c
+        .lanes
         .iter()
-        .filter_map(|g| Some((g, group_sched(g)?)))
+        .filter_map(|g| Some((g, lane_sched(g)?)))
         .collect();
     if rt.is_empty() {
-        return ok("rt", "no group asks for SCHED_FIFO/RR: nothing to grant");
+        return ok("rt", "no lane asks for SCHED_FIFO/RR: nothing to grant");
     }
     let name =
-        |(g, s): &(&GroupConfig, Sched)| format!("{} ({} ×{})", g.name, sched_name(*s), g.threads);
-    let refused: Vec<(&(&GroupConfig, Sched), String)> = rt
+        |(g, s): &(&LaneConfig, Sched)| format!("{} ({} ×{})", g.name, sched_name(*s), g.threads);
+    let refused: Vec<(&(&LaneConfig, Sched), String)> = rt
         .iter()
         .filter_map(|x| probe_of(m, x.1).err().map(|e| (x, e)))
         .collect();
@@ -75,7 +75,7 @@ pub(crate) fn rt_need(m: &Machine, c: &RuntimeConfig) -> Finding {
         return ok(
             "rt",
             format!(
-                "granted to a probe thread for every group: {}",
+                "granted to a probe thread for every lane: {}",
                 rt.iter().map(name).collect::<Vec<_>>().join(", ")
             ),
         );
@@ -108,7 +108,7 @@ pub(crate) fn rt_need(m: &Machine, c: &RuntimeConfig) -> Finding {
             ..not_ok(
                 Status::Warn,
                 "rt",
-                format!("refused for {list}: {error}; rt = \"best-effort\" runs them at SCHED_OTHER, so the lanes are flattened (a busy lower group delays a higher one)"),
+                format!("refused for {list}: {error}; rt = \"best-effort\" runs them at SCHED_OTHER, so the lanes are flattened (a busy lower lane delays a higher one)"),
                 fix,
             )
         },
@@ -119,7 +119,7 @@ pub(crate) fn cpus_need(m: &Machine, c: &RuntimeConfig) -> Finding {
     let mut fails = Vec::new();
     let mut warns = Vec::new();
     let mut plan = Vec::new();
-    for g in &c.groups {
+    for g in &c.lanes {
         let Some(cpus) = &g.cpus else {
             plan.push(format!("{} any of {}", g.name, cpulist(&m.affinity)));
             continue;
@@ -133,19 +133,19 @@ pub(crate) fn cpus_need(m: &Machine, c: &RuntimeConfig) -> Finding {
         for &cpu in cpus {
             if !m.online.contains(&cpu) {
                 fails.push(format!(
-                    "group {}: CPU {cpu} does not exist or is offline (online: {})",
+                    "lane {}: CPU {cpu} does not exist or is offline (online: {})",
                     g.name,
                     cpulist(&m.online)
                 ));
             } else if m.cpuset.as_ref().is_some_and(|set| !set.contains(&cpu)) {
                 fails.push(format!(
-                    "group {}: CPU {cpu} is outside this process's cpuset (CPUs {}, a cgroup): pinning fails or loses it",
+                    "lane {}: CPU {cpu} is outside this process's cpuset (CPUs {}, a cgroup): pinning fails or loses it",
                     g.name,
                     cpulist(m.cpuset.as_deref().unwrap_or_default())
                 ));
             } else if !m.affinity.contains(&cpu) {
                 warns.push(format!(
-                    "group {}: CPU {cpu} is outside this process's affinity (CPUs {}; taskset?): its threads pin themselves there anyway",
+                    "lane {}: CPU {cpu} is outside this process's affinity (CPUs {}; taskset?): its threads pin themselves there anyway",
                     g.name,
                     cpulist(&m.affinity)
                 ));
@@ -157,14 +157,14 @@ pub(crate) fn cpus_need(m: &Machine, c: &RuntimeConfig) -> Finding {
             Status::Fail,
             "cpus",
             fails.join("; "),
-            "change the group's cpus, bring the CPU online (echo 1 > /sys/devices/system/cpu/cpuN/online) or widen the cgroup's cpuset.cpus",
+            "change the lane's cpus, bring the CPU online (echo 1 > /sys/devices/system/cpu/cpuN/online) or widen the cgroup's cpuset.cpus",
         )
     } else if !warns.is_empty() {
         not_ok(
             Status::Warn,
             "cpus",
             warns.join("; "),
-            "start lfrt with those CPUs in its affinity (taskset -c <cpus> lfrt ...), or change the group's cpus",
+            "start lfrt with those CPUs in its affinity (taskset -c <cpus> lfrt ...), or change the lane's cpus",
         )
     } else {
         ok("cpus", plan.join(", "))
@@ -189,9 +189,9 @@ impl LockEstimate {
     pub(crate) fn new(m: &Machine, c: &RuntimeConfig) -> LockEstimate {
         let ring = (lfrt::telemetry::RING_CAPACITY * std::mem::size_of::<lfrt::telemetry::Sample>())
             as u64;
-        let threads: usize = c.groups.iter().map(|g| g.threads).sum();
+        let threads: usize = c.lanes.iter().map(|g| g.threads).sum();
         let timers: usize = c
-            .groups
+            .lanes
             .iter()
             .flat_map(|g| &g.handlers)
             .map(|h| match h {
@@ -200,7 +200,7 @@ impl LockEstimate {
             })
             .sum();
         let pool: u64 = c
-            .groups
+            .lanes
             .iter()
             .map(|g| {
                 g.threads as u64
@@ -209,7 +209,7 @@ impl LockEstimate {
             })
             .sum();
         let histograms = 4 * m.histogram_bytes;
-        let watchdog = if c.groups.iter().any(|g| g.budget_us.is_some()) {
+        let watchdog = if c.lanes.iter().any(|g| g.budget_us.is_some()) {
             m.helper_stack
         } else {
             0
@@ -219,7 +219,7 @@ impl LockEstimate {
                 + m.helper_stack // collector thread
                 + ring // collector's batch
                 + threads as u64 * ring
-                + c.groups.len() as u64 * histograms,
+                + c.lanes.len() as u64 * histograms,
             after: pool + watchdog + timers as u64 * histograms,
             baseline: m.vm_size,
             pool,
@@ -283,10 +283,10 @@ pub(crate) fn lock_need(m: &Machine, c: &RuntimeConfig, e: &LockEstimate) -> Fin
     }
 }
 
-/// How a group hands its events from the thread that waits to the thread that handles them,
+/// How a lane hands its events from the thread that waits to the thread that handles them,
 /// and why: one line, for `lfrt check`'s plan and `lfrt doctor CONFIG`. `None` for a bound
-/// group (its pool has its own hand-off).
-pub fn handoff(g: &GroupConfig) -> Option<String> {
+/// lane (its pool has its own hand-off).
+pub fn handoff(g: &LaneConfig) -> Option<String> {
     if g.bound.is_some() {
         return None;
     }
@@ -316,28 +316,28 @@ pub fn handoff(g: &GroupConfig) -> Option<String> {
     })
 }
 
-/// Each group's hand-off (the default needs no choice; another mode is named with its cost).
+/// Each lane's hand-off (the default needs no choice; another mode is named with its cost).
 pub(crate) fn promotion(c: &RuntimeConfig) -> Finding {
     let lines: Vec<String> = c
-        .groups
+        .lanes
         .iter()
         .filter_map(|g| handoff(g).map(|h| format!("{}: {h}", g.name)))
         .collect();
     if lines.is_empty() {
         return ok(
             "promotion",
-            "bound groups only: their pools hand off replies",
+            "bound lanes only: their pools hand off replies",
         );
     }
     ok("promotion", lines.join("; "))
 }
 
 pub(crate) fn busy_time(m: &Machine, c: &RuntimeConfig) -> Finding {
-    let rt: Vec<&GroupConfig> = c.groups.iter().filter(|g| g.is_rt()).collect();
+    let rt: Vec<&LaneConfig> = c.lanes.iter().filter(|g| g.is_rt()).collect();
     if rt.is_empty() {
         return ok(
             "busy_time",
-            "no real-time group: the RT throttle does not apply",
+            "no real-time lane: the RT throttle does not apply",
         );
     }
     let names = rt

@@ -11,7 +11,7 @@ use super::machine::{
 use super::needs::LockEstimate;
 use super::report::{Finding, Report, Status, Verdict};
 use lfrt::os::{RtPrivilege, Sched};
-use lfrt::{GroupConfig, Policy, RtMode, RuntimeConfig};
+use lfrt::{LaneConfig, Policy, RtMode, RuntimeConfig};
 use std::path::Path;
 
 /// A machine as good as it gets: PREEMPT_RT, root, isolated CPUs, performance governor.
@@ -72,8 +72,8 @@ fn config(rt: RtMode) -> RuntimeConfig {
         rt,
         ..RuntimeConfig::default()
     };
-    c.groups.push(GroupConfig::new("control", Policy::Fifo, 80));
-    c.groups.push(GroupConfig::new("bulk", Policy::Fifo, 20));
+    c.lanes.push(LaneConfig::new("control", Policy::Fifo, 80));
+    c.lanes.push(LaneConfig::new("bulk", Policy::Fifo, 20));
     c
 }
 
@@ -162,9 +162,9 @@ fn refused_rt_fails_when_required_and_flattens_lanes_when_best_effort() {
 }
 
 #[test]
-fn time_shared_groups_need_no_privilege() {
+fn time_shared_lanes_need_no_privilege() {
     let mut c = config(RtMode::Required);
-    for g in &mut c.groups {
+    for g in &mut c.lanes {
         g.policy = Policy::Other;
         g.priority = 0;
     }
@@ -201,7 +201,7 @@ fn lock_memory_against_rlimit_memlock() {
     let mut m = unprivileged(machine(), Some(&c));
     m.probes = needs(Some(&c)).into_iter().map(|s| (s, Ok(()))).collect();
     let e = LockEstimate::new(&m, &c);
-    // 2 groups × 2 threads × (256 KiB + 18 × 64 KiB).
+    // 2 lanes × 2 threads × (256 KiB + 18 × 64 KiB).
     assert_eq!(e.pool, 4 * (256 << 10) + 4 * 18 * (64 << 10));
     m.memlock = (UNLIMITED, UNLIMITED);
     let r = diagnose(&m, Some((Path::new("c.toml"), &c)));
@@ -228,7 +228,7 @@ fn lock_memory_against_rlimit_memlock() {
 #[test]
 fn cpus_offline_outside_the_cpuset_or_the_affinity() {
     let mut c = config(RtMode::Required);
-    c.groups[0].cpus = Some(vec![3]);
+    c.lanes[0].cpus = Some(vec![3]);
     let mut m = machine();
     m.probes = needs(Some(&c)).into_iter().map(|s| (s, Ok(()))).collect();
     let at = Some((Path::new("c.toml"), &c));

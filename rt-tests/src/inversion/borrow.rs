@@ -18,7 +18,7 @@
 use super::InversionArgs;
 use lfrt::handlers::cpu_work;
 use lfrt::{Context, Disposition, Event, EventHandler};
-use lfrt::{GroupConfig, Policy, RtMode, Runtime, RuntimeConfig};
+use lfrt::{LaneConfig, Policy, RtMode, Runtime, RuntimeConfig};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
@@ -106,20 +106,20 @@ struct Row {
 }
 
 fn run_one(args: &InversionArgs, borrow: bool) -> Result<Row, Box<dyn std::error::Error>> {
-    let mut high = GroupConfig::new("high", Policy::Fifo, args.high_prio);
+    let mut high = LaneConfig::new("high", Policy::Fifo, args.high_prio);
     high.threads = 1;
     high.buffer_bytes = 2048;
     if borrow {
         high.borrow_from = vec!["low".into()];
         high.max_borrowed = Some(2);
     }
-    let mut low = GroupConfig::new("low", Policy::Fifo, args.low_prio);
+    let mut low = LaneConfig::new("low", Policy::Fifo, args.low_prio);
     low.threads = 2;
     low.buffer_bytes = 2048;
     let mut rt = Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        groups: vec![high, low],
+        lanes: vec![high, low],
         bands: Vec::new(),
     })?;
     let secs = args.duration.as_secs_f64();

@@ -47,7 +47,7 @@ pub struct InversionArgs {
         default_value = "lanes,single_pool,hsha"
     )]
     pub arch: Vec<Architecture>,
-    /// Threads per lanes group; single_pool and hsha get twice as many (same total).
+    /// Threads per lane; single_pool and hsha get twice as many (same total).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
     /// Datagrams a handler (or the HS/HA I/O thread) reads per readiness event.

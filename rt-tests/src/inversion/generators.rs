@@ -47,7 +47,7 @@ fn sleep_until(ns: u64) {
 /// Pins the calling thread to one CPU until dropped, then restores its previous CPU set.
 ///
 /// The controller is pinned to the client CPU only while a run is under way: lfrt validates a
-/// group's CPUs against the *calling* thread's CPU set, so servers are built unpinned.
+/// lane's CPUs against the *calling* thread's CPU set, so servers are built unpinned.
 pub(crate) struct Pinned(Vec<usize>);
 
 impl Pinned {

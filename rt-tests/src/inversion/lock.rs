@@ -3,7 +3,7 @@
 //! repetition, with `std::sync::Mutex` and with [`PiMutex`].
 
 use super::generators::Pinned;
-use super::plan::{lfrt_group, Plan};
+use super::plan::{lfrt_lane, Plan};
 use super::results::{Latency, LockResult};
 use super::BoxError;
 use lfrt::handlers::cpu_work;
@@ -114,14 +114,14 @@ pub fn lock_experiment(plan: &Plan, pi: bool) -> Result<LockResult, BoxError> {
         high_done: AtomicU64::new(0),
         low_done: AtomicU64::new(0),
     });
-    let groups = vec![
-        lfrt_group(plan, "lock-high", plan.high_prio, 1),
-        lfrt_group(plan, "lock-low", plan.low_prio, 1),
+    let lanes = vec![
+        lfrt_lane(plan, "lock-high", plan.high_prio, 1),
+        lfrt_lane(plan, "lock-low", plan.low_prio, 1),
     ];
     let mut rt = Runtime::new(RuntimeConfig {
         rt: plan.rt,
         lock_memory: false,
-        groups,
+        lanes,
         bands: Vec::new(),
     })?;
     rt.start()?;

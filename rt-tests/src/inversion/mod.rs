@@ -14,9 +14,9 @@
 //!
 //! The same [`Service`](crate::service::Service) runs under each architecture:
 //!
-//! * `lanes`: the high handles in an lfrt group at `--high-prio`, the low handles in a second
-//!   group at `--low-prio` (`--threads` threads each);
-//! * `single_pool`: one lfrt group at `--high-prio` with 2 × `--threads` threads holding every
+//! * `lanes`: the high handles in an lfrt lane at `--high-prio`, the low handles in a second
+//!   lane at `--low-prio` (`--threads` threads each);
+//! * `single_pool`: one lfrt lane at `--high-prio` with 2 × `--threads` threads holding every
 //!   handle;
 //! * `hsha`: the Half-Sync/Half-Reactive pool of [`crate::hsha`]: an I/O thread and
 //!   2 × `--threads` workers, all at `--high-prio`.
@@ -49,17 +49,17 @@
 //! `IP_TOS`), the N low streams' are not.
 //!
 //! * `bands`: [`lfrt::band::bind`] opens two `SO_REUSEPORT` sockets on the port with a cBPF
-//!   classifier: DSCP 46 goes to the high band's socket, in the group at `--high-prio`, every
-//!   other datagram to the low band's socket, in the group at `--low-prio` (`--threads` each;
-//!   the timer is in the high group). The service counts a datagram served by the other band's
+//!   classifier: DSCP 46 goes to the high band's socket, in the lane at `--high-prio`, every
+//!   other datagram to the low band's socket, in the lane at `--low-prio` (`--threads` each;
+//!   the timer is in the high lane). The service counts a datagram served by the other band's
 //!   socket as `misrouted` (must be 0).
-//! * `shared_pool`: one socket on the port, in one group at `--high-prio` with 2 × `--threads`
+//! * `shared_pool`: one socket on the port, in one lane at `--high-prio` with 2 × `--threads`
 //!   threads (with the timer): the high datagrams queue behind the low ones in the socket.
 //!
 //! The table's `udp_p99` column is the high datagrams' p99 alone (the port-sharing figure).
 //!
 //! # Experiment 2: lock inversion
-//! A high-priority and a low-priority lfrt handler (two groups, one thread each, on the server
+//! A high-priority and a low-priority lfrt handler (two lanes, one thread each, on the server
 //! CPU) share a resource. Each repetition: the low handler takes the lock and does `--cs-us` of
 //! CPU work inside it; the high handler is then triggered and blocks on the lock; then a
 //! medium-priority thread on the same CPU spins for `--hog-ms` (wall clock). The high handler's

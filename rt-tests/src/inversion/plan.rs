@@ -1,9 +1,9 @@
 //! The scenario model: the server architectures under test and a run's validated [`Plan`]
 //! (loads, priorities, CPUs, the lock experiment's settings), with the figures derived from it
-//! (each low stream's capped rate, the high stream's event counts) and the lfrt groups the
+//! (each low stream's capped rate, the high stream's event counts) and the lfrt lanes the
 //! experiments build from it.
 
-use lfrt::{GroupConfig, Policy, RtMode};
+use lfrt::{LaneConfig, Policy, RtMode};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -15,16 +15,16 @@ pub(crate) const MAX_RATE: u64 = 20_000;
 #[serde(rename_all = "snake_case")]
 #[value(rename_all = "snake_case")]
 pub enum Architecture {
-    /// High and low streams in two lfrt groups at two priorities.
+    /// High and low streams in two lfrt lanes at two priorities.
     Lanes,
-    /// One lfrt group at one priority holding every handle.
+    /// One lfrt lane at one priority holding every handle.
     SinglePool,
     /// The Half-Sync/Half-Reactive pool.
     Hsha,
     /// Experiment 1b: every UDP stream on one port, split by DSCP into two lfrt lanes by the
     /// kernel ([`lfrt::band`]).
     Bands,
-    /// Experiment 1b: every UDP stream on one port, one socket in one lfrt group.
+    /// Experiment 1b: every UDP stream on one port, one socket in one lfrt lane.
     SharedPool,
 }
 
@@ -83,7 +83,7 @@ pub struct Plan {
     pub low_rate: u64,
     /// Cap on offered low work (fraction of one CPU).
     pub low_budget: f64,
-    /// Threads per lanes group.
+    /// Threads per lane.
     pub threads: usize,
     /// Datagrams per readiness event.
     pub batch: usize,
@@ -134,9 +134,9 @@ impl Plan {
     }
 }
 
-/// An lfrt group of `threads` threads at `SCHED_FIFO` `priority`, pinned to the server CPU.
-pub(crate) fn lfrt_group(plan: &Plan, name: &str, priority: u8, threads: usize) -> GroupConfig {
-    let mut g = GroupConfig::new(name, Policy::Fifo, priority);
+/// An lfrt lane of `threads` threads at `SCHED_FIFO` `priority`, pinned to the server CPU.
+pub(crate) fn lfrt_lane(plan: &Plan, name: &str, priority: u8, threads: usize) -> LaneConfig {
+    let mut g = LaneConfig::new(name, Policy::Fifo, priority);
     g.threads = threads;
     g.cpus = Some(vec![plan.server_cpu]);
     g.max_handles = 80;

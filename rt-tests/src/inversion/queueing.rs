@@ -3,13 +3,13 @@
 //! the run's length, the server drains, and the probe's accounting becomes a [`RunResult`].
 
 use super::generators::{generator_thread_setup, high_generator, low_generator, Pinned};
-use super::plan::{lfrt_group, Architecture, Plan};
+use super::plan::{lfrt_lane, Architecture, Plan};
 use super::probe::{Probe, SeqLog, Streams, TimerLog, EF_TOS};
 use super::results::{Latency, PoolCounters, RunResult, StreamCount};
 use super::BoxError;
 use crate::hsha::{HshaConfig, HshaPool, Source};
 use crate::service::ServiceHandler;
-use lfrt::{GroupMetrics, Runtime, RuntimeConfig, Timer};
+use lfrt::{LaneMetrics, Runtime, RuntimeConfig, Timer};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
@@ -78,10 +78,10 @@ fn stop_server(
     Ok(match server {
         Server::Lfrt(mut rt, rt_applied) => {
             let m = rt.shutdown()?;
-            let allocs = GroupMetrics::sum_measured(m.iter().map(|g| g.pool_allocations));
-            pool.allocations = GroupMetrics::sum_measured([pool.allocations, allocs]);
-            let faults = GroupMetrics::sum_measured(m.iter().map(|g| g.pool_minor_faults));
-            pool.minor_faults = GroupMetrics::sum_measured([pool.minor_faults, faults]);
+            let allocs = LaneMetrics::sum_measured(m.iter().map(|g| g.pool_allocations));
+            pool.allocations = LaneMetrics::sum_measured([pool.allocations, allocs]);
+            let faults = LaneMetrics::sum_measured(m.iter().map(|g| g.pool_minor_faults));
+            pool.minor_faults = LaneMetrics::sum_measured([pool.minor_faults, faults]);
             (m.iter().map(|g| g.dispatched).sum(), allocs, rt_applied)
         }
         Server::Hsha(pool) => {
@@ -158,16 +158,16 @@ pub(crate) fn run_once_counting(
         | Architecture::SinglePool
         | Architecture::Bands
         | Architecture::SharedPool => {
-            let lanes = matches!(arch, Architecture::Lanes | Architecture::Bands);
-            let groups = if lanes {
+            let two_lanes = matches!(arch, Architecture::Lanes | Architecture::Bands);
+            let lanes = if two_lanes {
                 vec![
-                    lfrt_group(plan, "high", plan.high_prio, plan.threads),
-                    lfrt_group(plan, "low", plan.low_prio, plan.threads),
+                    lfrt_lane(plan, "high", plan.high_prio, plan.threads),
+                    lfrt_lane(plan, "low", plan.low_prio, plan.threads),
                 ]
             } else {
-                vec![lfrt_group(plan, "pool", plan.high_prio, 2 * plan.threads)]
+                vec![lfrt_lane(plan, "pool", plan.high_prio, 2 * plan.threads)]
             };
-            let (high_group, low_group) = if lanes {
+            let (high_lane, low_lane) = if two_lanes {
                 ("high", "low")
             } else {
                 ("pool", "pool")
@@ -175,12 +175,12 @@ pub(crate) fn run_once_counting(
             let mut rt = Runtime::new(RuntimeConfig {
                 rt: plan.rt,
                 lock_memory: false,
-                groups,
+                lanes,
                 bands: Vec::new(),
             })?;
             let started = rt.start()?;
-            let high = rt.lane(high_group)?.registry();
-            let low = rt.lane(low_group)?.registry();
+            let high = rt.lane(high_lane)?.registry();
+            let low = rt.lane(low_lane)?.registry();
             high.register(Box::new(ServiceHandler::timer(timer, 0, probe.clone())))?;
             high.register(Box::new(ServiceHandler::udp(
                 high_sock,

@@ -139,7 +139,7 @@ pub struct Report {
     /// Experiment 2, one entry per mutex kind.
     pub lock: Vec<LockResult>,
     /// Allocations on lfrt pool threads after warm-up, over every lanes and single_pool run
-    /// that measured them (`None`: none did; see [`lfrt::GroupMetrics`]).
+    /// that measured them (`None`: none did; see [`lfrt::LaneMetrics`]).
     pub pool_allocations: Option<u64>,
     /// Minor page faults on lfrt pool threads after warm-up, over the same runs.
     pub pool_minor_faults: Option<u64>,

@@ -29,11 +29,11 @@ pub fn run_threaded(cfg: &LoadConfig, threads: usize) -> io::Result<LoadReport> 
     // Thread k takes ports k, k + threads, …; its sockets are ordered client by client, port
     // by port, so that round-robin over them alternates between ports.
     let per_port = cfg.clients.per_port();
-    let mut groups: Vec<Vec<Target>> = (0..threads).map(|_| Vec::new()).collect();
-    for (ti, group) in groups.iter_mut().enumerate() {
+    let mut lanes: Vec<Vec<Target>> = (0..threads).map(|_| Vec::new()).collect();
+    for (ti, lane) in lanes.iter_mut().enumerate() {
         for client in 0..per_port {
             for (i, &port) in cfg.ports.iter().enumerate().skip(ti).step_by(threads) {
-                group.push(open_target(cfg.target, port, i as u32, client as u32)?);
+                lane.push(open_target(cfg.target, port, i as u32, client as u32)?);
             }
         }
     }
@@ -41,7 +41,7 @@ pub fn run_threaded(cfg: &LoadConfig, threads: usize) -> io::Result<LoadReport> 
     let start_ns = now_ns();
     let mut workers = Vec::with_capacity(threads);
     let mut ports_before = 0u64;
-    for (ti, targets) in groups.into_iter().enumerate() {
+    for (ti, targets) in lanes.into_iter().enumerate() {
         let mine = (targets.len() / per_port) as u64;
         let share = |total: u64| {
             split(total, ports_before + mine, nports) - split(total, ports_before, nports)

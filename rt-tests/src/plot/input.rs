@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 /// Nanoseconds per bucket of the histograms `lfrt run --json` writes: 1 µs, as OSADL plots.
 pub const RUN_BUCKET_NS: u64 = 1000;
 
-/// A latency histogram (ns) as `lfrt run --json` writes it per group and `lfrt plot` reads it:
+/// A latency histogram (ns) as `lfrt run --json` writes it per lane and `lfrt plot` reads it:
 /// `{"bucket_ns": 1000, "counts": [[start_ns, count], …]}`, only buckets with samples, by
 /// start. Each value is counted at the midpoint of its hdrhistogram bucket, as
 /// [`lfrt::telemetry::LatencySummary`] counts it, so the histogram agrees with the summary.
@@ -29,7 +29,7 @@ pub fn latency_histogram(h: &hdrhistogram::Histogram<u64>, bucket_ns: u64) -> Va
 
 const EXPECTED: &str = "expected cyclictest or `lfrt cyclic --json` output (an object with a \
      \"thread\" map whose entries have a \"histogram\" map, as written by `cyclictest \
-     --json=FILE -h US`), `lfrt run --json` output (an object with a \"groups\" array whose \
+     --json=FILE -h US`), `lfrt run --json` output (an object with a \"lanes\" array whose \
      entries have a \"latency_histogram\") or `lfrt inversion --json` output (an object with an \"experiments\" \
      array of {\"architecture\", \"n_low\", \"high\": {\"p99_us\"}})";
 
@@ -51,7 +51,7 @@ pub(crate) struct LatencyRun {
 }
 
 pub(crate) struct ThreadHist {
-    /// `T<n>`, with the group and priority where the file has them (lfrt run: the group).
+    /// `T<n>`, with the lane and priority where the file has them (lfrt run: the lane).
     pub(crate) label: String,
     /// (bucket start in µs, count), sorted, counts > 0, one entry per bucket.
     pub(crate) buckets: Vec<(f64, f64)>,
@@ -75,13 +75,13 @@ impl Input {
         };
         if field(root, "thread").is_some() {
             parse_latency(root).map(Input::Latency)
-        } else if field(root, "groups").is_some() {
+        } else if field(root, "lanes").is_some() {
             parse_run(root).map(Input::Latency)
         } else if field(root, "experiments").is_some() {
             parse_inversion(root).map(Input::Inversion)
         } else {
             Err(format!(
-                "no \"thread\", \"groups\" or \"experiments\" key at top level; {EXPECTED}"
+                "no \"thread\", \"lanes\" or \"experiments\" key at top level; {EXPECTED}"
             ))
         }
     }
@@ -244,11 +244,11 @@ fn parse_latency(root: &Map<String, Value>) -> Result<LatencyRun, String> {
         };
 
         let mut label = format!("T{}", clean_text(key));
-        let group = field(thread, "group")
+        let lane = field(thread, "lane")
             .and_then(Value::as_str)
             .map(clean_text);
         let prio = field(thread, "priority").and_then(Value::as_i64);
-        match (group, prio) {
+        match (lane, prio) {
             (Some(g), Some(p)) => label.push_str(&format!(" ({g} P{p})")),
             (Some(g), None) => label.push_str(&format!(" ({g})")),
             (None, Some(p)) => label.push_str(&format!(" (P{p})")),
@@ -291,24 +291,24 @@ fn parse_latency(root: &Map<String, Value>) -> Result<LatencyRun, String> {
     })
 }
 
-/// `lfrt run --json`: each group's `latency_histogram`, labelled with its name and priority.
+/// `lfrt run --json`: each lane's `latency_histogram`, labelled with its name and priority.
 fn parse_run(root: &Map<String, Value>) -> Result<LatencyRun, String> {
-    let groups = match field(root, "groups") {
+    let lanes = match field(root, "lanes") {
         Some(Value::Array(g)) if !g.is_empty() => g,
-        Some(Value::Array(_)) => return Err("\"groups\" is empty; nothing to plot".to_string()),
+        Some(Value::Array(_)) => return Err("\"lanes\" is empty; nothing to plot".to_string()),
         Some(other) => {
             return Err(format!(
-                "\"groups\" is {}, expected an array of {{\"metrics\", \"latency_ns\", \
+                "\"lanes\" is {}, expected an array of {{\"metrics\", \"latency_ns\", \
                  \"latency_histogram\"}}",
                 kind_name(other)
             ))
         }
-        None => return Err("missing \"groups\" array".to_string()),
+        None => return Err("missing \"lanes\" array".to_string()),
     };
     let mut bucket_ns: Option<u64> = None;
-    let mut out = Vec::with_capacity(groups.len());
-    for (i, g) in groups.iter().enumerate() {
-        let at = format!("groups[{i}]");
+    let mut out = Vec::with_capacity(lanes.len());
+    for (i, g) in lanes.iter().enumerate() {
+        let at = format!("lanes[{i}]");
         let g = g
             .as_object()
             .ok_or_else(|| format!("{at} is {}, expected an object", kind_name(g)))?;
@@ -322,14 +322,14 @@ fn parse_run(root: &Map<String, Value>) -> Result<LatencyRun, String> {
             Some(Value::Object(h)) => h,
             Some(other) => {
                 return Err(format!(
-                    "{at} (group `{name}`): \"latency_histogram\" is {}, expected an object \
+                    "{at} (lane `{name}`): \"latency_histogram\" is {}, expected an object \
                      {{\"bucket_ns\", \"counts\"}}",
                     kind_name(other)
                 ))
             }
             None => {
                 return Err(format!(
-                    "{at} (group `{name}`): no \"latency_histogram\"; this file was written by \
+                    "{at} (lane `{name}`): no \"latency_histogram\"; this file was written by \
                      an lfrt run without histograms: run it again with this version"
                 ))
             }
@@ -343,7 +343,7 @@ fn parse_run(root: &Map<String, Value>) -> Result<LatencyRun, String> {
         match bucket_ns {
             Some(w) if w != width => {
                 return Err(format!(
-                    "{at}.latency_histogram.bucket_ns is {width}, groups[0]'s is {w}: one file \
+                    "{at}.latency_histogram.bucket_ns is {width}, lanes[0]'s is {w}: one file \
                      has one bucket width"
                 ))
             }
@@ -403,15 +403,15 @@ fn parse_run(root: &Map<String, Value>) -> Result<LatencyRun, String> {
         });
     }
     if out.iter().all(|t| t.buckets.is_empty()) {
-        return Err("every group's latency histogram is empty (no samples recorded)".to_string());
+        return Err("every lane's latency histogram is empty (no samples recorded)".to_string());
     }
     let duration = field(root, "duration_s").and_then(Value::as_f64);
     Ok(LatencyRun {
         source: "lfrt run",
         bucket_us: bucket_ns.unwrap_or(RUN_BUCKET_NS) as f64 / 1000.0,
         cmdline: Some(match duration {
-            Some(d) => format!("dispatch latency per group, {d:.1} s run"),
-            None => "dispatch latency per group".to_string(),
+            Some(d) => format!("dispatch latency per lane, {d:.1} s run"),
+            None => "dispatch latency per lane".to_string(),
         }),
         threads: out,
     })

@@ -9,9 +9,9 @@
 //!   the legend. The unit is lfrt's `"unit"` field, else µs unless the recorded `cmdline` has
 //!   `-N`/`--nsecs` (cyclictest then writes ns and says so nowhere else). Two such files are
 //!   overlaid in one chart, the legend naming each file's source (cyclictest or lfrt cyclic).
-//! * **`lfrt run --json`**: a top-level `"groups"` array whose entries carry a
-//!   `"latency_histogram"` (see [`latency_histogram`]). Drawn like the above, one line per group
-//!   in the file's bucket width, each group's maximum (`latency_ns.max_ns`) marked.
+//! * **`lfrt run --json`**: a top-level `"lanes"` array whose entries carry a
+//!   `"latency_histogram"` (see [`latency_histogram`]). Drawn like the above, one line per lane
+//!   in the file's bucket width, each lane's maximum (`latency_ns.max_ns`) marked.
 //! * **`lfrt inversion --json`**: a top-level `"experiments"` array of
 //!   `{"architecture", "n_low", "high": {"p99_us"}}`. Drawn as the high-priority p99 against
 //!   N (the number of flooding low-priority streams), one line per architecture.

@@ -51,7 +51,7 @@ fn cyclictest_value() -> Value {
         "thread": {
             "0": {"histogram": h0, "cycles": 100000, "min": 20, "avg": 40.5, "max": 90, "cpu": 0},
             "1": {"histogram": h1, "cycles": 100000, "min": 25, "avg": 70.1, "max": 141,
-                  "cpu": 1, "group": "ctrl", "priority": 80}
+                  "cpu": 1, "lane": "ctrl", "priority": 80}
         }
     })
 }
@@ -64,7 +64,7 @@ fn lfrt_value() -> Value {
         "lfrt_version": "0.1.0",
         "unit": "ns",
         "thread": {"0": {"histogram": {"20100": 7, "20900": 5, "21500": 40, "90000": 1},
-                         "max": 250000, "group": "cyclic", "priority": 80}}
+                         "max": 250000, "lane": "cyclic", "priority": 80}}
     })
 }
 
@@ -348,7 +348,7 @@ fn nanoseconds_are_detected_and_rebucketed_to_whole_microseconds() {
 }
 
 /// `lfrt run --json`'s histogram holds every value once, in the 1 µs bucket of its
-/// hdrhistogram midpoint, and reads back as µs buckets labelled by group.
+/// hdrhistogram midpoint, and reads back as µs buckets labelled by lane.
 #[test]
 fn run_histograms_round_trip() {
     let mut h = lfrt::telemetry::new_histogram();
@@ -360,7 +360,7 @@ fn run_histograms_round_trip() {
         hist,
         json!({"bucket_ns": 1000, "counts": [[0, 2], [1000, 2], [5000, 3]]})
     );
-    let file = json!({"duration_s": 1.0, "groups": [
+    let file = json!({"duration_s": 1.0, "lanes": [
         {"metrics": {"name": "control", "priority": 80}, "latency_ns": {"max_ns": 5000},
          "latency_histogram": hist},
         {"metrics": {"name": "idle", "priority": 10}, "latency_ns": {"max_ns": 0},
@@ -374,7 +374,7 @@ fn run_histograms_round_trip() {
     assert_eq!(run.threads[1].max_us, None);
     // A run's histogram may be overlaid on a cyclictest one only with the same buckets.
     let mut wide = file.clone();
-    for g in wide["groups"].as_array_mut().unwrap() {
+    for g in wide["lanes"].as_array_mut().unwrap() {
         g["latency_histogram"]["bucket_ns"] = json!(2000);
     }
     let cyclic = json!({"thread": {"0": {"histogram": {"3": 1}}}});

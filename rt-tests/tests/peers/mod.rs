@@ -13,7 +13,7 @@
 use lfrt::band::{self, Bands, Classify};
 use lfrt::handlers::UdpEcho;
 use lfrt::stream::{Flow, Framed, Limits, Output};
-use lfrt::{GroupConfig, GroupMetrics, Policy, RtMode, Runtime, RuntimeConfig};
+use lfrt::{LaneConfig, LaneMetrics, Policy, RtMode, Runtime, RuntimeConfig};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
@@ -127,26 +127,26 @@ pub struct Streams {
     addr: SocketAddr,
     clients: Vec<Option<Client>>,
     /// The counters at the start of the case.
-    before: GroupMetrics,
+    before: LaneMetrics,
     /// Handles registered with no client connected (the listener).
     idle_handles: usize,
 }
 
 /// A lane `lane` of `threads` threads at policy `other` (never real-time).
 fn runtime(threads: usize, buffer_bytes: usize) -> Runtime {
-    let mut g = GroupConfig::new("lane", Policy::Other, 0);
+    let mut g = LaneConfig::new("lane", Policy::Other, 0);
     g.threads = threads;
     g.buffer_bytes = buffer_bytes;
     Runtime::new(RuntimeConfig {
         rt: RtMode::BestEffort,
         lock_memory: false,
-        groups: vec![g],
+        lanes: vec![g],
         bands: Vec::new(),
     })
     .expect("runtime")
 }
 
-fn lane_metrics(rt: &Runtime) -> GroupMetrics {
+fn lane_metrics(rt: &Runtime) -> LaneMetrics {
     rt.metrics().remove(0)
 }
 
@@ -232,7 +232,7 @@ impl Streams {
             });
             // Handles ever registered: those now, and those closed (the server may have closed
             // this case's earlier connections already).
-            let ever = |m: &GroupMetrics| m.handles as u64 + m.handles_closed;
+            let ever = |m: &LaneMetrics| m.handles as u64 + m.handles_closed;
             let opened = self.clients.iter().flatten().count() as u64;
             let (rt, before) = (&self.rt, ever(&self.before));
             assert!(
@@ -353,7 +353,7 @@ impl Streams {
             lane_metrics(rt).handles
         );
         let before = &self.before;
-        let grown = |m: &GroupMetrics| {
+        let grown = |m: &LaneMetrics| {
             (
                 m.frames_oversize - before.frames_oversize,
                 m.connections_reset - before.connections_reset,
@@ -361,7 +361,7 @@ impl Streams {
         };
         // A handle leaves the table before its removal is counted, and its handler's close
         // after that: wait for the counts (bounded), then compare them exactly.
-        let closed = |m: &GroupMetrics| {
+        let closed = |m: &LaneMetrics| {
             (
                 m.handles_closed - before.handles_closed,
                 m.handles_closed_by_handler - before.handles_closed_by_handler,
@@ -389,7 +389,7 @@ impl Streams {
             (connections, connections),
             "handles_closed and handles_closed_by_handler for {connections} connections"
         );
-        let unchanged = |m: &GroupMetrics| {
+        let unchanged = |m: &LaneMetrics| {
             (
                 m.handler_panics,
                 m.connections_refused,
@@ -472,7 +472,7 @@ pub const SLOT: usize = 512;
 pub struct Datagrams {
     rt: Runtime,
     client: UdpSocket,
-    before: GroupMetrics,
+    before: LaneMetrics,
 }
 
 impl Default for Datagrams {

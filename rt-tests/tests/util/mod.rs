@@ -102,17 +102,13 @@ pub fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
-/// A runtime of `groups` (no bands), built but not started: the one way the tests build a
-/// runtime from groups alone.
-pub fn runtime(
-    rt: lfrt::RtMode,
-    lock_memory: bool,
-    groups: Vec<lfrt::GroupConfig>,
-) -> lfrt::Runtime {
+/// A runtime of `lanes` (no bands), built but not started: the one way the tests build a
+/// runtime from lanes alone.
+pub fn runtime(rt: lfrt::RtMode, lock_memory: bool, lanes: Vec<lfrt::LaneConfig>) -> lfrt::Runtime {
     lfrt::Runtime::new(lfrt::RuntimeConfig {
         rt,
         lock_memory,
-        groups,
+        lanes,
         bands: Vec::new(),
     })
     .unwrap()
@@ -121,7 +117,7 @@ pub fn runtime(
 /// A runtime with one best-effort lane `"lane"` (priority 10, 2 KiB buffers) of `threads`
 /// threads, built but not started.
 pub fn lane(threads: usize) -> lfrt::Runtime {
-    let mut g = lfrt::GroupConfig::new("lane", lfrt::Policy::Fifo, 10);
+    let mut g = lfrt::LaneConfig::new("lane", lfrt::Policy::Fifo, 10);
     g.threads = threads;
     g.buffer_bytes = 2048;
     runtime(lfrt::RtMode::BestEffort, false, vec![g])

@@ -30,7 +30,7 @@ pub(crate) fn addresses_collide(a: SocketAddr, b: SocketAddr) -> bool {
 impl RuntimeConfig {
     /// Binds every handler's address and drops the socket at once: the port is free *now*.
     pub(crate) fn check_binds(&self) -> Result<(), Invalid> {
-        for (gi, g) in self.groups.iter().enumerate() {
+        for (gi, g) in self.lanes.iter().enumerate() {
             for (hi, h) in g.handlers.iter().enumerate() {
                 let probe = match *h {
                     HandlerConfig::UdpEcho { bind, .. } => std::net::UdpSocket::bind(bind)
@@ -44,7 +44,7 @@ impl RuntimeConfig {
                 if let Err((bind, e)) = probe {
                     return Err(Invalid {
                         section: Section::Handler {
-                            group: gi,
+                            lane: gi,
                             handler: hi,
                         },
                         field: "bind",

@@ -23,11 +23,11 @@ impl RuntimeConfig {
     /// handed back per event. A concurrent borrower has no leader whose absence says "all busy".
     pub(crate) fn check_borrowing(&self) -> Result<(), Invalid> {
         let bad = |g: usize, field: &'static str, message: String| Invalid {
-            section: Section::Group(g),
+            section: Section::Lane(g),
             field,
             message,
         };
-        for (gi, g) in self.groups.iter().enumerate() {
+        for (gi, g) in self.lanes.iter().enumerate() {
             if g.borrow_from.is_empty() {
                 if g.max_borrowed.is_some() {
                     return Err(bad(
@@ -83,11 +83,11 @@ impl RuntimeConfig {
                         format!("`{name}` is this lane: a lane cannot borrow from itself"),
                     ));
                 }
-                let Some(l) = self.groups.iter().find(|l| l.name == *name) else {
+                let Some(l) = self.lanes.iter().find(|l| l.name == *name) else {
                     return Err(bad(
                         gi,
                         "borrow_from",
-                        format!("`{name}` is not the name of a [[group]]"),
+                        format!("`{name}` is not the name of a [[lane]]"),
                     ));
                 };
                 if !matches!(l.policy, Policy::Fifo | Policy::Rr) {
@@ -106,7 +106,7 @@ impl RuntimeConfig {
                         gi,
                         "borrow_from",
                         format!(
-                            "`{name}` or this lane is a bound group: its threads serve a bound \
+                            "`{name}` or this lane is a bound lane: its threads serve a bound \
                              pool, which neither lends threads nor borrows them"
                         ),
                     ));
@@ -150,17 +150,17 @@ impl RuntimeConfig {
         // Each borrower's epoll instance is nested in its lenders': a chain of lanes is a chain
         // of nested epoll instances, which the kernel refuses (epoll_ctl ELOOP) deeper than
         // MAX_EPOLL_CHAIN and a gate. Lanes borrow only from lower ones, so the chains end.
-        fn chain<'a>(c: &'a RuntimeConfig, g: &'a GroupConfig) -> Vec<&'a str> {
+        fn chain<'a>(c: &'a RuntimeConfig, g: &'a LaneConfig) -> Vec<&'a str> {
             let longest = g
                 .borrow_from
                 .iter()
-                .filter_map(|n| c.groups.iter().find(|l| l.name == *n))
+                .filter_map(|n| c.lanes.iter().find(|l| l.name == *n))
                 .map(|l| chain(c, l))
                 .max_by_key(Vec::len)
                 .unwrap_or_default();
             std::iter::once(g.name.as_str()).chain(longest).collect()
         }
-        for (gi, g) in self.groups.iter().enumerate() {
+        for (gi, g) in self.lanes.iter().enumerate() {
             let lanes = chain(self, g);
             if lanes.len() > MAX_EPOLL_CHAIN {
                 return Err(bad(
@@ -188,12 +188,12 @@ impl RuntimeConfig {
     /// would fail on every one, leaving the borrower's handler at the lender's priority. (A
     /// lender refused real time altogether runs time-shared and lends as it is.)
     pub(crate) fn check_lender_privilege(&self, p: sched::RtPrivilege) -> Result<(), Invalid> {
-        for (gi, g) in self.groups.iter().enumerate() {
+        for (gi, g) in self.lanes.iter().enumerate() {
             if g.borrow_from.is_empty() || p.allows(g.priority) {
                 continue;
             }
             for name in &g.borrow_from {
-                let Some(l) = self.groups.iter().find(|l| l.name == *name) else {
+                let Some(l) = self.lanes.iter().find(|l| l.name == *name) else {
                     continue; // check_borrowing names it
                 };
                 if let Some(lp) = (0..l.threads)
@@ -201,7 +201,7 @@ impl RuntimeConfig {
                     .find(|&lp| p.allows(lp))
                 {
                     return Err(Invalid {
-                        section: Section::Group(gi),
+                        section: Section::Lane(gi),
                         field: "borrow_from",
                         message: format!(
                             "`{name}` runs at real-time priority {lp} here but cannot be raised \

@@ -48,12 +48,12 @@ impl RuntimeConfig {
         kernel: &DeadlineKernel,
     ) -> Result<(), Invalid> {
         let bad = |g: usize, field: &'static str, message: String| Invalid {
-            section: Section::Group(g),
+            section: Section::Lane(g),
             field,
             message,
         };
         let mut total = 0.0;
-        for (gi, g) in self.groups.iter().enumerate() {
+        for (gi, g) in self.lanes.iter().enumerate() {
             let d = match (g.policy, g.deadline) {
                 (Policy::Deadline, Some(d)) => d,
                 (Policy::Deadline, None) => {
@@ -69,7 +69,7 @@ impl RuntimeConfig {
                     return Err(bad(
                         gi,
                         "deadline",
-                        "only a policy = \"deadline\" group takes \
+                        "only a policy = \"deadline\" lane takes \
                         deadline parameters"
                             .into(),
                     ))

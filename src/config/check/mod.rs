@@ -1,7 +1,7 @@
 //! The validation and probe step: everything `check` refuses and `run` would fail on, checked
 //! without starting anything. One file per table or concern: the settings of each
-//! `[[group]]` and its handlers (`settings.rs`), deadline lanes against the kernel's
-//! rules (`deadline.rs`), lane borrowing (`borrowing.rs`), bound groups (`bound.rs`), and
+//! `[[lane]]` and its handlers (`settings.rs`), deadline lanes against the kernel's
+//! rules (`deadline.rs`), lane borrowing (`borrowing.rs`), bound lanes (`bound.rs`), and
 //! the bind checks (`binds.rs`); the memory plan is `memory.rs` beside it. Each returns the
 //! first [`Invalid`] it finds, naming its section and field.
 
@@ -23,19 +23,19 @@ use crate::Error;
 /// Where a setting is written in a configuration file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Section {
-    /// The top level of the file (where the `group` array is).
+    /// The top level of the file (where the `lane` array is).
     Root,
     /// The `[runtime]` table.
     Runtime,
-    /// The `[[group]]` table with this index (0-based, in file order).
-    Group(usize),
-    /// The `[group.bound]` table of the group with this index.
+    /// The `[[lane]]` table with this index (0-based, in file order).
+    Lane(usize),
+    /// The `[lane.bound]` table of the lane with this index.
     Bound(usize),
-    /// A `[[group.handler]]` table.
+    /// A `[[lane.handler]]` table.
     Handler {
-        /// Index of its group.
-        group: usize,
-        /// Index of the handler within the group.
+        /// Index of its lane.
+        lane: usize,
+        /// Index of the handler within the lane.
         handler: usize,
     },
     /// The `[[band]]` table with this index (0-based, in file order).
@@ -44,14 +44,14 @@ pub enum Section {
 
 impl Section {
     /// The path of `field` in this section as errors name it: `runtime.rt`,
-    /// `group[1].priority`, `group[0].handler[2].bind`; an empty `field` names the table itself.
+    /// `lane[1].priority`, `lane[0].handler[2].bind`; an empty `field` names the table itself.
     pub fn path(self, field: &str) -> String {
         let table = match self {
             Section::Root => return field.to_string(),
             Section::Runtime => "runtime".to_string(),
-            Section::Group(g) => format!("group[{g}]"),
-            Section::Bound(g) => format!("group[{g}].bound"),
-            Section::Handler { group, handler } => format!("group[{group}].handler[{handler}]"),
+            Section::Lane(g) => format!("lane[{g}]"),
+            Section::Bound(g) => format!("lane[{g}].bound"),
+            Section::Handler { lane, handler } => format!("lane[{lane}].handler[{handler}]"),
             Section::Band(b) => format!("band[{b}]"),
         };
         if field.is_empty() {
@@ -74,7 +74,7 @@ pub struct Invalid {
 }
 
 impl Invalid {
-    /// The field as a path: `group[1].priority`.
+    /// The field as a path: `lane[1].priority`.
     pub fn path(&self) -> String {
         self.section.path(self.field)
     }
@@ -89,7 +89,7 @@ impl From<Invalid> for Error {
 /// What validation checks a configuration against: this machine, as read at that moment.
 #[derive(Debug, Clone)]
 pub(crate) struct Machine {
-    /// CPUs a group may name.
+    /// CPUs a lane may name.
     pub(crate) cpus: Vec<usize>,
     /// Physical memory (bytes), if known.
     pub(crate) mem_total: Option<u64>,
@@ -125,9 +125,9 @@ impl RuntimeConfig {
         self.validate_on(&Machine::probe(cpus.to_vec()))
     }
 
-    /// [`validate`](Self::validate) without binding any socket, for a group added in code
-    /// ([`Runtime::add_group`](crate::Runtime::add_group)) checked together with the groups
-    /// already there: the runtime holds their sockets already, and binds the new group's itself
+    /// [`validate`](Self::validate) without binding any socket, for a lane added in code
+    /// ([`Runtime::add_lane`](crate::Runtime::add_lane)) checked together with the lanes
+    /// already there: the runtime holds their sockets already, and binds the new lane's itself
     /// (a failed bind is [`Error::Bind`]).
     pub(crate) fn validate_without_binds(&self) -> Result<(), Invalid> {
         self.check_all_but_binds(&Machine::probe(sched::online_cpus()))

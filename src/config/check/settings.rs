@@ -1,17 +1,17 @@
-//! The settings of each table: every `[[group]]` and its `[[group.handler]]`s, one check per
+//! The settings of each table: every `[[lane]]` and its `[[lane.handler]]`s, one check per
 //! table (`[runtime]`'s two settings need none).
 
 use super::super::*;
 use super::*;
-use crate::engine::follower_queue::MAX_GROUP_THREADS;
+use crate::engine::follower_queue::MAX_LANE_THREADS;
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
 /// The longest deferred promotion (`promote_after_us`): one second.
 const MAX_PROMOTE_AFTER_US: u64 = 1_000_000;
 
-/// What the per-table checks learn as they go: the group names, the real-time priorities (and
-/// their group) and the (tcp, address, where) of every handler seen so far.
+/// What the per-table checks learn as they go: the lane names, the real-time priorities (and
+/// their lane) and the (tcp, address, where) of every handler seen so far.
 #[derive(Default)]
 struct Seen<'a> {
     names: HashSet<&'a str>,
@@ -22,20 +22,20 @@ struct Seen<'a> {
 impl RuntimeConfig {
     /// Ranges, names, priorities, lanes, CPUs and address collisions, table by table.
     pub(crate) fn check_settings(&self, cpus: &[usize]) -> Result<(), Invalid> {
-        if self.groups.is_empty() {
+        if self.lanes.is_empty() {
             return Err(Invalid {
                 section: Section::Root,
-                field: "group",
-                message: "at least one [[group]] is required".into(),
+                field: "lane",
+                message: "at least one [[lane]] is required".into(),
             });
         }
         let mut seen = Seen::default();
-        for (gi, g) in self.groups.iter().enumerate() {
-            self.check_group(gi, g, cpus, &mut seen)?;
+        for (gi, g) in self.lanes.iter().enumerate() {
+            self.check_lane(gi, g, cpus, &mut seen)?;
             for (hi, h) in g.handlers.iter().enumerate() {
                 check_handler(
                     Section::Handler {
-                        group: gi,
+                        lane: gi,
                         handler: hi,
                     },
                     h,
@@ -46,17 +46,17 @@ impl RuntimeConfig {
         self.check_thread_priorities(&seen)
     }
 
-    /// One `[[group]]`'s own settings: name, policy and priority, threads, CPUs, sizes, budget
+    /// One `[[lane]]`'s own settings: name, policy and priority, threads, CPUs, sizes, budget
     /// and the handles its handlers need.
-    fn check_group<'a>(
+    fn check_lane<'a>(
         &self,
         gi: usize,
-        g: &'a GroupConfig,
+        g: &'a LaneConfig,
         cpus: &[usize],
         seen: &mut Seen<'a>,
     ) -> Result<(), Invalid> {
         let bad = |g: usize, field: &'static str, message: String| Invalid {
-            section: Section::Group(g),
+            section: Section::Lane(g),
             field,
             message,
         };
@@ -76,7 +76,7 @@ impl RuntimeConfig {
             return Err(bad(
                 gi,
                 "name",
-                format!("`{}` is used by another group", g.name),
+                format!("`{}` is used by another lane", g.name),
             ));
         }
         match g.policy {
@@ -94,7 +94,7 @@ impl RuntimeConfig {
                 return Err(bad(
                     gi,
                     "priority",
-                    "missing or 0: SCHED_FIFO/RR groups need a priority 1..=99".into(),
+                    "missing or 0: SCHED_FIFO/RR lanes need a priority 1..=99".into(),
                 ));
             }
             Policy::Fifo | Policy::Rr | Policy::Deadline if g.priority > 99 => {
@@ -115,21 +115,18 @@ impl RuntimeConfig {
                     gi,
                     "priority",
                     format!(
-                        "{} is already the priority of group `{}`: each group needs its own",
-                        g.priority, self.groups[other].name
+                        "{} is already the priority of lane `{}`: each lane needs its own",
+                        g.priority, self.lanes[other].name
                     ),
                 ));
             }
             seen.prios.push((g.priority, gi));
         }
-        if g.threads == 0 || g.threads > MAX_GROUP_THREADS {
+        if g.threads == 0 || g.threads > MAX_LANE_THREADS {
             return Err(bad(
                 gi,
                 "threads",
-                format!(
-                    "{}: a group needs 1..={MAX_GROUP_THREADS} threads",
-                    g.threads
-                ),
+                format!("{}: a lane needs 1..={MAX_LANE_THREADS} threads", g.threads),
             ));
         }
         if let Some(c) = &g.cpus {
@@ -202,16 +199,16 @@ impl RuntimeConfig {
         Ok(())
     }
 
-    /// `thread_priorities`, against every group's lane.
+    /// `thread_priorities`, against every lane's lane.
     fn check_thread_priorities(&self, seen: &Seen<'_>) -> Result<(), Invalid> {
         let bad = |g: usize, field: &'static str, message: String| Invalid {
-            section: Section::Group(g),
+            section: Section::Lane(g),
             field,
             message,
         };
-        // Per-thread priorities must stay inside the group's lane: at most the group's priority
-        // and above every lower group's, so lanes never interleave.
-        for (gi, g) in self.groups.iter().enumerate() {
+        // Per-thread priorities must stay inside the lane's lane: at most the lane's priority
+        // and above every lower lane's, so lanes never interleave.
+        for (gi, g) in self.lanes.iter().enumerate() {
             let Some(tp) = &g.thread_priorities else {
                 continue;
             };
@@ -241,14 +238,14 @@ impl RuntimeConfig {
                 .max()
                 .unwrap_or(0);
             if let Some(p) = tp.iter().find(|&&p| p > g.priority || p <= floor) {
-                return Err(bad(gi, "thread_priorities", format!("{p} is outside this group's lane {}..={} (above the next lower group, at most the group's priority)", floor + 1, g.priority)));
+                return Err(bad(gi, "thread_priorities", format!("{p} is outside this lane's lane {}..={} (above the next lower lane, at most the lane's priority)", floor + 1, g.priority)));
             }
         }
         Ok(())
     }
 }
 
-/// One `[[group.handler]]` at `here`.
+/// One `[[lane.handler]]` at `here`.
 fn check_handler(here: Section, h: &HandlerConfig, seen: &mut Seen<'_>) -> Result<(), Invalid> {
     let hbad = |field: &'static str, message: String| Invalid {
         section: here,
@@ -266,7 +263,7 @@ fn check_handler(here: Section, h: &HandlerConfig, seen: &mut Seen<'_>) -> Resul
                         "max_connections",
                         format!(
                             "{max_connections}: must be 1..={} (each connection also takes \
-                             one of the group's max_handles)",
+                             one of the lane's max_handles)",
                             crate::engine::word::MAX_HANDLES
                         ),
                     ));

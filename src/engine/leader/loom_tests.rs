@@ -3,7 +3,7 @@
 //!
 //! Unbound: a fake handle set, an atomic count of pending events. Each worker joins; as
 //! leader it takes one event and promotes before "processing" it; when no event is left it
-//! shuts the group down.
+//! shuts the lane down.
 //!
 //! Bound (`bound_*`): threads wait in `join_with` for their own reply; the leader reads a
 //! fake connection (a queue of `(thread, sequence)` replies behind a loom mutex and

@@ -1,15 +1,15 @@
-//! One group: its shared state, built from the engine's own parameters.
+//! One lane: its shared state, built from the engine's own parameters.
 //!
-//! A group is a promotion [`Protocol`], a handle set, one [`ThreadSlot`] per thread, its
+//! A lane is a promotion [`Protocol`], a handle set, one [`ThreadSlot`] per thread, its
 //! counters and, for a lane that borrows, its borrowing state. It is built from a
-//! [`GroupSpec`]: plain parameters the engine defines (policy and priority per thread,
-//! promotion, sizes, CPUs, budget, borrowing), which `config/` derives from a `GroupConfig`.
+//! [`LaneSpec`]: plain parameters the engine defines (policy and priority per thread,
+//! promotion, sizes, CPUs, budget, borrowing), which `config/` derives from a `LaneConfig`.
 //! The engine never reads the configuration.
 //!
-//! A group whose threads do not run the Leader/Followers loop (a bound group's threads serve
+//! A lane whose threads do not run the Leader/Followers loop (a bound lane's threads serve
 //! a [`BoundPool`](crate::bound::BoundPool)) is handed a [`Served`] body, built above the
 //! engine, whose handle set it uses: each thread makes the same set-up as every pool thread
-//! (`thread.rs`), then serves it until the group stops. The engine knows no pool type.
+//! (`thread.rs`), then serves it until the lane stops. The engine knows no pool type.
 
 use crate::engine::borrow::{Borrow, BorrowSpec};
 use crate::engine::follower_queue::Promotion;
@@ -36,7 +36,7 @@ pub enum RtMode {
     Required,
 }
 
-/// What the overrun watchdog does when a handler exceeds its group's `budget_us`
+/// What the overrun watchdog does when a handler exceeds its lane's `budget_us`
 /// (`on_overrun = "report" | "demote"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -48,9 +48,9 @@ pub enum OnOverrun {
     Demote,
 }
 
-/// A group as the engine needs it: the engine's own plain parameters.
+/// A lane as the engine needs it: the engine's own plain parameters.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct GroupSpec {
+pub(crate) struct LaneSpec {
     /// The lane's name (in errors, logs and metrics).
     pub(crate) name: String,
     /// The lane's priority (what a lent thread's handler sees as its lane's).
@@ -76,28 +76,28 @@ pub(crate) struct GroupSpec {
     pub(crate) promote_after_ns: u64,
 }
 
-/// What the threads of a group that is not a Leader/Followers pool serve. Built above the
-/// engine (a bound pool, `bound/`), handed to [`Group::new`].
+/// What the threads of a lane that is not a Leader/Followers pool serve. Built above the
+/// engine (a bound pool, `bound/`), handed to [`LanePool::new`].
 pub(crate) trait Served: Send + Sync + fmt::Debug {
-    /// The handle set the group's registry adds to.
+    /// The handle set the lane's registry adds to.
     fn handles(&self) -> &Arc<Handles>;
-    /// Thread `idx` of `group`, set up at its policy and priority, serves until the group
+    /// Thread `idx` of `lane`, set up at its policy and priority, serves until the lane
     /// stops. Called on that thread.
-    fn serve(&self, group: &Arc<Group>, idx: u16);
+    fn serve(&self, lane: &Arc<LanePool>, idx: u16);
     /// Makes every serving thread return (non-blocking).
     fn shutdown(&self);
     /// The pool's counters, and whether it has a leader and how many followers, for the
-    /// group's metrics.
+    /// lane's metrics.
     fn stats(&self) -> (BoundStats, bool, usize);
     /// The body itself, for the runtime to hand out its concrete type.
     fn as_any(&self) -> &dyn std::any::Any;
 }
 
-/// A group's shared state.
+/// A lane's shared state.
 #[derive(Debug)]
-pub(crate) struct Group {
+pub(crate) struct LanePool {
     pub(crate) index: u16,
-    pub(crate) spec: GroupSpec,
+    pub(crate) spec: LaneSpec,
     pub(crate) protocol: Protocol,
     pub(crate) handles: Arc<Handles>,
     pub(crate) counters: Counters,
@@ -105,24 +105,24 @@ pub(crate) struct Group {
     /// This lane borrows (`borrow_from`): its links and count (`borrow.rs`).
     pub(crate) borrow: Option<Borrow>,
     /// The higher lanes this lane lends to (set once by [`wire_borrowing`]).
-    pub(crate) lends: OnceLock<Box<[Arc<Group>]>>,
-    /// What the threads serve if this is not a Leader/Followers group (a bound pool, whose
-    /// handle set `handles` is); `None` for a Leader/Followers group.
+    pub(crate) lends: OnceLock<Box<[Arc<LanePool>]>>,
+    /// What the threads serve if this is not a Leader/Followers lane (a bound pool, whose
+    /// handle set `handles` is); `None` for a Leader/Followers lane.
     pub(crate) served: Option<Arc<dyn Served>>,
 }
 
-impl Group {
-    /// Builds group `index` as `spec` says. A group whose threads serve something else
-    /// (`served`) uses its handle set; otherwise the group creates its own.
+impl LanePool {
+    /// Builds lane `index` as `spec` says. A lane whose threads serve something else
+    /// (`served`) uses its handle set; otherwise the lane creates its own.
     pub(crate) fn new(
         index: u16,
-        spec: GroupSpec,
+        spec: LaneSpec,
         served: Option<Arc<dyn Served>>,
-    ) -> Result<Group, Error> {
+    ) -> Result<LanePool, Error> {
         let handles = match &served {
             Some(s) => s.handles().clone(),
             None => Arc::new(Handles::new(spec.max_handles).map_err(|e| Error::Io {
-                context: "creating the group's epoll instance",
+                context: "creating the lane's epoll instance",
                 source: e,
             })?),
         };
@@ -132,7 +132,7 @@ impl Group {
             .map(|&(sched, priority)| ThreadSlot::new(sched, priority))
             .collect();
         let protocol = Protocol::new(spec.threads.len(), spec.promotion);
-        Ok(Group {
+        Ok(LanePool {
             index,
             protocol,
             handles,
@@ -151,7 +151,7 @@ impl Group {
         }
     }
 
-    /// Asks every thread of the group to return (non-blocking).
+    /// Asks every thread of the lane to return (non-blocking).
     pub(crate) fn stop(&self) {
         if let Some(b) = &self.borrow {
             b.stopped.store(true, SeqCst);
@@ -167,13 +167,13 @@ impl Group {
 /// Puts each borrower's epoll fd into its lenders' sets (disarmed) and tells each lender
 /// whom it lends to. Called once by `Runtime::start`, after validation and before any pool
 /// thread runs.
-pub(crate) fn wire_borrowing(groups: &[Arc<Group>]) -> Result<(), Error> {
-    let mut lends: Vec<Vec<Arc<Group>>> = vec![Vec::new(); groups.len()];
-    for b in groups {
+pub(crate) fn wire_borrowing(lanes: &[Arc<LanePool>]) -> Result<(), Error> {
+    let mut lends: Vec<Vec<Arc<LanePool>>> = vec![Vec::new(); lanes.len()];
+    for b in lanes {
         let Some(borrow) = &b.borrow else { continue };
         let mut links = Vec::new();
         for name in borrow.from.iter() {
-            let l = groups
+            let l = lanes
                 .iter()
                 .find(|g| &g.spec.name == name)
                 .expect("validated: borrow_from names a lane");
@@ -193,7 +193,7 @@ pub(crate) fn wire_borrowing(groups: &[Arc<Group>]) -> Result<(), Error> {
         }
         borrow.set_links(links);
     }
-    for (g, to) in groups.iter().zip(lends) {
+    for (g, to) in lanes.iter().zip(lends) {
         if !to.is_empty() {
             let _ = g.lends.set(to.into_boxed_slice());
         }
@@ -209,15 +209,15 @@ mod tests {
     use crate::engine::testing::{borrowing, spec, Recorder};
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-    fn group(index: u16, spec: GroupSpec) -> Arc<Group> {
-        Arc::new(Group::new(index, spec, None).unwrap())
+    fn lane(index: u16, spec: LaneSpec) -> Arc<LanePool> {
+        Arc::new(LanePool::new(index, spec, None).unwrap())
     }
 
     #[test]
-    fn a_group_has_a_slot_per_thread_at_its_policy_and_its_own_handle_set() {
+    fn a_lane_has_a_slot_per_thread_at_its_policy_and_its_own_handle_set() {
         let mut s = spec("lane", 3);
         s.threads[1] = (Sched::Fifo(30), 30);
-        let g = group(2, s);
+        let g = lane(2, s);
         let got: Vec<_> = g.threads.iter().map(|t| (t.sched, t.priority)).collect();
         assert_eq!(
             got,
@@ -229,7 +229,7 @@ mod tests {
         );
         assert!(Arc::ptr_eq(&g.registry().set, &g.handles));
         assert!(g.borrow.is_none() && g.lends.get().is_none() && g.served.is_none());
-        // The handle set is the group's own, with room for `max_handles`.
+        // The handle set is the lane's own, with room for `max_handles`.
         let h = Recorder::new();
         h.fd.write(1).unwrap();
         let token = g.registry().register(Box::new(h)).unwrap();
@@ -241,8 +241,8 @@ mod tests {
 
     #[test]
     fn stop_ends_the_protocol_wakes_the_handle_set_and_the_borrowing() {
-        let low = group(0, spec("low", 1));
-        let high = group(1, borrowing("high", &["low"], Sched::Other));
+        let low = lane(0, spec("low", 1));
+        let high = lane(1, borrowing("high", &["low"], Sched::Other));
         high.stop();
         assert!(high.borrow.as_ref().unwrap().stopped.load(SeqCst));
         assert!(matches!(
@@ -250,14 +250,14 @@ mod tests {
             Wait::Shutdown
         ));
         assert_eq!(high.protocol.join(0, 20), Joined::Shutdown);
-        // The other group is untouched.
+        // The other lane is untouched.
         assert!(matches!(
             low.handles.wait_timeout(0).unwrap(),
             Wait::Interrupted
         ));
     }
 
-    /// A group whose threads serve something else uses its handle set and stops it too.
+    /// A lane whose threads serve something else uses its handle set and stops it too.
     #[derive(Debug)]
     struct Body {
         handles: Arc<Handles>,
@@ -268,7 +268,7 @@ mod tests {
         fn handles(&self) -> &Arc<Handles> {
             &self.handles
         }
-        fn serve(&self, _: &Arc<Group>, _: u16) {}
+        fn serve(&self, _: &Arc<LanePool>, _: u16) {}
         fn shutdown(&self) {
             self.shutdowns.fetch_add(1, Relaxed);
         }
@@ -281,12 +281,12 @@ mod tests {
     }
 
     #[test]
-    fn a_served_group_uses_the_bodys_handle_set_and_stops_it() {
+    fn a_served_lane_uses_the_bodys_handle_set_and_stops_it() {
         let body = Arc::new(Body {
             handles: Arc::new(Handles::new(4).unwrap()),
             shutdowns: AtomicUsize::new(0),
         });
-        let g = Group::new(0, spec("bound", 2), Some(body.clone())).unwrap();
+        let g = LanePool::new(0, spec("bound", 2), Some(body.clone())).unwrap();
         assert!(Arc::ptr_eq(&g.handles, &body.handles));
         g.stop();
         assert_eq!(body.shutdowns.load(Relaxed), 1);
@@ -294,11 +294,11 @@ mod tests {
 
     #[test]
     fn wiring_puts_each_borrowers_link_disarmed_into_its_lenders_sets() {
-        let (a, b) = (group(0, spec("a", 1)), group(1, spec("b", 1)));
-        let high = group(2, borrowing("high", &["b", "a"], Sched::Other));
-        let plain = group(3, spec("plain", 1));
-        let groups = [a.clone(), b.clone(), high.clone(), plain.clone()];
-        wire_borrowing(&groups).unwrap();
+        let (a, b) = (lane(0, spec("a", 1)), lane(1, spec("b", 1)));
+        let high = lane(2, borrowing("high", &["b", "a"], Sched::Other));
+        let plain = lane(3, spec("plain", 1));
+        let lanes = [a.clone(), b.clone(), high.clone(), plain.clone()];
+        wire_borrowing(&lanes).unwrap();
 
         // Who lends to whom, and the borrower's links in `borrow_from` order.
         for lender in [&a, &b] {
