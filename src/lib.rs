@@ -72,7 +72,7 @@
 //! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer |
 //! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]); as a runtime group: [`GroupConfig::bound`] ([`BoundGroup`], TOML `[group.bound]`), [`Lane::bound_pool`] |
 //! | share state across lanes | [`PiMutex`], [`PiMutexGuard`] (priority inheritance) |
-//! | observe | [`GroupMetrics`], [`telemetry`] (latency histograms), [`CountingAlloc`], [`thread_allocations`], [`counting_alloc_active`], [`WARMUP_DISPATCHES`] |
+//! | observe | [`GroupMetrics`], [`telemetry`] (latency histograms), [`CountingAlloc`], [`thread_allocations`], [`counting_alloc_active`], [`WARMUP_DISPATCHES`]; flight recorder: [`window`] (the frozen window, written as a Chrome trace with `write_chrome_trace` and read back with `read_window`) |
 //! | measuring (feature `tools`) | `os`: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits; `handlers::cpu_work`. The tools crate's hooks, not a service's API |
 //!
 //! The measuring side — the `lfrt` command (`check`, `run`, `cyclic`, `inversion`, `plot`,
@@ -99,8 +99,22 @@ mod sync;
 
 pub mod bound;
 pub mod task;
-pub use observe::{telemetry, window};
+pub use observe::telemetry;
 pub use sources::{band, handlers, inbox, stream, timer};
+
+/// A flight-recorder window: what a trigger froze (lfrt's dispatch samples and, with the kernel
+/// recorder on, the kernel's scheduling, IRQ and timer events), and the Chrome trace-event file
+/// it is written as ([`write_chrome_trace`](window::write_chrome_trace)) and read back from
+/// ([`read_window`](window::read_window)).
+///
+/// (The types live in `observe::window`, the file in `observe::chrome`, which uses them: both
+/// are gathered here so neither module names the other both ways.)
+pub mod window {
+    pub use crate::observe::chrome::{
+        read_window, write_chrome_trace, write_chrome_trace_to, WINDOW_KEY,
+    };
+    pub use crate::observe::window::*;
+}
 
 #[cfg(feature = "toml")]
 pub use config::{line as config_line, load as load_config, parse as parse_config};
