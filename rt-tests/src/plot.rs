@@ -16,6 +16,9 @@
 //!   `{"architecture", "n_low", "high": {"p99_us"}}`. Drawn as the high-priority p99 against
 //!   N (the number of flooding low-priority streams), one line per architecture.
 //!
+//! A flight-recorder trace is drawn as a timeline by [`timeline`](crate::timeline)
+//! ([`timeline::plot_files`](crate::timeline::plot_files) tells it from these).
+//!
 //! The output format follows the extension of `-o`: `.svg` (text as `<text>`, no font needed)
 //! or `.png`, whose text is drawn with [`FONT`], a TrueType font read at run time (Debian
 //! package `fonts-dejavu-core`). The output file is written only once the chart is drawn.
@@ -119,6 +122,9 @@ pub enum PlotKind {
     LatencyHistogram,
     /// High-priority p99 latency against low-priority load (lfrt inversion input).
     InversionP99,
+    /// The time around the worst dispatch of a flight-recorder trace
+    /// ([`timeline`](crate::timeline)).
+    Timeline,
 }
 
 /// Image format, from the output file's extension.
@@ -771,7 +777,7 @@ fn arch_label(name: &str) -> String {
 // ---------------------------------------------------------------------------
 
 /// Series colours: clearly distinct on white, in order of use.
-const PALETTE: [RGBColor; 8] = [
+pub(crate) const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
@@ -788,10 +794,10 @@ const FILE_COLORS: [[RGBColor; 4]; 2] = [
     [PALETTE[1], PALETTE[3], PALETTE[6], PALETTE[5]],
 ];
 
-const TEXT: RGBColor = RGBColor(30, 30, 30);
-const GRID_BOLD: RGBColor = RGBColor(215, 215, 215);
-const GRID_LIGHT: RGBColor = RGBColor(240, 240, 240);
-const FAMILY: &str = "sans-serif";
+pub(crate) const TEXT: RGBColor = RGBColor(30, 30, 30);
+pub(crate) const GRID_BOLD: RGBColor = RGBColor(215, 215, 215);
+pub(crate) const GRID_LIGHT: RGBColor = RGBColor(240, 240, 240);
+pub(crate) const FAMILY: &str = "sans-serif";
 
 struct Chart {
     title: String,
@@ -1064,7 +1070,7 @@ fn inversion_chart(lines: Vec<ArchLine>) -> Result<Chart, String> {
 // Drawing
 // ---------------------------------------------------------------------------
 
-use glyph_bitmap::GlyphBitmap;
+pub(crate) use glyph_bitmap::GlyphBitmap;
 
 type DrawResult = Result<(), Box<dyn StdError>>;
 
@@ -1348,7 +1354,7 @@ where
 }
 
 /// Shortens `text` with "…" until it is at most `max_w` pixels wide.
-fn fit_text<DB: DrawingBackend>(
+pub(crate) fn fit_text<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     text: &str,
     style: &TextStyle,
@@ -1443,7 +1449,7 @@ where
 // ---------------------------------------------------------------------------
 
 /// Reads the TrueType font PNG text is drawn with.
-fn load_font(path: &Path) -> Result<ab_glyph::FontVec, String> {
+pub(crate) fn load_font(path: &Path) -> Result<ab_glyph::FontVec, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read the font: {e}"))?;
     ab_glyph::FontVec::try_from_vec(bytes).map_err(|_| "not a TrueType/OpenType font".to_string())
 }
@@ -1466,9 +1472,9 @@ mod glyph_bitmap {
     /// glyphs drift left and numbers read wrong ("1918" drawn as "191 8"). Here each glyph is
     /// positioned at its pen position and drawn where its outline's pixel bounds say. Sizes
     /// follow the SVG backend: a style of size `s` is a font of `s / 1.24` pixels per em.
-    pub(super) struct GlyphBitmap<'a> {
-        pub(super) inner: BitMapBackend<'a>,
-        pub(super) font: &'a FontVec,
+    pub(crate) struct GlyphBitmap<'a> {
+        pub(crate) inner: BitMapBackend<'a>,
+        pub(crate) font: &'a FontVec,
     }
 
     /// One line of text laid out on a baseline at y = 0 starting at x = 0.
