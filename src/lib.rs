@@ -72,7 +72,7 @@
 //! | built-in handlers | [`handlers`]: UDP echo, TCP echo, periodic timer |
 //! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]); as a runtime lane: [`LaneConfig::bound`] ([`BoundLane`], TOML `[lane.bound]`), [`Lane::bound_pool`] |
 //! | share state across lanes | [`PiMutex`], [`PiMutexGuard`] (priority inheritance) |
-//! | observe | [`LaneMetrics`], [`telemetry`] (latency histograms), [`CountingAlloc`], [`thread_allocations`], [`counting_alloc_active`], [`WARMUP_DISPATCHES`] |
+//! | observe | [`LaneMetrics`], [`telemetry`] (latency histograms), [`CountingAlloc`], [`thread_allocations`], [`counting_alloc_active`], [`WARMUP_DISPATCHES`]; flight recorder: [`window`] (the frozen window, written as a Chrome trace with `write_chrome_trace` and read back with `read_window`) |
 //! | measuring (feature `tools`) | `os`: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits, a private ftrace instance (`KernelTrace`); `handlers::cpu_work`. The tools crate's hooks, not a service's API |
 //!
 //! The measuring side — the `lfrt` command (`check`, `run`, `cyclic`, `inversion`, `plot`,
@@ -99,8 +99,22 @@ mod sync;
 
 pub mod bound;
 pub mod task;
-pub use observe::{telemetry, window};
+pub use observe::telemetry;
 pub use sources::{band, handlers, inbox, stream, timer};
+
+/// A flight-recorder window: what a trigger froze (lfrt's dispatch samples and, with the kernel
+/// recorder on, the kernel's scheduling, IRQ and timer events), and the Chrome trace-event file
+/// it is written as ([`write_chrome_trace`](window::write_chrome_trace)) and read back from
+/// ([`read_window`](window::read_window)).
+///
+/// (The types live in `observe::window`, the file in `observe::chrome`, which uses them: both
+/// are gathered here so neither module names the other both ways.)
+pub mod window {
+    pub use crate::observe::chrome::{
+        read_window, write_chrome_trace, write_chrome_trace_to, WINDOW_KEY,
+    };
+    pub use crate::observe::window::*;
+}
 
 #[cfg(feature = "toml")]
 pub use config::{line as config_line, load as load_config, parse as parse_config};
@@ -129,9 +143,9 @@ pub use sync::pi_mutex::{PiMutex, PiMutexGuard};
 ///
 /// The few Linux facilities the tools and tests share with the runtime: scheduling and its
 /// read-back, affinity, termination signals, the monotonic and thread CPU clocks, resource
-/// usage, the memory limits a configuration is checked against, and the kernel half of the
-/// flight recorder (a private ftrace instance). They are the same functions the runtime itself
-/// uses, so a harness sets a thread's policy and reads it back exactly as a pool thread does.
+/// usage, and the memory limits a configuration is checked against. They are the same functions
+/// the runtime itself uses, so a harness sets a thread's policy and reads it back exactly as a
+/// pool thread does.
 #[cfg(feature = "tools")]
 pub mod os {
     pub use crate::sys::mem::{
@@ -144,6 +158,5 @@ pub mod os {
         RtPrivilege, Sched,
     };
     pub use crate::sys::signal::{block_termination, wait_termination};
-    pub use crate::sys::tracefs::KernelTrace;
     pub use crate::sys::{gettid, now_ns};
 }

@@ -9,6 +9,7 @@
 //! * [`doctor`]: `lfrt doctor`, what this machine and process can do for real time, and whether a
 //!   configuration can run here as intended;
 //! * [`duration`]: the one duration syntax of every command (cyclictest's `30`, `30s`, `10m`, `1h`);
+//! * [`explain`]: `lfrt explain`, why the worst dispatch of a flight-recorder trace was late;
 //! * [`live`]: what `lfrt run` shows while it runs: Prometheus metrics and a status block a second;
 //! * [`inversion`]: `lfrt inversion`, priority-inversion experiments against the baselines;
 //! * [`hsha`]: the Half-Sync/Half-Reactive pool, the queue-based rival the harnesses compare with;
@@ -17,6 +18,7 @@
 //! * [`overrides`]: `--set PATH=VALUE` and `LFRT_SET`, a configuration file's values overridden
 //!   without editing it;
 //! * [`plot`]: `lfrt plot`, latency histograms and inversion curves rendered with plotters;
+//! * [`timeline`]: `lfrt plot TRACE`, the time around a flight-recorder trace's worst dispatch;
 //! * [`progress`]: the harnesses' `experiment k/n` bar with the time left, on a terminal only.
 //!
 //! It uses only `lfrt`'s public API (the runtime types and the [`lfrt::os`] facade).
@@ -27,6 +29,7 @@
 pub mod cyclic;
 pub mod doctor;
 pub mod duration;
+pub mod explain;
 pub mod hsha;
 pub mod inversion;
 pub mod live;
@@ -35,6 +38,7 @@ pub mod overrides;
 pub mod plot;
 pub mod progress;
 pub mod service;
+pub mod timeline;
 
 /// A pool hygiene counter of [`lfrt::LaneMetrics`] (`pool_allocations`, `pool_minor_faults`)
 /// as the text reports print it: `-` when it was not measured (no pool thread reached its

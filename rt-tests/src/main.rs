@@ -59,17 +59,43 @@ enum Cmd {
     },
     /// Draw results as SVG or PNG: the latency histogram of an lfrt cyclic or cyclictest JSON,
     /// or of each lane of an lfrt run JSON (two such files are overlaid), or high p99 against N
-    /// of an lfrt inversion JSON; the kind is told from the content.
+    /// of an lfrt inversion JSON, or the timeline around the worst dispatch of a
+    /// flight-recorder trace; the kind is told from the content.
     Plot {
         /// One result JSON, or two latency JSONs to overlay (e.g. cyclictest's and lfrt's).
         #[arg(required = true, num_args = 1..=2, value_name = "RESULT.json")]
         inputs: Vec<PathBuf>,
+        /// For a flight-recorder trace: the time drawn on each side of the worst dispatch
+        /// (default 2ms; 0: the dispatch alone).
+        #[arg(long, value_name = "TIME", value_parser = lfrt_tools::duration::parse)]
+        around: Option<Duration>,
         /// The image to write; its extension picks the format: FILE.svg or FILE.png.
         #[arg(short = 'o', long = "output")]
         output: PathBuf,
         /// Image size in pixels.
         #[arg(long, value_name = "WxH", default_value_t = lfrt_tools::plot::Size::DEFAULT)]
         size: lfrt_tools::plot::Size,
+    },
+    /// Why the worst dispatch of a flight-recorder trace was late, step by step.
+    ///
+    /// Reads TRACE (a trace file the flight recorder wrote), takes the dispatch that fired it
+    /// (or, for a window taken on demand, the one of the largest latency) and prints its chain
+    /// with each step's duration and share: due time or kernel arrival, the IRQ before the
+    /// wake-up, the wake-up of the lane thread, the thread running, the leader's wait
+    /// returning, handler entry and end. It names the step that dominated, and what ran on the
+    /// thread's CPU instead of it while it was runnable: another lane's thread, another process
+    /// (comm:tid and priority), an IRQ, the idle task, or the RT throttle.
+    #[command(
+        after_help = "Without kernel events in the trace (the kernel recorder was off: \
+        [trace] kernel = true records them) only lfrt's own steps are shown: due, the wait \
+        returning, handler entry and end.\n\n\
+        The same trace opens in Perfetto (ui.perfetto.dev) or chrome://tracing, and \
+        `lfrt plot TRACE -o FILE.svg` draws the time around the worst dispatch."
+    )]
+    Explain {
+        /// The trace file (JSON) the flight recorder wrote.
+        #[arg(value_name = "TRACE")]
+        trace: PathBuf,
     },
     /// cyclictest-compatible timer latency through the runtime (-h is --histogram).
     Cyclic(lfrt_tools::cyclic::CyclicArgs),
@@ -194,10 +220,12 @@ fn main() -> ExitCode {
             inputs,
             output,
             size,
-        } => lfrt_tools::plot::plot_files(&inputs, &output, size)
+            around,
+        } => lfrt_tools::timeline::plot_files(&inputs, &output, size, around)
             .map(|kind| println!("wrote {} ({kind:?})", output.display()))
             .map_err(Into::into),
         Cmd::Inversion(args) => lfrt_tools::inversion::run(&args),
+        Cmd::Explain { trace } => explain(&trace),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "lfrt", &mut std::io::stdout());
             Ok(())
@@ -218,6 +246,20 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `lfrt explain TRACE`: reads the window and prints the analysis of its worst dispatch.
+fn explain(trace: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let window = lfrt::window::read_window(trace)
+        .map_err(|e| format!("explain: cannot read {}: {e}", trace.display()))?;
+    let explanation = lfrt_tools::explain::explain(&window).ok_or_else(|| {
+        format!(
+            "explain: {}: the window holds no dispatch to explain",
+            trace.display()
+        )
+    })?;
+    print!("{explanation}");
+    Ok(())
 }
 
 /// Writes `lfrt.1` and one `lfrt-COMMAND.1` per command into `out`, from the same clap

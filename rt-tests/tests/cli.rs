@@ -522,6 +522,7 @@ fn subcommands() -> Vec<String> {
         "cyclic",
         "inversion",
         "plot",
+        "explain",
         "doctor",
         "completions",
         "man",
@@ -594,6 +595,7 @@ fn man_writes_one_page_per_command_naming_its_own_flags() {
         ("cyclic", "interval"),
         ("inversion", "quick"),
         ("plot", "output"),
+        ("plot", "around"),
         ("man", "out"),
     ] {
         assert!(

@@ -72,7 +72,7 @@
 //! no follower queue, no promotion counters): "at most one leader" becomes "up to `threads`
 //! waiters", and the follower queue's
 //! order (priority, LIFO, FIFO) becomes the kernel's choice of waiter, so per-thread priorities
-//! no longer decide which thread takes the next event. It is a per-group mode, not the
+//! no longer decide which thread takes the next event. It is a per-lane mode, not the
 //! mechanism under the heap, because that order is the point of the other three.
 //!
 //! # Lane borrowing (`borrow_from`)

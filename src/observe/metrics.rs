@@ -1,4 +1,4 @@
-//! Per-group counters (updated on the dispatch path with relaxed atomics) and their snapshot.
+//! Per-lane counters (updated on the dispatch path with relaxed atomics) and their snapshot.
 
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -487,7 +487,7 @@ mod tests {
     /// Lanes can be added only before start, before a Stopper or MetricsHandle (whose lane
     /// list is fixed when taken) exists, and a runtime without any lane does not start.
     #[test]
-    fn add_lane_is_refused_once_the_group_list_is_fixed() {
+    fn add_lane_is_refused_once_the_lane_list_is_fixed() {
         let mut rt = Runtime::new(best_effort()).unwrap();
         match rt.start() {
             Err(Error::Config { field, .. }) => assert_eq!(field, "lane"),

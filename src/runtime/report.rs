@@ -4,7 +4,7 @@
 use super::*;
 
 impl Runtime {
-    /// Per-group metrics snapshot (the same as [`MetricsHandle::get`]).
+    /// Per-lane metrics snapshot (the same as [`MetricsHandle::get`]).
     ///
     /// # Examples
     /// ```

@@ -119,7 +119,7 @@ pub(crate) struct TimerKey {
     pub(crate) stats: Arc<TimerStats>,
 }
 
-/// Per-group facts that are not in the timers' statistics.
+/// Per-lane facts that are not in the timers' statistics.
 #[derive(Debug, Clone)]
 pub(crate) struct LaneInfo {
     pub(crate) metrics: LaneMetrics,
@@ -146,7 +146,7 @@ impl Converted {
     }
 }
 
-/// Builds the per-timer and per-group results from the timers' statistics (read after the
+/// Builds the per-timer and per-lane results from the timers' statistics (read after the
 /// runtime's shutdown, so they are final).
 pub(crate) fn collect(
     keys: &[TimerKey],

@@ -97,11 +97,14 @@ impl StdError for PlotError {
 /// Which chart was drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlotKind {
-    /// Per-thread (cyclictest-style input) or per-group (lfrt run) latency histogram, log count
+    /// Per-thread (cyclictest-style input) or per-lane (lfrt run) latency histogram, log count
     /// axis.
     LatencyHistogram,
     /// High-priority p99 latency against low-priority load (lfrt inversion input).
     InversionP99,
+    /// The time around the worst dispatch of a flight-recorder trace
+    /// ([`timeline`](crate::timeline)).
+    Timeline,
 }
 
 /// Image format, from the output file's extension.

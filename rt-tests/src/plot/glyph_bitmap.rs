@@ -18,9 +18,9 @@ type Error = <BitMapBackend<'static> as DrawingBackend>::ErrorType;
 /// glyphs drift left and numbers read wrong ("1918" drawn as "191 8"). Here each glyph is
 /// positioned at its pen position and drawn where its outline's pixel bounds say. Sizes
 /// follow the SVG backend: a style of size `s` is a font of `s / 1.24` pixels per em.
-pub(super) struct GlyphBitmap<'a> {
-    pub(super) inner: BitMapBackend<'a>,
-    pub(super) font: &'a FontVec,
+pub(crate) struct GlyphBitmap<'a> {
+    pub(crate) inner: BitMapBackend<'a>,
+    pub(crate) font: &'a FontVec,
 }
 
 /// One line of text laid out on a baseline at y = 0 starting at x = 0.

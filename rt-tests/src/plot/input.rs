@@ -1,5 +1,5 @@
 //! The readers of `lfrt plot`'s inputs: cyclictest and `lfrt cyclic --json` histograms,
-//! `lfrt run --json` per-group histograms and `lfrt inversion --json` experiments, each told
+//! `lfrt run --json` per-lane histograms and `lfrt inversion --json` experiments, each told
 //! apart by its content and checked field by field, into per-thread buckets (µs) and
 //! per-architecture points. Also the run histogram's format, which `lfrt run` writes with
 //! [`latency_histogram`].

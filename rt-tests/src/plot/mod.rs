@@ -29,6 +29,9 @@
 //! * `canvas.rs`: the drawing primitives every chart uses: layout, titles, legend, fitted text;
 //! * `draw.rs`: what is plotted: the latency and the inversion charts, on a canvas;
 //! * `render.rs` and `glyph_bitmap.rs`: the SVG and PNG backends (PNG text with ab_glyph);
+//! A flight-recorder trace is drawn as a timeline by [`timeline`](crate::timeline)
+//! ([`timeline::plot_files`](crate::timeline::plot_files) tells it from these).
+//!
 //! * `cli.rs`: `lfrt plot` itself: image size, format, errors, and [`plot_files`].
 
 mod canvas;
@@ -42,4 +45,9 @@ mod render;
 mod tests;
 
 pub use cli::{plot_files, Format, PlotError, PlotKind, Size, FONT, FONT_PACKAGE};
+// What the timeline of a flight-recorder trace (`crate::timeline`) draws with.
+pub(crate) use canvas::{fit_text, FAMILY, GRID_BOLD, GRID_LIGHT, TEXT};
+pub(crate) use chart::PALETTE;
+pub(crate) use glyph_bitmap::GlyphBitmap;
 pub use input::{latency_histogram, RUN_BUCKET_NS};
+pub(crate) use render::load_font;
