@@ -113,6 +113,7 @@ pub mod window {
     pub use crate::observe::chrome::{
         read_window, write_chrome_trace, write_chrome_trace_to, WINDOW_KEY,
     };
+    pub use crate::observe::recorder::RecorderStats;
     pub use crate::observe::window::*;
 }
 
@@ -121,7 +122,7 @@ pub use config::{line as config_line, load as load_config, parse as parse_config
 pub use config::{BandClassify, BandConfig, BandHandler, BandPlan};
 pub use config::{
     BoundLane, Bytes, Deadline, HandlerConfig, Invalid, LaneConfig, LaneMemory, OnOverrun, Policy,
-    RtMode, RuntimeConfig, Section,
+    RtMode, RuntimeConfig, Section, TraceConfig,
 };
 pub use engine::dispatch::WARMUP_DISPATCHES;
 pub use engine::follower_queue::{Promotion, MAX_LANE_THREADS};
@@ -143,9 +144,9 @@ pub use sync::pi_mutex::{PiMutex, PiMutexGuard};
 ///
 /// The few Linux facilities the tools and tests share with the runtime: scheduling and its
 /// read-back, affinity, termination signals, the monotonic and thread CPU clocks, resource
-/// usage, and the memory limits a configuration is checked against. They are the same functions
-/// the runtime itself uses, so a harness sets a thread's policy and reads it back exactly as a
-/// pool thread does.
+/// usage, the memory limits a configuration is checked against, and the kernel half of the
+/// flight recorder (a private ftrace instance). They are the same functions the runtime itself
+/// uses, so a harness sets a thread's policy and reads it back exactly as a pool thread does.
 #[cfg(feature = "tools")]
 pub mod os {
     pub use crate::sys::mem::{
@@ -158,5 +159,6 @@ pub mod os {
         RtPrivilege, Sched,
     };
     pub use crate::sys::signal::{block_termination, wait_termination};
+    pub use crate::sys::tracefs::KernelTrace;
     pub use crate::sys::{gettid, now_ns};
 }

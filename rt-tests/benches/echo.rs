@@ -273,6 +273,7 @@ fn start(arch: Arch, o: &Opts, work_us: u64) -> Server {
                 g.promote_after_us = us;
             }
             let cfg = lfrt::RuntimeConfig {
+                trace: Default::default(),
                 rt: lfrt::RtMode::BestEffort,
                 lock_memory: false,
                 lanes: vec![g],

@@ -166,6 +166,7 @@ fn start(arch: Arch, o: &Opts) -> Stop {
             g.buffer_bytes = o.size.max(2048);
             g.cpus = o.pin.then(|| vec![SERVER_CPU]);
             let cfg = lfrt::RuntimeConfig {
+                trace: Default::default(),
                 rt: lfrt::RtMode::Required,
                 lock_memory: false,
                 lanes: vec![g],

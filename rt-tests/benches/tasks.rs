@@ -103,6 +103,7 @@ fn lanes(spec: &[(&str, u8)], threads: usize, max_tasks: usize) -> Runtime {
         })
         .collect();
     Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::BestEffort,
         lock_memory: true,
         lanes,
@@ -496,6 +497,7 @@ fn echo_server(kind: EchoServer, o: &EchoOpts) -> Running {
             g.task_bytes = 4096; // the echo task holds a 2048-byte buffer, as the handler's
             g.cpus = o.pin.then(|| vec![SERVER_CPU]);
             let mut rt = Runtime::new(RuntimeConfig {
+                trace: Default::default(),
                 rt: RtMode::BestEffort,
                 lock_memory: true,
                 lanes: vec![g],

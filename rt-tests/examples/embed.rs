@@ -48,6 +48,7 @@ impl EventHandler for Uppercase {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cfg = RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::BestEffort,
         lock_memory: false,
         lanes: Vec::new(), // added below, each returning its Lane

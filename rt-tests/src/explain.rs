@@ -468,6 +468,13 @@ fn occupants(
                     (*prev_tid, prev_comm.clone(), *prev_prio),
                 )
             });
+            // A task is named as it was when it left the CPU: a thread that renamed itself or
+            // raised its priority while running (a fresh clone does both) shows as it is then.
+            let task = if task.0 == *prev_tid {
+                (*prev_tid, prev_comm.clone(), *prev_prio)
+            } else {
+                task
+            };
             add_task(task, overlap(since, e.ts_ns));
             current = Some((e.ts_ns, (*next_tid, next_comm.clone(), *next_prio)));
         }

@@ -448,6 +448,23 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
     for b in &cfg.bands {
         let _ = writeln!(s, "{}", band_line(b, &cfg.lanes));
     }
+    let t = &cfg.trace;
+    let _ = if t.window_ms == 0 {
+        writeln!(s, "flight recorder: off ([trace] window_ms = 0)")
+    } else {
+        writeln!(
+            s,
+            "flight recorder: last {} ms of each lane ({} samples at up to {}/s), {} per lane, \
+             {} in all; kernel events {}; windows written to {}",
+            t.window_ms,
+            t.capacity(),
+            t.max_rate,
+            lfrt::Bytes(t.bytes_per_lane()),
+            lfrt::Bytes(cfg.recorder_bytes()),
+            if t.kernel { "on" } else { "off" },
+            t.dir.display()
+        )
+    };
     let total = cfg.preallocated_bytes();
     let memlock = lfrt::os::MemLock::probe();
     let _ = writeln!(

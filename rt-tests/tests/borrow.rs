@@ -34,6 +34,7 @@ fn lanes(rt: RtMode, low_threads: usize, max_borrowed: Option<usize>) -> Runtime
     low.threads = low_threads;
     low.buffer_bytes = 2048;
     Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt,
         lock_memory: false,
         lanes: vec![high, low],

@@ -500,6 +500,7 @@ fn watchdog_reports_and_demotes_an_overrunning_handler() {
         distance_us: 0,
     });
     let mut rt = Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::Required,
         lock_memory: false,
         lanes: vec![slow, fast],
@@ -591,6 +592,7 @@ fn watchdog_keeps_its_own_nice_after_a_demotion() {
     slow.budget_us = Some(5_000);
     slow.on_overrun = OnOverrun::Demote;
     let mut rt = Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::Required,
         lock_memory: false,
         lanes: vec![slow],
@@ -845,6 +847,7 @@ fn zero_allocations_banded_sockets() {
     control.priority = 20;
     let bulk = lane("bulk", Promotion::Priority);
     let mut rt = Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::BestEffort,
         lock_memory: false,
         lanes: vec![control, bulk],
@@ -917,6 +920,7 @@ fn zero_allocations_borrowed() {
     low.threads = 2;
     low.buffer_bytes = 2048;
     let mut rt = Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::Required,
         lock_memory: false,
         lanes: vec![high, low],

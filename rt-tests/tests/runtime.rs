@@ -13,6 +13,7 @@ use std::time::Duration;
 
 fn cfg(lanes: Vec<LaneConfig>) -> RuntimeConfig {
     RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::BestEffort,
         lock_memory: false,
         lanes,
@@ -252,6 +253,7 @@ fn threads_run_at_configured_policy_priority_and_cpus() {
     let mut lo = LaneConfig::new("lo", Policy::Rr, 10);
     lo.threads = 1;
     let mut rt = Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::Required,
         lock_memory: false,
         lanes: vec![hi, lo],
@@ -386,6 +388,7 @@ fn deadline_lane_runs_under_sched_deadline_with_its_reservation() {
         distance_us: 0,
     });
     let mut rt = Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::Required,
         lock_memory: false,
         lanes: vec![g],
@@ -429,6 +432,7 @@ fn a_narrowed_affinity_is_not_reported_as_a_missing_privilege() {
         period_us: 1000,
     });
     let mut rt = Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::Required,
         lock_memory: false,
         lanes: vec![g],

@@ -584,6 +584,7 @@ fn soak_under_load_loses_nothing_and_stays_flat() {
         g
     };
     let mut rt = Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: if fifo {
             RtMode::Required
         } else {

@@ -33,6 +33,7 @@ fn lanes(spec: &[(&str, u8, usize)], max_tasks: usize, budget_us: Option<u64>) -
         })
         .collect();
     Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::BestEffort,
         lock_memory: false,
         lanes,
@@ -296,6 +297,7 @@ fn a_self_waking_task_is_counted_and_demoted_like_a_runaway_handler() {
         g.budget_us = Some(2_000);
         g.on_overrun = on_overrun;
         let mut rt = Runtime::new(RuntimeConfig {
+            trace: Default::default(),
             rt: RtMode::Required,
             lock_memory: false,
             lanes: vec![g],
@@ -443,6 +445,7 @@ fn a_stuck_task_does_not_keep_the_others_from_being_cancelled() {
     other.buffer_bytes = 2048;
     other.max_tasks = 4;
     let mut rt = Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::BestEffort,
         lock_memory: false,
         lanes: vec![stuck, other],
@@ -870,6 +873,7 @@ fn a_second_reader_on_a_socket_is_refused_not_livelocked() {
     g.buffer_bytes = 2048;
     g.max_tasks = 4;
     let mut rt = Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::BestEffort,
         lock_memory: false,
         lanes: vec![g],

@@ -408,6 +408,7 @@ mod tests {
     #[test]
     fn bands_collide_with_bands_and_udp_handlers_and_fill_max_handles() {
         let cfg = |bands: Vec<BandConfig>, lanes: Vec<LaneConfig>| RuntimeConfig {
+            trace: Default::default(),
             rt: crate::RtMode::BestEffort,
             lock_memory: false,
             lanes,

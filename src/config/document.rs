@@ -4,6 +4,7 @@
 use super::BandConfig;
 use crate::engine::follower_queue::Promotion;
 pub use crate::engine::lane::{OnOverrun, RtMode};
+pub use crate::observe::recorder::TraceConfig;
 use serde::Deserialize;
 use std::net::SocketAddr;
 
@@ -242,6 +243,11 @@ pub struct LaneConfig {
     /// 64. 64..=1048576, default 512.
     #[serde(default = "LaneConfig::default_task_bytes")]
     pub task_bytes: usize,
+    /// Flight-recorder trigger (µs): a dispatch whose latency (due or wake-up → handler entry)
+    /// exceeds this makes the recorder write the window around it ([`TraceConfig`]); `None`
+    /// (the default): no latency trigger. 1..=10000000.
+    #[serde(default)]
+    pub trace_over_us: Option<u64>,
 }
 
 /// A bound lane (`[lane.bound]`, [`LaneConfig::bound`]): the runtime connects to `connect`
@@ -374,6 +380,7 @@ impl LaneConfig {
             max_borrowed: None,
             max_tasks: 0,
             task_bytes: DEFAULT_TASK_BYTES,
+            trace_over_us: None,
         }
     }
 
@@ -474,6 +481,8 @@ pub struct RuntimeConfig {
     pub lanes: Vec<LaneConfig>,
     /// Priority bands on shared ports (`[[band]]`), served by the lanes they name.
     pub bands: Vec<BandConfig>,
+    /// The flight recorder (`[trace]`): on by default, writing only when a trigger fires.
+    pub trace: TraceConfig,
 }
 
 /// The layout of a configuration file, which nests [`RuntimeConfig`]'s global settings in a
@@ -487,6 +496,8 @@ struct Document {
     lane: Vec<LaneConfig>,
     #[serde(default)]
     band: Vec<BandConfig>,
+    #[serde(default)]
+    trace: TraceConfig,
 }
 
 /// The `[runtime]` table.
@@ -506,6 +517,7 @@ impl From<Document> for RuntimeConfig {
             lock_memory: d.runtime.lock_memory,
             lanes: d.lane,
             bands: d.band,
+            trace: d.trace,
         }
     }
 }

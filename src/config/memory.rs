@@ -164,11 +164,18 @@ impl LaneConfig {
 }
 
 impl RuntimeConfig {
-    /// Bytes every lane preallocates together ([`LaneConfig::memory`]).
+    /// Bytes every lane preallocates together ([`LaneConfig::memory`]), and the flight
+    /// recorder's rings ([`recorder_bytes`](Self::recorder_bytes)).
     pub fn preallocated_bytes(&self) -> u64 {
-        self.lanes
-            .iter()
-            .fold(0u64, |sum, g| sum.saturating_add(g.memory().total()))
+        self.lanes.iter().fold(self.recorder_bytes(), |sum, g| {
+            sum.saturating_add(g.memory().total())
+        })
+    }
+
+    /// Bytes the flight recorder preallocates for all lanes ([`TraceConfig::bytes_per_lane`]
+    /// each; 0 with `[trace] window_ms = 0`).
+    pub fn recorder_bytes(&self) -> u64 {
+        (self.lanes.len() as u64).saturating_mul(self.trace.bytes_per_lane())
     }
 
     /// The preallocated total against the machine's memory and, with `lock_memory` and

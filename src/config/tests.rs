@@ -6,6 +6,7 @@ use crate::sys::sched;
 
 fn cfg(lanes: Vec<LaneConfig>) -> RuntimeConfig {
     RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::BestEffort,
         lock_memory: false,
         lanes,
@@ -355,9 +356,13 @@ fn memory_is_counted_from_what_the_runtime_allocates() {
     );
     assert_eq!(m.tasks, 0, "no task table without max_tasks");
     let two = cfg(vec![g.clone(), LaneConfig::new("b", Policy::Fifo, 40)]);
+    // Plus the flight recorder's two rings per lane.
+    assert_eq!(two.recorder_bytes(), 2 * two.trace.bytes_per_lane());
     assert_eq!(
         two.preallocated_bytes(),
-        g.memory().total() + LaneConfig::new("b", Policy::Fifo, 40).memory().total()
+        g.memory().total()
+            + LaneConfig::new("b", Policy::Fifo, 40).memory().total()
+            + two.recorder_bytes()
     );
 }
 
@@ -578,8 +583,8 @@ fn named_handler_errors_split_back() {
 }
 
 #[test]
-fn the_old_lane_key_reads_as_lane_and_both_at_once_are_refused() {
-    let old = "[[lane]]\nname = \"a\"\npolicy = \"other\"\nthreads = 1\n";
+fn the_old_group_key_reads_as_lane_and_both_at_once_are_refused() {
+    let old = "[[group]]\nname = \"a\"\npolicy = \"other\"\nthreads = 1\n";
     let cfg = crate::parse_config(old).unwrap();
     assert_eq!(cfg.lanes.len(), 1);
     assert_eq!(cfg.lanes[0].name, "a");
@@ -592,7 +597,7 @@ fn the_old_lane_key_reads_as_lane_and_both_at_once_are_refused() {
             message,
             ..
         }) => {
-            assert_eq!((line, field.as_str()), (Some(1), "lane"));
+            assert_eq!((line, field.as_str()), (Some(1), "group"));
             assert!(message.contains("old name of `[[lane]]`"), "{message}");
         }
         other => panic!("{other:?}"),

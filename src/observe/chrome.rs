@@ -20,7 +20,7 @@
 //! It runs on the non-real-time collector thread: it allocates freely, and writes through a
 //! [`BufWriter`].
 
-use super::telemetry::Sample;
+use super::sample::Sample;
 use super::window::{KernelEventKind, LaneInfo, TriggerKind, Window};
 use serde::Serialize;
 use std::borrow::Cow;

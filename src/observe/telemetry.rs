@@ -15,18 +15,16 @@
 //! of its API. It is re-exported here as [`Histogram`], so code that reads telemetry names it
 //! through lfrt and needs no `hdrhistogram` dependency of a matching version.
 
+use super::recorder::{Recorder, RecorderShared, RecorderStats};
+pub use super::sample::{Sample, DRAIN_PERIOD};
 pub use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// Slots in each pool thread's telemetry ring.
 pub const RING_CAPACITY: usize = 16 * 1024;
-/// How often the collector drains the rings. At 100k events/s a ring fills in 160 ms, so a
-/// 2 ms period leaves a wide margin even when the collector is delayed.
-pub const DRAIN_PERIOD: Duration = Duration::from_millis(2);
 /// Highest value a histogram records (10 s in ns); larger values saturate.
 pub const HIST_MAX_NS: u64 = 10_000_000_000;
 /// Most timers that get [`Histograms`] of their own (each is four histograms of about
@@ -34,44 +32,6 @@ pub const HIST_MAX_NS: u64 = 10_000_000_000;
 /// Samples of further timers are merged per lane into [`Recorded::untracked_timers`], so
 /// lane figures stay complete.
 pub const MAX_TIMER_HISTOGRAMS: usize = 256;
-
-/// One dispatch, as seen by the pool thread that ran it. All times are `CLOCK_MONOTONIC` ns.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Sample {
-    /// Lane index.
-    pub lane: u16,
-    /// Thread index within the lane.
-    pub thread: u16,
-    /// Token of the handle (raw).
-    pub token: u64,
-    /// When the event was due (a timer's expected expiry), or 0 if unknown.
-    pub origin_ns: u64,
-    /// When the leader's wait returned.
-    pub woke_ns: u64,
-    /// When the handler was entered.
-    pub start_ns: u64,
-    /// When the handler returned.
-    pub end_ns: u64,
-    /// Missed periods reported by the handler of a timer.
-    pub missed_periods: u32,
-    /// When the kernel received the earliest datagram the handler took (`SO_TIMESTAMPNS`,
-    /// converted to `CLOCK_MONOTONIC` ns), or 0 if it took none that was stamped
-    /// ([`DatagramBatch::stamp_arrivals`](crate::DatagramBatch::stamp_arrivals)).
-    pub arrival_ns: u64,
-}
-
-impl Sample {
-    /// Latency as the handler sees it: from `origin_ns` (or the leader's wake-up if there is
-    /// no origin) to handler entry.
-    pub fn latency_ns(&self) -> u64 {
-        let from = if self.origin_ns != 0 {
-            self.origin_ns
-        } else {
-            self.woke_ns
-        };
-        self.start_ns.saturating_sub(from)
-    }
-}
 
 /// An empty latency histogram with the runtime's fixed bounds (1 ns to [`HIST_MAX_NS`], 3
 /// significant digits), so a harness can merge its own histograms with the runtime's.
@@ -201,6 +161,7 @@ impl LatencySummary {
 #[derive(Debug)]
 pub struct Telemetry {
     recorded: Mutex<Recorded>,
+    recorder: Arc<RecorderShared>,
 }
 
 impl Telemetry {
@@ -212,7 +173,24 @@ impl Telemetry {
                 untracked_timers: BTreeMap::new(),
                 recorded: 0,
             }),
+            recorder: Arc::default(),
         }
+    }
+
+    /// Asks the flight recorder for a window now: the collector freezes the last `window_ms`
+    /// once `after_ms` have passed and writes it (rate-limited like every trigger). A no-op
+    /// with the recorder off (`window_ms = 0`) or before [`Runtime::start`](crate::Runtime::start).
+    pub fn trace_now(&self) {
+        self.recorder.demand();
+    }
+
+    /// What the flight recorder has written and counted.
+    pub fn recorder_stats(&self) -> RecorderStats {
+        self.recorder.stats()
+    }
+
+    pub(crate) fn recorder_shared(&self) -> Arc<RecorderShared> {
+        self.recorder.clone()
     }
 
     /// Adds the histograms of one more lane (a lane added before start).
@@ -301,11 +279,14 @@ impl Telemetry {
     }
 }
 
-/// The collector thread: drains all rings until stopped, then drains once more.
+/// The collector thread: drains all rings until stopped, then drains once more. Every sample
+/// also goes to the flight recorder, if there is one, which it polls once per drain and whose
+/// windows it writes (recorder.rs).
 pub(crate) fn spawn_collector(
     telemetry: Arc<Telemetry>,
     mut rings: Vec<rtrb::Consumer<Sample>>,
     stop: Arc<AtomicBool>,
+    mut recorder: Option<Recorder>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("lfrt-collector".into())
@@ -319,6 +300,15 @@ pub(crate) fn spawn_collector(
                     }
                 }
                 telemetry.record_all(&batch);
+                if let Some(rec) = &mut recorder {
+                    let now = crate::sys::now_ns();
+                    for s in &batch {
+                        rec.observe(s, now);
+                    }
+                    if let Some(w) = rec.poll(now) {
+                        rec.write(&w, now);
+                    }
+                }
                 batch.clear();
                 if stopping {
                     break;

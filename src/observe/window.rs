@@ -4,8 +4,8 @@
 //! SKELETON: the types are the contract between the recorder (collector thread), the trace
 //! writer and the tools; the recorder is still to be written.
 
+use super::sample::Sample;
 pub use crate::sys::tracefs::{KernelEvent, KernelEventKind};
-use crate::telemetry::Sample;
 
 /// The frozen window around one trigger.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -348,6 +348,7 @@ mod tests {
     #[test]
     fn a_thread_that_dies_during_setup_is_an_error_naming_it() {
         let mut cfg = RuntimeConfig {
+            trace: Default::default(),
             rt: RtMode::BestEffort,
             lock_memory: false,
             lanes: vec![LaneConfig::new("g", Policy::Fifo, 10)],
@@ -394,6 +395,7 @@ mod tests {
 
     fn best_effort() -> RuntimeConfig {
         RuntimeConfig {
+            trace: Default::default(),
             rt: RtMode::BestEffort,
             lock_memory: false,
             lanes: Vec::new(),

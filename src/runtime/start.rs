@@ -2,6 +2,8 @@
 //! each thread's set-up, and arming the built-in handlers.
 
 use super::*;
+use crate::observe::recorder::{LaneTriggers, Recorder};
+use crate::observe::window::{LaneInfo, ThreadInfo};
 
 /// Delay from `start` to the first expiry of built-in timers, so the first period is measured
 /// with every thread already waiting.
@@ -106,12 +108,17 @@ impl Runtime {
                 }
             }
         }
-        let collector =
-            telemetry::spawn_collector(self.telemetry.clone(), consumers, self.stop.clone())
-                .map_err(|e| Error::Io {
-                    context: "spawning the telemetry collector",
-                    source: e,
-                })?;
+        let recorder = self.recorder()?;
+        let collector = telemetry::spawn_collector(
+            self.telemetry.clone(),
+            consumers,
+            self.stop.clone(),
+            recorder,
+        )
+        .map_err(|e| Error::Io {
+            context: "spawning the telemetry collector",
+            source: e,
+        })?;
         self.helpers.push(collector);
         self.relay_thread = Some(self.relay.spawn().map_err(|e| Error::Io {
             context: "spawning the relay of foreign wakes",
@@ -164,6 +171,90 @@ impl Runtime {
             "lfrt started"
         );
         Ok(report)
+    }
+
+    /// The flight recorder of `[trace]` (observe/recorder.rs), or `None` when it is off
+    /// (`window_ms = 0`). With `kernel = true` it opens its ftrace instance on the lanes'
+    /// CPUs here, so a missing privilege stops the start, naming it.
+    fn recorder(&self) -> Result<Option<Recorder>, Error> {
+        let trace = &self.cfg.trace;
+        if trace.window_ms == 0 {
+            return Ok(None);
+        }
+        let triggers = self
+            .cfg
+            .lanes
+            .iter()
+            .map(|l| LaneTriggers {
+                over_ns: l.trace_over_us.map(|us| us.saturating_mul(1000)),
+                budget_ns: l
+                    .budget_us
+                    .filter(|_| trace.on_overrun)
+                    .map(|us| us.saturating_mul(1000)),
+                warmup: crate::WARMUP_DISPATCHES.saturating_mul(l.threads as u64),
+            })
+            .collect();
+        let online = sys::sched::online_cpus();
+        let cpus_of = |l: &LaneConfig| -> Vec<u16> {
+            l.cpus
+                .as_deref()
+                .unwrap_or(&online)
+                .iter()
+                .map(|&c| c as u16)
+                .collect()
+        };
+        let kernel = if trace.kernel {
+            let mut cpus: Vec<u16> = self.cfg.lanes.iter().flat_map(cpus_of).collect();
+            cpus.sort_unstable();
+            cpus.dedup();
+            Some(
+                sys::tracefs::KernelTrace::open(&cpus, trace.kernel_buffer_kb).map_err(|e| {
+                    Error::Io {
+                        context: "opening the flight recorder's ftrace instance ([trace] kernel = \
+                                  true; needs root)",
+                        source: e,
+                    }
+                })?,
+            )
+        } else {
+            None
+        };
+        let named: Vec<(String, String, i32, Vec<u16>)> = self
+            .cfg
+            .lanes
+            .iter()
+            .map(|l| {
+                let policy = format!("{:?}", l.policy).to_lowercase();
+                (l.name.clone(), policy, i32::from(l.priority), cpus_of(l))
+            })
+            .collect();
+        let lanes = self.lanes.clone();
+        let describe = Box::new(move || {
+            named
+                .iter()
+                .zip(&lanes)
+                .map(|((name, policy, priority, cpus), pool)| LaneInfo {
+                    name: name.clone(),
+                    policy: policy.clone(),
+                    priority: *priority,
+                    threads: pool
+                        .threads
+                        .iter()
+                        .map(|slot| ThreadInfo {
+                            tid: slot.tid.load(Relaxed),
+                            cpus: cpus.clone(),
+                        })
+                        .collect(),
+                })
+                .collect()
+        });
+        Ok(Some(Recorder::new(
+            trace.clone(),
+            triggers,
+            kernel,
+            describe,
+            self.telemetry.recorder_shared(),
+        )))
     }
 
     /// Waits for every pool thread's set-up report. `setups[k]` is `(lane name, thread index,

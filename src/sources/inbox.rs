@@ -542,6 +542,7 @@ mod tests {
         let mut g = LaneConfig::new("held", Policy::Other, 0);
         g.threads = 1;
         let mut rt = Runtime::new(RuntimeConfig {
+            trace: Default::default(),
             rt: RtMode::BestEffort,
             lock_memory: false,
             lanes: vec![g],

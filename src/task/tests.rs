@@ -793,6 +793,7 @@ fn a_lane_threads_wake_of_a_foreign_waker_goes_through_the_relay() {
     let mut g = LaneConfig::new("relay", Policy::Other, 0);
     g.threads = 1;
     let mut rt = Runtime::new(crate::RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::BestEffort,
         lock_memory: false,
         lanes: vec![g],

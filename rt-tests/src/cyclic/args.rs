@@ -378,6 +378,7 @@ pub(crate) fn from_flags(
         Some(set) => Some(parse_cpuset(set).map_err(|e| format!("-a {e}"))?),
     };
     let config = RuntimeConfig {
+        trace: Default::default(),
         // cyclictest refuses to run when it cannot get the policy it was asked for.
         rt: if policy == Policy::Other {
             RtMode::BestEffort

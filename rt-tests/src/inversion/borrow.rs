@@ -117,6 +117,7 @@ fn run_one(args: &InversionArgs, borrow: bool) -> Result<Row, Box<dyn std::error
     low.threads = 2;
     low.buffer_bytes = 2048;
     let mut rt = Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::BestEffort,
         lock_memory: false,
         lanes: vec![high, low],

@@ -119,6 +119,7 @@ pub fn lock_experiment(plan: &Plan, pi: bool) -> Result<LockResult, BoxError> {
         lfrt_lane(plan, "lock-low", plan.low_prio, 1),
     ];
     let mut rt = Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: plan.rt,
         lock_memory: false,
         lanes,

@@ -173,6 +173,7 @@ pub(crate) fn run_once_counting(
                 ("pool", "pool")
             };
             let mut rt = Runtime::new(RuntimeConfig {
+                trace: Default::default(),
                 rt: plan.rt,
                 lock_memory: false,
                 lanes,

@@ -29,10 +29,10 @@
 //! * `canvas.rs`: the drawing primitives every chart uses: layout, titles, legend, fitted text;
 //! * `draw.rs`: what is plotted: the latency and the inversion charts, on a canvas;
 //! * `render.rs` and `glyph_bitmap.rs`: the SVG and PNG backends (PNG text with ab_glyph);
+//! * `cli.rs`: `lfrt plot` itself: image size, format, errors, and [`plot_files`].
+//!
 //! A flight-recorder trace is drawn as a timeline by [`timeline`](crate::timeline)
 //! ([`timeline::plot_files`](crate::timeline::plot_files) tells it from these).
-//!
-//! * `cli.rs`: `lfrt plot` itself: image size, format, errors, and [`plot_files`].
 
 mod canvas;
 mod chart;

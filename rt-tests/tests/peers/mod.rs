@@ -138,6 +138,7 @@ fn runtime(threads: usize, buffer_bytes: usize) -> Runtime {
     g.threads = threads;
     g.buffer_bytes = buffer_bytes;
     Runtime::new(RuntimeConfig {
+        trace: Default::default(),
         rt: RtMode::BestEffort,
         lock_memory: false,
         lanes: vec![g],

@@ -106,6 +106,7 @@ pub fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
 /// runtime from lanes alone.
 pub fn runtime(rt: lfrt::RtMode, lock_memory: bool, lanes: Vec<lfrt::LaneConfig>) -> lfrt::Runtime {
     lfrt::Runtime::new(lfrt::RuntimeConfig {
+        trace: Default::default(),
         rt,
         lock_memory,
         lanes,

@@ -40,6 +40,8 @@ pub enum Section {
     },
     /// The `[[band]]` table with this index (0-based, in file order).
     Band(usize),
+    /// The `[trace]` table (the flight recorder).
+    Trace,
 }
 
 impl Section {
@@ -53,6 +55,7 @@ impl Section {
             Section::Bound(g) => format!("lane[{g}].bound"),
             Section::Handler { lane, handler } => format!("lane[{lane}].handler[{handler}]"),
             Section::Band(b) => format!("band[{b}]"),
+            Section::Trace => "trace".to_string(),
         };
         if field.is_empty() {
             table

@@ -29,6 +29,13 @@ impl RuntimeConfig {
                 message: "at least one [[lane]] is required".into(),
             });
         }
+        if let Some((field, message)) = self.trace.invalid() {
+            return Err(Invalid {
+                section: Section::Trace,
+                field,
+                message,
+            });
+        }
         let mut seen = Seen::default();
         for (gi, g) in self.lanes.iter().enumerate() {
             self.check_lane(gi, g, cpus, &mut seen)?;
@@ -184,6 +191,24 @@ impl RuntimeConfig {
                 "on_overrun",
                 "\"demote\" needs a `budget_us`".into(),
             ));
+        }
+        if let Some(us) = g.trace_over_us {
+            if us == 0 || us > 10_000_000 {
+                return Err(bad(
+                    gi,
+                    "trace_over_us",
+                    format!("{us}: must be 1..=10000000"),
+                ));
+            }
+            if self.trace.window_ms == 0 {
+                return Err(bad(
+                    gi,
+                    "trace_over_us",
+                    "the flight recorder is off ([trace] window_ms = 0): nothing would be \
+                     written"
+                        .into(),
+                ));
+            }
         }
         let handles = g.configured_handles();
         if handles > g.max_handles {
