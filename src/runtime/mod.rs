@@ -259,7 +259,7 @@ impl Runtime {
         self.push_lane(gc)
     }
 
-    /// The lane (lane) named `name`: how a service finds the lanes of a configuration it
+    /// The lane named `name`: how a service finds the lanes of a configuration it
     /// loaded (e.g. from TOML). Look every lane up once, before [`start`](Self::start), so a
     /// misspelt name stops the service at set-up, not later.
     ///

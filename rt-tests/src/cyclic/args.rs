@@ -143,10 +143,42 @@ pub struct CyclicArgs {
     )]
     pub latency: i32,
 
+    /// Stop the run when a cycle's latency exceeds US and write the flight recorder's window
+    /// around it (cyclictest's --breaktrace): lfrt's samples of every lane and, as root, the
+    /// kernel's scheduling, IRQ and timer events for the lanes' CPUs.
+    #[arg(short = 'b', long = "breaktrace", value_name = "US", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub breaktrace: Option<u64>,
+
+    /// Where -b writes the window, as a Chrome trace (Perfetto, chrome://tracing,
+    /// `lfrt explain`, `lfrt plot`) [default: lfrt-cyclic-trace.json].
+    #[arg(long = "trace", value_name = "FILE", requires = "breaktrace")]
+    pub trace: Option<PathBuf>,
+
     /// Run the lanes of a configuration file instead: each `kind = "timer"` handler's timers
     /// are measured in their own lane, at that lane's priority.
     #[arg(long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
+}
+
+/// Where `-b` writes its window without `--trace`.
+pub const DEFAULT_TRACE: &str = "lfrt-cyclic-trace.json";
+
+/// Whether this process may create an ftrace instance (tracefs's directories are root's).
+fn tracefs_writable() -> bool {
+    [
+        "/sys/kernel/tracing/instances",
+        "/sys/kernel/debug/tracing/instances",
+    ]
+    .iter()
+    .any(|d| {
+        std::fs::metadata(d).is_ok()
+            && std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("Uid:"))
+                    .and_then(|l| l.split_whitespace().nth(2))
+                    == Some("0")
+            })
+    })
 }
 
 fn parse_promotion(s: &str) -> Result<Promotion, String> {
@@ -268,6 +300,8 @@ pub struct Plan {
     pub json: Option<PathBuf>,
     /// Value to hold in `/dev/cpu_dma_latency`, unless `--laptop`.
     pub dma_latency: Option<i32>,
+    /// `-b`: the threshold in µs, and the file the window goes to.
+    pub breaktrace: Option<(u64, PathBuf)>,
 }
 
 impl Plan {
@@ -276,10 +310,39 @@ impl Plan {
     /// # Errors
     /// A message naming the offending option.
     pub fn from_args(a: &CyclicArgs) -> Result<Plan, String> {
-        let (config, mut timers) = match &a.config {
+        let (mut config, mut timers) = match &a.config {
             Some(path) => from_file(a, path)?,
             None => from_flags(a, &lfrt::os::available_cpus())?,
         };
+        let breaktrace = a.breaktrace.map(|us| {
+            let file = a
+                .trace
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_TRACE));
+            (us, file)
+        });
+        if let Some((us, file)) = &breaktrace {
+            // Every lane triggers at the threshold; the window is written next to FILE and
+            // renamed to it. The kernel's events are recorded when tracefs is writable (root),
+            // as cyclictest's -b uses ftrace.
+            for g in &mut config.lanes {
+                g.trace_over_us = Some(*us);
+            }
+            let dir = file
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), PathBuf::from);
+            if !dir.is_dir() {
+                return Err(format!(
+                    "--trace {}: no directory {}",
+                    file.display(),
+                    dir.display()
+                ));
+            }
+            config.trace.dir = dir;
+            config.trace.kernel = tracefs_writable();
+            config.trace.window_ms = config.trace.window_ms.max(1);
+        }
         assign_phases(&mut timers, a.aligned);
         check_open_files(&config, timers.len())?;
         if a.histfile.is_some() && a.histogram.is_none() {
@@ -296,6 +359,7 @@ impl Plan {
             quiet: a.quiet,
             json: a.json.clone(),
             dma_latency: if a.laptop { None } else { Some(a.latency) },
+            breaktrace,
         })
     }
 }

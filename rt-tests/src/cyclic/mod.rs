@@ -118,8 +118,10 @@ pub struct CyclicReport {
     pub timers: Vec<TimerResult>,
     /// Per lane, in configuration order.
     pub lanes: Vec<LaneResult>,
-    /// Why the run ended: `"loops"`, `"duration"` or `"signal"`.
+    /// Why the run ended: `"loops"`, `"duration"`, `"signal"` or `"breaktrace"` (`-b`).
     pub stopped_by: &'static str,
+    /// With `-b`: the flight recorder's counts (its last window is the one written).
+    pub recorder: Option<lfrt::window::RecorderStats>,
     /// Wall time from the timers' registration to the stop.
     pub elapsed: Duration,
     /// What the runtime's start found (RT applied, memory locked, allocation counting).
@@ -169,6 +171,40 @@ pub fn run(args: &CyclicArgs) -> Result<(), Box<dyn std::error::Error>> {
              histograms of their own, to bound memory; their samples are in their lane's \
              histogram and figures"
         );
+    }
+    if let (Some((us, file)), Some(rec)) = (&plan.breaktrace, &report.recorder) {
+        match &rec.last {
+            Some(written) => {
+                std::fs::rename(written, file).map_err(|e| {
+                    format!(
+                        "--trace {}: moving {} there: {e}",
+                        file.display(),
+                        written.display()
+                    )
+                })?;
+                let sample = lfrt::window::read_window(file)
+                    .ok()
+                    .and_then(|w| w.trigger.sample.map(|s| (w.lanes, s)));
+                if let Some((lanes, s)) = sample {
+                    let tid = lanes
+                        .get(usize::from(s.lane))
+                        .and_then(|l| l.threads.get(usize::from(s.thread)))
+                        .map_or(0, |t| t.tid);
+                    writeln!(out, "# Break thread: {tid}")?;
+                    writeln!(out, "# Break value: {}", plan.unit.of(s.latency_ns()))?;
+                }
+                writeln!(
+                    out,
+                    "# Trace: {} (open it in Perfetto or chrome://tracing; `lfrt explain {0}`)",
+                    file.display()
+                )?;
+            }
+            None if report.stopped_by == "breaktrace" => {
+                eprintln!("lfrt cyclic: -b {us}: the window could not be written (see the log)")
+            }
+            None => writeln!(out, "# No cycle exceeded -b {us} us: no trace written")?,
+        }
+        out.flush()?;
     }
     if let Some(path) = &plan.json {
         let info = json::RunInfo {
@@ -296,12 +332,19 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
             drawn = true;
             last_print = Some(now);
         }
+        if plan.breaktrace.is_some() {
+            let r = rt.telemetry().recorder_stats();
+            if r.written + r.failed > 0 {
+                break "breaktrace";
+            }
+        }
         let wait = deadline.map_or(POLL, |d| d.saturating_duration_since(now).min(POLL));
         if lfrt::os::wait_termination(wait)?.is_some() {
             break "signal";
         }
     };
     let elapsed = began.elapsed();
+    let recorder = rt.telemetry().recorder_stats();
     // Joins every pool thread: from here on the timers' statistics are final.
     let metrics = rt.shutdown()?;
 
@@ -340,6 +383,7 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
         stopped_by,
         elapsed,
         started,
+        recorder: plan.breaktrace.as_ref().map(|_| recorder),
     })
 }
 

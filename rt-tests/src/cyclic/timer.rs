@@ -159,6 +159,9 @@ impl EventHandler for CyclicTimer {
             return Disposition::Rearm;
         };
         let woke_ns = event.woke_ns();
+        // The runtime's sample measures from the due time too (the flight recorder's -b
+        // trigger and `lfrt explain` read it).
+        ctx.set_origin_ns(due_ns);
         let latency = entry_ns.saturating_sub(due_ns);
         let h = &self.stats.histograms;
         h.latency.record(latency);
