@@ -114,7 +114,7 @@ pub enum Error {
         /// running): its name and how many; they are cancelled when that poll returns.
         tasks: Vec<String>,
     },
-    /// [`Runtime::lane`](crate::Runtime::lane) was asked for a lane (lane) the runtime does
+    /// [`Runtime::lane`](crate::Runtime::lane) was asked for a lane the runtime does
     /// not have.
     UnknownLane {
         /// The name asked for.
@@ -195,7 +195,7 @@ impl fmt::Display for Error {
                 Ok(())
             }
             Error::UnknownLane { name, known } => {
-                write!(f, "no lane (lane) named `{name}`; the lanes are: ")?;
+                write!(f, "no lane named `{name}`; the lanes are: ")?;
                 if known.is_empty() {
                     return f.write_str("none");
                 }

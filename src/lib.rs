@@ -73,7 +73,7 @@
 //! | bound threads | [`bound`]: the bound handle/thread association variant ([`bound::BoundPool`]); as a runtime lane: [`LaneConfig::bound`] ([`BoundLane`], TOML `[lane.bound]`), [`Lane::bound_pool`] |
 //! | share state across lanes | [`PiMutex`], [`PiMutexGuard`] (priority inheritance) |
 //! | observe | [`LaneMetrics`], [`telemetry`] (latency histograms), [`CountingAlloc`], [`thread_allocations`], [`counting_alloc_active`], [`WARMUP_DISPATCHES`]; flight recorder: [`window`] (the frozen window, written as a Chrome trace with `write_chrome_trace` and read back with `read_window`) |
-//! | measuring (feature `tools`) | `os`: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits, a private ftrace instance (`KernelTrace`); `handlers::cpu_work`. The tools crate's hooks, not a service's API |
+//! | measuring (feature `tools`) | `os`: policy and affinity (set and read back), RT privilege, signals, clocks, resource usage, memory limits, a private ftrace instance (`KernelTrace`); `handlers::cpu_work`; `Runtime::with_echo_work` (busy work in the built-in echoes: the `lfrt` command's `work_us`). The tools crate's hooks, not a service's API |
 //!
 //! The measuring side — the `lfrt` command (`check`, `run`, `cyclic`, `inversion`, `plot`,
 //! `doctor`), the Half-Sync/Half-Reactive baseline, the load generator, benchmarks, examples

@@ -252,7 +252,7 @@ fn an_unknown_lane_points_at_its_line() {
         .to_string();
     assert_eq!(
         err,
-        "4: subscriber[0].lane: no lane (lane) named `contrl`; the lanes are: `control`"
+        "4: subscriber[0].lane: no lane named `contrl`; the lanes are: `control`"
     );
 }
 

@@ -3,7 +3,7 @@
 use clap::{CommandFactory, Parser, Subcommand};
 use lfrt::LaneMetrics;
 use lfrt_tools::measured;
-use lfrt_tools::overrides::{Override, OverrideSource, Provenance};
+use lfrt_tools::overrides::{EchoWork, Override, OverrideSource, Provenance};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -278,7 +278,11 @@ fn check(config: Option<PathBuf>, set: &SetArgs) -> Result<(), Box<dyn std::erro
     // addresses, a plan larger than memory (or RLIMIT_MEMLOCK with lock_memory), and ports
     // that cannot be bound now.
     let loaded = load(config, set, None)?;
-    print!("{}{}", plan(&loaded.config), provenance(&loaded.provenance));
+    print!(
+        "{}{}",
+        plan(&loaded.config, &loaded.work),
+        provenance(&loaded.provenance)
+    );
     warn_exposed(&loaded.config);
     Ok(())
 }
@@ -323,8 +327,9 @@ fn warn_exposed(cfg: &lfrt::RuntimeConfig) {
 }
 
 /// The plan's line for a `[[band]]`: `band 127.0.0.1:7000 dscp 46->control default->bulk
-/// (2 sockets, SO_REUSEPORT + cBPF) handler udp-echo work_us=0`.
-fn band_line(b: &lfrt::BandConfig, lanes: &[lfrt::LaneConfig]) -> String {
+/// (2 sockets, SO_REUSEPORT + cBPF) handler udp-echo work_us=0`, `work_us` its echo's busy
+/// work.
+fn band_line(b: &lfrt::BandConfig, lanes: &[lfrt::LaneConfig], work_us: u64) -> String {
     let Ok(p) = b.plan(lanes) else {
         return format!("band {} (invalid)", b.bind);
     };
@@ -345,7 +350,7 @@ fn band_line(b: &lfrt::BandConfig, lanes: &[lfrt::LaneConfig]) -> String {
         map.join(" "),
         p.lanes[p.bands.default],
         p.bands.count,
-        b.work_us
+        work_us
     )
 }
 
@@ -357,10 +362,10 @@ fn band_line(b: &lfrt::BandConfig, lanes: &[lfrt::LaneConfig]) -> String {
 /// latency, so the plan warns at about half of it.
 const MAX_EVENTS_PER_THREAD: f64 = 100_000.0;
 
-/// What `check` prints and `run` prints before it starts: every lane's settings, handlers and
-/// preallocated memory, the total against the machine, and warnings for timer rates a lane's
-/// threads cannot serve.
-fn plan(cfg: &lfrt::RuntimeConfig) -> String {
+/// What `check` prints and `run` prints before it starts: every lane's settings, handlers (the
+/// echoes with their busy work `work`) and preallocated memory, the total against the machine,
+/// and warnings for timer rates a lane's threads cannot serve.
+fn plan(cfg: &lfrt::RuntimeConfig, work: &EchoWork) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let cpus = lfrt::os::available_cpus();
@@ -373,9 +378,9 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
         if privilege.cap_sys_nice { "yes" } else { "no" },
         privilege.rlimit_rtprio
     );
-    let mut order: Vec<&lfrt::LaneConfig> = cfg.lanes.iter().collect();
-    order.sort_by_key(|g| std::cmp::Reverse(g.priority));
-    for g in order {
+    let mut order: Vec<(usize, &lfrt::LaneConfig)> = cfg.lanes.iter().enumerate().collect();
+    order.sort_by_key(|(_, g)| std::cmp::Reverse(g.priority));
+    for (gi, g) in order {
         let prios: Vec<u8> = (0..g.threads).map(|i| g.thread_priority(i)).collect();
         let lane_cpus = g.cpus.clone().unwrap_or_else(|| cpus.clone());
         let _ = writeln!(
@@ -411,14 +416,17 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
             );
         }
         let _ = writeln!(s, "  memory {}", g.memory());
-        for h in &g.handlers {
+        for (hi, h) in g.handlers.iter().enumerate() {
+            let work_us = work.at(lfrt::Section::Handler {
+                lane: gi,
+                handler: hi,
+            });
             let _ = match h {
-                lfrt::HandlerConfig::UdpEcho { bind, work_us } => {
+                lfrt::HandlerConfig::UdpEcho { bind } => {
                     writeln!(s, "  handler udp-echo bind={bind} work_us={work_us}")
                 }
                 lfrt::HandlerConfig::TcpEcho {
                     bind,
-                    work_us,
                     max_connections,
                 } => writeln!(
                     s,
@@ -445,8 +453,9 @@ fn plan(cfg: &lfrt::RuntimeConfig) -> String {
             );
         }
     }
-    for b in &cfg.bands {
-        let _ = writeln!(s, "{}", band_line(b, &cfg.lanes));
+    for (bi, b) in cfg.bands.iter().enumerate() {
+        let work_us = work.at(lfrt::Section::Band(bi));
+        let _ = writeln!(s, "{}", band_line(b, &cfg.lanes, work_us));
     }
     let t = &cfg.trace;
     let _ = if t.window_ms == 0 {
@@ -499,7 +508,11 @@ fn run(
         text: format!("runtime.metrics={addr}"),
     });
     let loaded = load(config, set, metrics)?;
-    print!("{}{}", plan(&loaded.config), provenance(&loaded.provenance));
+    print!(
+        "{}{}",
+        plan(&loaded.config, &loaded.work),
+        provenance(&loaded.provenance)
+    );
     warn_exposed(&loaded.config);
     use std::io::IsTerminal;
     // As cyclictest: redrawn in place on a terminal, appended blocks with --status to a pipe.
@@ -514,7 +527,8 @@ fn run(
     let shared = lfrt_tools::live::Shared::default();
     let metrics = loaded.metrics;
     let publish = metrics.is_some() || status.is_some();
-    let mut rt = lfrt::Runtime::new(loaded.config)?;
+    // The built-in echoes burn the file's `work_us` (the command's key) in their own loop.
+    let mut rt = loaded.work.runtime(loaded.config)?;
     // Bound after `Runtime::new` (whose validation probes the port) and before `start`, so a
     // port taken since fails before any RT thread exists. The exporter thread is spawned here,
     // by this time-shared thread.

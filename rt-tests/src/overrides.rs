@@ -1,6 +1,6 @@
 //! How the `lfrt` command reads a configuration file: `--set PATH=VALUE` and `LFRT_SET`
-//! (overrides of the file's values, without editing the file), and the command's own key,
-//! `[runtime] metrics`.
+//! (overrides of the file's values, without editing the file), and the command's own keys,
+//! `[runtime] metrics` and `work_us`.
 //!
 //! The overrides edit the file's TOML document, which is then read by lfrt's own loader
 //! ([`lfrt::parse_config`]: the same deserializer and validation as a file). Errors are pointed
@@ -13,6 +13,12 @@
 //! know the key: it is taken out of the document here, before lfrt reads the rest, and checked
 //! here as `run` would fail on it (see [`Loaded::metrics`]), so `lfrt check` refuses it too.
 //!
+//! `work_us = 5` in a `udp-echo` or `tcp-echo` `[[lane.handler]]` or in a `[[band]]` is the
+//! CPU time the built-in echo burns per event, a benchmark's stand-in for handler cost. A
+//! service has no use for it, so the library does not know it either: it is taken out the same
+//! way, checked here (an integer, at most 100000 µs) and handed to the runtime `run` builds
+//! ([`EchoWork`]).
+//!
 //! `PATH` is one of
 //! * `runtime.KEY`;
 //! * `lane.NAME.KEY`, `NAME` the `name` of a `[[lane]]`;
@@ -24,7 +30,7 @@
 //! its fields (and a bound table changes what the lane is). `VALUE` is a TOML value (`90`,
 //! `[1]`, `"rr"`), or, if it does not parse as one, a string (`policy=rr`).
 
-use lfrt::{Error, HandlerConfig, RuntimeConfig};
+use lfrt::{Error, HandlerConfig, Runtime, RuntimeConfig, Section};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 
@@ -41,6 +47,161 @@ pub struct Loaded {
     pub metrics: Option<SocketAddr>,
     /// Where each overridden value came from, for the plan.
     pub provenance: Vec<Provenance>,
+    /// The built-in echoes' busy work (`work_us`); build the runtime with
+    /// [`EchoWork::runtime`].
+    pub work: EchoWork,
+}
+
+/// The key of the built-in echoes' busy work.
+const WORK_US: &str = "work_us";
+
+/// The most busy work an echo may burn per event (µs): 100 ms.
+pub const MAX_WORK_US: u64 = 100_000;
+
+/// `work_us` of the built-in echoes, the `lfrt` command's key: the thread CPU time (µs) an
+/// echo burns per datagram (`udp-echo`, each socket of a `[[band]]`) or per read (`tcp-echo`)
+/// before it answers, standing in for handler cost. [`load`] takes it out of the file, since
+/// lfrt's loader refuses it, and checks it; [`EchoWork::runtime`] builds the runtime with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EchoWork {
+    /// Each table that writes the key, with its value (0 included).
+    written: Vec<(Section, u64)>,
+}
+
+impl EchoWork {
+    /// The busy work of the echo at `at` (`Section::Handler` for a `[[lane.handler]]`,
+    /// `Section::Band` for a `[[band]]`): 0 if its table writes none.
+    pub fn at(&self, at: Section) -> u64 {
+        self.written
+            .iter()
+            .find(|(s, _)| *s == at)
+            .map_or(0, |&(_, us)| us)
+    }
+
+    /// Sets the busy work of the echo at `at` (µs, at most [`MAX_WORK_US`]: not checked here).
+    pub fn set(&mut self, at: Section, us: u64) {
+        self.written.retain(|(s, _)| *s != at);
+        self.written.push((at, us));
+    }
+
+    /// Forgets handler `handler` of lane `lane`, which was taken out of the configuration: the
+    /// handlers after it in that lane move down one index, as they do in the lane's list.
+    pub fn remove_handler(&mut self, lane: usize, handler: usize) {
+        let gone = Section::Handler { lane, handler };
+        self.written.retain(|(s, _)| *s != gone);
+        for (s, _) in &mut self.written {
+            if let Section::Handler {
+                lane: l,
+                handler: h,
+            } = s
+            {
+                if *l == lane && *h > handler {
+                    *h -= 1;
+                }
+            }
+        }
+    }
+
+    /// [`lfrt::Runtime::with_echo_work`] with this busy work: the runtime `lfrt run` runs.
+    ///
+    /// # Errors
+    /// As [`lfrt::Runtime::new`].
+    pub fn runtime(&self, config: RuntimeConfig) -> Result<Runtime, Error> {
+        Runtime::with_echo_work(config, |at| self.at(at))
+    }
+
+    /// Takes `work_us` out of every echo's table in `doc` and checks it; an error is the
+    /// field's path and what is wrong.
+    fn take(doc: &mut toml::Table) -> Result<EchoWork, (String, String)> {
+        let mut work = EchoWork::default();
+        for (at, holder, table) in work_tables(doc) {
+            let Some(value) = table.remove(WORK_US) else {
+                continue;
+            };
+            let field = at.path(WORK_US);
+            match holder {
+                Holder::Echo => {}
+                Holder::Timer => {
+                    return Err((
+                        field,
+                        format!(
+                            "unknown field `{WORK_US}`: only a `udp-echo` or `tcp-echo` handler, \
+                             or a band, burns busy work per event, not a `timer` handler"
+                        ),
+                    ))
+                }
+                Holder::Unknown => {
+                    // Left for lfrt's loader, which says what is wrong with the handler.
+                    table.insert(WORK_US.into(), value);
+                    continue;
+                }
+            }
+            // The same messages as serde gives a `u64` field of lfrt's.
+            let us: u64 = value
+                .try_into()
+                .map_err(|e: toml::de::Error| (field.clone(), e.message().trim().to_string()))?;
+            if us > MAX_WORK_US {
+                return Err((
+                    field,
+                    format!("{us}: at most {MAX_WORK_US} µs of busy work per event"),
+                ));
+            }
+            work.written.push((at, us));
+        }
+        Ok(work)
+    }
+}
+
+/// What a table that may write `work_us` is.
+enum Holder {
+    /// A `udp-echo` or `tcp-echo` handler, or a band: it takes `work_us`.
+    Echo,
+    /// A `timer` handler: it burns no work.
+    Timer,
+    /// A handler without a kind lfrt knows.
+    Unknown,
+}
+
+/// The tables of `doc` that may write `work_us`, with their sections and what they are: each
+/// `[[lane.handler]]` (also under `[[group]]`, the old name of `[[lane]]`) and each
+/// `[[band]]`.
+fn work_tables(doc: &mut toml::Table) -> Vec<(Section, Holder, &mut toml::Table)> {
+    let mut tables = Vec::new();
+    for (key, value) in doc.iter_mut() {
+        let Some(items) = value.as_array_mut() else {
+            continue;
+        };
+        match key.as_str() {
+            "lane" | "group" => {
+                for (lane, g) in items.iter_mut().enumerate() {
+                    let Some(handlers) = g.get_mut("handler").and_then(toml::Value::as_array_mut)
+                    else {
+                        continue;
+                    };
+                    for (handler, h) in handlers.iter_mut().enumerate() {
+                        let Some(t) = h.as_table_mut() else {
+                            continue;
+                        };
+                        let holder = match t.get("kind").and_then(toml::Value::as_str) {
+                            Some("udp-echo" | "tcp-echo") => Holder::Echo,
+                            Some("timer") => Holder::Timer,
+                            _ => Holder::Unknown,
+                        };
+                        tables.push((Section::Handler { lane, handler }, holder, t));
+                    }
+                }
+            }
+            "band" => {
+                for (band, b) in items.iter_mut().enumerate() {
+                    if let Some(t) = b.as_table_mut() {
+                        tables.push((Section::Band(band), Holder::Echo, t));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    tables
 }
 
 /// Where an override comes from, in the precedence REP-2017 gives them: the file is overridden
@@ -93,13 +254,14 @@ pub struct Provenance {
 }
 
 /// Reads a configuration file, applies `overrides` in order (give the environment's before the
-/// flags': the last one of a path wins), takes the command's own `[runtime] metrics` out and
-/// validates the rest as [`lfrt::load_config`] does.
+/// flags': the last one of a path wins), takes the command's own keys out (`[runtime] metrics`,
+/// the echoes' `work_us`) and validates the rest as [`lfrt::load_config`] does.
 ///
 /// # Errors
 /// As [`lfrt::load_config`], plus an override that is not `PATH=VALUE`, names no existing
-/// lane, handler, bound table or band, or sets a value the configuration refuses, and a
-/// metrics address `run` could not serve ([`Loaded::metrics`]).
+/// lane, handler, bound table or band, or sets a value the configuration refuses, a metrics
+/// address `run` could not serve ([`Loaded::metrics`]), and a `work_us` that is not an integer
+/// 0..=[`MAX_WORK_US`] ([`EchoWork`]), at its line or naming its override.
 pub fn load(file: &Path, overrides: &[Override]) -> Result<Loaded, Error> {
     let in_file = |line: Option<usize>, field: String, message: String| Error::Config {
         file: Some(file.to_path_buf()),
@@ -119,16 +281,17 @@ pub fn load(file: &Path, overrides: &[Override]) -> Result<Loaded, Error> {
     };
     let src = std::fs::read_to_string(file)
         .map_err(|e| in_file(None, "file".into(), format!("cannot read: {e}")))?;
-    if overrides.is_empty() && lfrt::config_line(&src, METRICS).is_none() {
-        // Nothing for this loader to do: lfrt's own, with its exact lines.
-        return lfrt::parse_config(&src)
+    // lfrt's own loader, with its exact lines.
+    let as_lfrt_reads_it = || {
+        lfrt::parse_config(&src)
             .map_err(of_file)
             .map(|config| Loaded {
                 config,
                 metrics: None,
                 provenance: Vec::new(),
-            });
-    }
+                work: EchoWork::default(),
+            })
+    };
     // Syntax errors of the file itself first, as lfrt's loader names them (at their lines).
     let mut doc: toml::Table = match toml::from_str(&src) {
         Ok(doc) => doc,
@@ -147,13 +310,14 @@ pub fn load(file: &Path, overrides: &[Override]) -> Result<Loaded, Error> {
             doc.insert("lane".into(), lanes);
         }
     } else if doc.contains_key("group") {
-        return lfrt::parse_config(&src)
-            .map_err(of_file)
-            .map(|config| Loaded {
-                config,
-                metrics: None,
-                provenance: Vec::new(),
-            });
+        return as_lfrt_reads_it();
+    }
+    let writes_work = work_tables(&mut doc)
+        .iter()
+        .any(|(_, _, t)| t.contains_key(WORK_US));
+    if overrides.is_empty() && lfrt::config_line(&src, METRICS).is_none() && !writes_work {
+        // Nothing for this loader to do.
+        return as_lfrt_reads_it();
     }
     // Path as errors name it, and the override that set it last.
     let mut applied: Vec<(String, Override)> = Vec::new();
@@ -188,6 +352,7 @@ pub fn load(file: &Path, overrides: &[Override]) -> Result<Loaded, Error> {
             in_file(line, field, message)
         }
     };
+    let work = EchoWork::take(&mut doc).map_err(|(field, message)| blame(field, message))?;
     let edited = toml::to_string(&doc).map_err(|e| in_file(None, "toml".into(), e.to_string()))?;
     let cfg = lfrt::parse_config(&edited).map_err(|e| match e {
         Error::Config { field, message, .. } => blame(field, message),
@@ -210,6 +375,7 @@ pub fn load(file: &Path, overrides: &[Override]) -> Result<Loaded, Error> {
         config: cfg,
         metrics,
         provenance,
+        work,
     })
 }
 
@@ -357,4 +523,164 @@ fn named_lane<'a>(
         .ok_or_else(|| format!("no [[lane]] named `{name}` in the file"))?;
     let t = g.as_table_mut().ok_or("a [[lane]] that is not a table")?;
     Ok((gi, t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file of this test process's own directory, holding `text`.
+    fn file(name: &str, text: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("lfrt-tools-overrides-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// Lane `a` with a udp-echo, a timer and a tcp-echo, and a band: each echo's `WORK_…`
+    /// placeholder on its table's last line (7, 14 and 18).
+    const ECHOES: &str = "[[lane]]\nname = \"a\"\npolicy = \"other\"\n[[lane.handler]]\n\
+        kind = \"udp-echo\"\nbind = \"127.0.0.1:0\"\nWORK_UDP\n[[lane.handler]]\nkind = \"timer\"\n\
+        interval_us = 1000\n[[lane.handler]]\nkind = \"tcp-echo\"\nbind = \"127.0.0.1:0\"\n\
+        WORK_TCP\n[[band]]\nbind = \"127.0.0.1:0\"\nclassify = { dscp = { default = \"a\" } }\n\
+        WORK_BAND\n";
+
+    fn echoes(udp: &str, tcp: &str, band: &str) -> String {
+        ECHOES
+            .replace("WORK_UDP", udp)
+            .replace("WORK_TCP", tcp)
+            .replace("WORK_BAND", band)
+    }
+
+    fn refused(e: Error) -> (Option<usize>, String, String) {
+        match e {
+            Error::Config {
+                line,
+                field,
+                message,
+                ..
+            } => (line, field, message),
+            other => panic!("not a configuration error: {other}"),
+        }
+    }
+
+    const UDP: Section = Section::Handler {
+        lane: 0,
+        handler: 0,
+    };
+    const TCP: Section = Section::Handler {
+        lane: 0,
+        handler: 2,
+    };
+
+    /// `work_us` is the command's key: taken out of echo handlers and bands, kept per section,
+    /// 0 where not written; lfrt's own loader refuses the same file.
+    #[test]
+    fn work_us_is_taken_out_and_kept_per_echo() {
+        let src = echoes("work_us = 5", "work_us = 0", "work_us = 100000");
+        let p = file("work.toml", &src);
+        let loaded = load(&p, &[]).unwrap();
+        let w = &loaded.work;
+        assert_eq!(
+            (w.at(UDP), w.at(TCP), w.at(Section::Band(0))),
+            (5, 0, MAX_WORK_US)
+        );
+        assert_eq!(
+            w.at(Section::Handler {
+                lane: 0,
+                handler: 1
+            }),
+            0,
+            "the timer"
+        );
+        assert_eq!(loaded.config.lanes[0].handlers.len(), 3);
+        let p = file("band.toml", &echoes("", "", "work_us = 5"));
+        assert_eq!(load(&p, &[]).unwrap().work.at(Section::Band(0)), 5);
+        let (line, field, message) = refused(lfrt::load_config(&p).unwrap_err());
+        assert_eq!(
+            (line, field.as_str()),
+            (Some(18), "band[0].work_us"),
+            "{message}"
+        );
+        assert!(
+            message.contains("`lfrt` command's configuration"),
+            "{message}"
+        );
+        // Without the key: lfrt's own loader's answer, nothing written.
+        let p = file("none.toml", &echoes("", "", ""));
+        assert_eq!(load(&p, &[]).unwrap().work, EchoWork::default());
+        // An override sets it, and names itself when the value is refused.
+        let o = |text: &str| Override {
+            source: OverrideSource::Flag,
+            text: text.into(),
+        };
+        let loaded = load(&p, &[o("lane.a.handler[2].work_us=9")]).unwrap();
+        assert_eq!((loaded.work.at(TCP), loaded.work.at(UDP)), (9, 0));
+        let (line, field, message) = refused(load(&p, &[o("band[0].work_us=100001")]).unwrap_err());
+        assert_eq!(
+            (line, field.as_str()),
+            (None, "--set band[0].work_us=100001"),
+            "{message}"
+        );
+        assert_eq!(message, "100001: at most 100000 µs of busy work per event");
+        let _ = std::fs::remove_dir_all(p.parent().unwrap());
+    }
+
+    /// What `run` would not take is refused at the key's line and path, as lfrt's loader
+    /// refuses its own keys: a value that is not a `u64`, one above 100 ms, and the key on a
+    /// timer.
+    #[test]
+    fn bad_work_us_is_refused_at_its_line() {
+        for (src, line, field, says) in [
+            (
+                echoes("work_us = \"x\"", "", ""),
+                7,
+                "lane[0].handler[0].work_us",
+                "invalid type: string \"x\", expected u64",
+            ),
+            (
+                echoes("", "work_us = -1", ""),
+                14,
+                "lane[0].handler[2].work_us",
+                "invalid value: integer `-1`, expected u64",
+            ),
+            (
+                echoes("", "", "work_us = 100001"),
+                18,
+                "band[0].work_us",
+                "100001: at most 100000 µs of busy work per event",
+            ),
+            (
+                echoes("", "", "").replace("interval_us = 1000", "interval_us = 1000\nwork_us = 1"),
+                11,
+                "lane[0].handler[1].work_us",
+                "unknown field `work_us`: only a `udp-echo` or `tcp-echo` handler, or a band, \
+                 burns busy work per event, not a `timer` handler",
+            ),
+        ] {
+            let p = file("bad.toml", &src);
+            let (l, f, message) = refused(load(&p, &[]).unwrap_err());
+            assert_eq!((l, f.as_str()), (Some(line), field), "{message}\n{src}");
+            assert!(message.starts_with(says), "{message}");
+            let _ = std::fs::remove_dir_all(p.parent().unwrap());
+        }
+    }
+
+    #[test]
+    fn removing_a_handler_moves_the_later_ones_down() {
+        let mut w = EchoWork::default();
+        let h = |lane, handler| Section::Handler { lane, handler };
+        w.set(h(0, 0), 1);
+        w.set(h(0, 2), 3);
+        w.set(h(1, 2), 4);
+        w.set(Section::Band(0), 5);
+        w.remove_handler(0, 1);
+        assert_eq!(
+            [h(0, 0), h(0, 1), h(0, 2), h(1, 2), Section::Band(0)].map(|s| w.at(s)),
+            [1, 3, 0, 4, 5]
+        );
+        w.remove_handler(0, 0);
+        assert_eq!([h(0, 0), h(0, 1)].map(|s| w.at(s)), [3, 0]);
+    }
 }

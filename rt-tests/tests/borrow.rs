@@ -596,7 +596,6 @@ fn chain(n: usize, echo: std::net::SocketAddr) -> RuntimeConfig {
             if i == 0 {
                 g.handlers.push(HandlerConfig::TcpEcho {
                     bind: echo,
-                    work_us: 0,
                     max_connections: 4,
                 });
             }

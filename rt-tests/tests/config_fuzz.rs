@@ -24,10 +24,12 @@
 //! runs, or to a wildcard, port-0 or unparseable address; `max_waiters`, `max_body`,
 //! `max_nesting`, inline or as its own table); 0 to 2 `[[band]]`s (the same addresses,
 //! `classify` by `dscp` or `payload_byte` with values in and out of range, lanes that are the
-//! document's lanes or not, with or without `default`; `handler`, `work_us`). Then mutations: a key set to a value of another type, out of range, a
-//! boundary value or a huge one (`Set`, on known and unknown keys of every section), a key
-//! removed, a lane given another lane's name, a table turned into another shape; and for
-//! (a) text mutations as well (truncation, a line duplicated or dropped, a junk line).
+//! document's lanes or not, with or without `default`; `handler`). Then mutations: a key set
+//! to a value of another type, out of range, a boundary value or a huge one (`Set`, on known
+//! and unknown keys of every section, among the unknown ones `work_us`, the `lfrt` command's
+//! key, which lfrt's loader refuses), a key removed, a lane given another lane's name, a table
+//! turned into another shape; and for (a) text mutations as well (truncation, a line
+//! duplicated or dropped, a junk line).
 //!
 //! # Bounds
 //! Values inside the valid ranges are capped by the generator: at most 4 threads per lane,
@@ -184,7 +186,6 @@ enum HandlerModel {
     Echo {
         tcp: bool,
         bind: String,
-        work_us: Option<i64>,
     },
     Timer {
         interval_us: i64,
@@ -214,7 +215,6 @@ struct BandModel {
     map: Vec<(i64, Option<Index>)>,
     default: Option<Option<Index>>,
     handler: Option<&'static str>,
-    work_us: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -258,12 +258,7 @@ fn handler_model(env: &Env) -> impl Strategy<Value = HandlerModel> {
         3 => prop::sample::select(env.all.clone()),
     ];
     prop_oneof![
-        (
-            any::<bool>(),
-            bind,
-            prop::option::of(prop_oneof![Just(0i64), 0..=100i64])
-        )
-            .prop_map(|(tcp, bind, work_us)| HandlerModel::Echo { tcp, bind, work_us }),
+        (any::<bool>(), bind).prop_map(|(tcp, bind)| HandlerModel::Echo { tcp, bind }),
         (
             prop_oneof![
                 prop::sample::select(vec![50i64, 1000, 2000, 10_000, 10_000_000]),
@@ -319,18 +314,14 @@ fn band_model(env: &Env) -> impl Strategy<Value = BandModel> {
             0.3,
             prop_oneof![9 => Just("udp-echo"), 1 => Just("tcp-echo")],
         ),
-        prop::option::weighted(0.3, prop_oneof![19 => 0..=100i64, 1 => Just(100_001i64)]),
     )
-        .prop_map(
-            |(bind, payload_byte, map, default, handler, work_us)| BandModel {
-                bind,
-                payload_byte,
-                map,
-                default,
-                handler,
-                work_us,
-            },
-        )
+        .prop_map(|(bind, payload_byte, map, default, handler)| BandModel {
+            bind,
+            payload_byte,
+            map,
+            default,
+            handler,
+        })
 }
 
 fn lane_model(env: &Env) -> impl Strategy<Value = LaneModel> {
@@ -606,9 +597,6 @@ impl BandModel {
         if let Some(h) = self.handler {
             t.insert("handler".into(), h.into());
         }
-        if let Some(w) = self.work_us {
-            t.insert("work_us".into(), Value::Integer(w));
-        }
         t
     }
 }
@@ -621,17 +609,15 @@ impl HandlerModel {
                 t.insert(k.into(), Value::Integer(v));
             }
         };
-        match self {
-            HandlerModel::Echo { work_us, .. } => opt("work_us", *work_us),
-            HandlerModel::Timer {
-                interval_us,
-                count,
-                distance_us,
-            } => {
-                opt("interval_us", Some(*interval_us));
-                opt("count", *count);
-                opt("distance_us", *distance_us);
-            }
+        if let HandlerModel::Timer {
+            interval_us,
+            count,
+            distance_us,
+        } = self
+        {
+            opt("interval_us", Some(*interval_us));
+            opt("count", *count);
+            opt("distance_us", *distance_us);
         }
         match self {
             HandlerModel::Echo { tcp, bind, .. } => {
@@ -699,7 +685,6 @@ const KEYS: [&str; 42] = [
     "handler",
     "kind",
     "bind",
-    "work_us",
     "interval_us",
     "count",
     "distance_us",
@@ -715,7 +700,9 @@ const KEYS: [&str; 42] = [
     "offset",
     "map",
     "default",
-    // Not keys of any table.
+    // Not keys of any table: lfrt's loader refuses each. `work_us` is the `lfrt` command's
+    // (its loader takes it out of echo handlers and bands before lfrt reads the rest).
+    "work_us",
     "wokers",
     "lock_memroy",
     "prio",
@@ -963,7 +950,6 @@ fn serde_accepts(section: lfrt::Section, key: &str, v: &Value, kind: Option<&str
         (Section::Handler { .. }, "bind") if kind != Some("timer") => {
             matches!(v, Value::String(s) if s.parse::<SocketAddr>().is_ok())
         }
-        (Section::Handler { .. }, "work_us") if kind != Some("timer") => uint(),
         (Section::Handler { .. }, "interval_us" | "count" | "distance_us")
             if kind == Some("timer") =>
         {

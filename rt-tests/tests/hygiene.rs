@@ -95,10 +95,7 @@ fn zero_allocations_udp() {
             })
             .collect();
         for a in &addrs {
-            g.handlers.push(HandlerConfig::UdpEcho {
-                bind: *a,
-                work_us: 0,
-            });
+            g.handlers.push(HandlerConfig::UdpEcho { bind: *a });
         }
         assert_no_allocations(
             &format!("udp/{p:?}"),
@@ -141,7 +138,6 @@ fn zero_allocations_tcp_stream() {
             .unwrap();
         g.handlers.push(HandlerConfig::TcpEcho {
             bind: addr,
-            work_us: 0,
             max_connections: 4,
         });
         let rt = util::runtime(RtMode::BestEffort, false, vec![g]);
@@ -256,7 +252,6 @@ fn accepting_connections_allocates_nothing() {
             drop(listener);
             g.handlers.push(HandlerConfig::TcpEcho {
                 bind: addr,
-                work_us: 0,
                 max_connections: 2,
             });
             None
@@ -382,10 +377,7 @@ fn locked_memory_pool_threads_do_not_fault_in_steady_state() {
         .unwrap()
         .local_addr()
         .unwrap();
-    g.handlers.push(HandlerConfig::UdpEcho {
-        bind: addr,
-        work_us: 0,
-    });
+    g.handlers.push(HandlerConfig::UdpEcho { bind: addr });
     let mut rt = util::runtime(RtMode::BestEffort, true, vec![g]);
     let rep = rt.start().unwrap();
     assert!(
@@ -860,7 +852,6 @@ fn zero_allocations_banded_sockets() {
                     .collect(),
             ),
             handler: BandHandler::UdpEcho,
-            work_us: 0,
         }],
     })
     .unwrap();

@@ -614,11 +614,9 @@ fn shutdown_under_full_load_returns_and_closes_fds() {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut g = LaneConfig::new("busy", Policy::Fifo, 10);
     g.threads = 3;
-    g.handlers.push(HandlerConfig::UdpEcho {
-        bind: addr,
-        work_us: 200,
-    });
-    let mut rt = Runtime::new(cfg(vec![g])).unwrap();
+    g.handlers.push(HandlerConfig::UdpEcho { bind: addr });
+    // 200 µs of CPU per datagram (the `lfrt` command's `work_us`): every thread stays busy.
+    let mut rt = Runtime::with_echo_work(cfg(vec![g]), |_| 200).unwrap();
     rt.start().unwrap();
     let stop = Arc::new(AtomicU64::new(0));
     let flood = {
@@ -647,6 +645,59 @@ fn shutdown_under_full_load_returns_and_closes_fds() {
     UdpSocket::bind(addr).expect("fd closed at shutdown");
     stop.store(1, SeqCst);
     flood.join().unwrap();
+}
+
+/// `Runtime::with_echo_work` (how `lfrt run` applies the command's `work_us`) gives each
+/// built-in echo the busy work of its own section: a `[[lane.handler]]` by lane and handler
+/// index, a `[[band]]` by band index; an echo without any answers at once.
+#[test]
+fn echo_work_reaches_the_echo_of_its_section() {
+    let _l = util::rt_lock();
+    let free = || {
+        let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let (slow, quick, band) = (free(), free(), free());
+    let mut g = LaneConfig::new("w", Policy::Other, 0);
+    g.threads = 2;
+    g.handlers.push(HandlerConfig::UdpEcho { bind: quick });
+    g.handlers.push(HandlerConfig::UdpEcho { bind: slow });
+    let mut c = cfg(vec![g]);
+    c.bands.push(BandConfig {
+        bind: band,
+        classify: BandClassify::Dscp([("default".to_string(), "w".to_string())].into()),
+        handler: BandHandler::UdpEcho,
+    });
+    const WORK_US: u64 = 60_000;
+    let mut rt = Runtime::with_echo_work(c, |at| match at {
+        Section::Handler {
+            lane: 0,
+            handler: 1,
+        }
+        | Section::Band(0) => WORK_US,
+        _ => 0,
+    })
+    .unwrap();
+    rt.start().unwrap();
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let round_trip = |to| {
+        let t0 = std::time::Instant::now();
+        client.send_to(b"w", to).unwrap();
+        let mut buf = [0u8; 8];
+        let (n, from) = client.recv_from(&mut buf).expect("an echo");
+        assert_eq!((&buf[..n], from), (&b"w"[..], to));
+        t0.elapsed()
+    };
+    // Thread CPU time is never more than the wall-clock time it took.
+    let at_least = Duration::from_micros(WORK_US);
+    let (s, b, q) = (round_trip(slow), round_trip(band), round_trip(quick));
+    rt.shutdown().unwrap();
+    assert!(s >= at_least, "handler[1]: {s:?}");
+    assert!(b >= at_least, "band[0]: {b:?}");
+    assert!(q < at_least, "handler[0] burns nothing: {q:?}");
 }
 
 /// Counts its own eventfd; a dispatch that finds the eventfd empty would mean an event of
@@ -732,12 +783,7 @@ fn invalid_configs_start_nothing() {
             "lane[0].handler[0].bind",
             Box::new({
                 let a = held.local_addr().unwrap();
-                move |c| {
-                    c.lanes[0].handlers.push(HandlerConfig::UdpEcho {
-                        bind: a,
-                        work_us: 0,
-                    })
-                }
+                move |c| c.lanes[0].handlers.push(HandlerConfig::UdpEcho { bind: a })
             }),
         ),
     ];

@@ -5,10 +5,10 @@
 //! bind = "127.0.0.1:7000"
 //! classify = { dscp = { 46 = "control", default = "bulk" } }
 //! # or: classify = { payload_byte = { offset = 0, map = { 1 = "control" }, default = "bulk" } }
-//! handler = "udp-echo"      # the default; work_us = 0 as for a [[lane.handler]]
+//! handler = "udp-echo"      # the default
 //! ```
 //!
-//! A band table names lanes (lanes) by value; [`BandConfig::plan`] resolves it into the
+//! A band table names lanes by value; [`BandConfig::plan`] resolves it into the
 //! [`Bands`] plan that [`crate::sources::band::bind`] takes and the lane of each band. Validation and
 //! [`Runtime::new`](crate::Runtime::new) both go through `plan`, so what `check` accepts is
 //! exactly what `run` binds: `check` even binds the band (sockets and classifier) and releases
@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BandHandler {
-    /// The built-in UDP echo ([`crate::sources::handlers::UdpEcho`]) with the band's `work_us`, as a
+    /// The built-in UDP echo ([`crate::sources::handlers::UdpEcho`]), as a
     /// `kind = "udp-echo"` handler.
     #[default]
     UdpEcho,
@@ -68,9 +68,6 @@ pub struct BandConfig {
     /// What serves each band's socket.
     #[serde(default)]
     pub handler: BandHandler,
-    /// Thread CPU time burnt per datagram (µs), as a `udp-echo` handler's.
-    #[serde(default)]
-    pub work_us: u64,
 }
 
 /// A [`BandConfig`] resolved against the lanes: the plan for [`crate::sources::band::bind`] and the
@@ -183,11 +180,10 @@ impl BandConfig {
 }
 
 impl RuntimeConfig {
-    /// Every `[[band]]`: its plan ([`BandConfig::plan`]), `dscp` only on an IPv4 address,
-    /// `work_us`, an address that collides
-    /// neither with another band's nor with a `udp-echo` handler's (the band's sockets share
-    /// their port only among themselves), and room for its sockets in each lane's
-    /// `max_handles`.
+    /// Every `[[band]]`: its plan ([`BandConfig::plan`]), `dscp` only on an IPv4 address, an
+    /// address that collides neither with another band's nor with a `udp-echo` handler's (the
+    /// band's sockets share their port only among themselves), and room for its sockets in
+    /// each lane's `max_handles`.
     pub(super) fn check_bands(&self) -> Result<(), Invalid> {
         let bad = |b: usize, field: &'static str, message: String| Invalid {
             section: Section::Band(b),
@@ -207,13 +203,6 @@ impl RuntimeConfig {
                          read; classify by payload_byte, or bind an IPv4 address",
                         b.bind
                     ),
-                ));
-            }
-            if b.work_us > 100_000 {
-                return Err(bad(
-                    bi,
-                    "work_us",
-                    format!("{}: at most 100000 µs of busy work per event", b.work_us),
                 ));
             }
             if let Some(other) = self.bands[..bi]
@@ -313,7 +302,6 @@ mod tests {
             bind: "127.0.0.1:0".parse().unwrap(),
             classify,
             handler: BandHandler::UdpEcho,
-            work_us: 0,
         }
     }
 
@@ -439,7 +427,6 @@ mod tests {
         let mut g = lanes();
         g[2].handlers.push(HandlerConfig::UdpEcho {
             bind: "127.0.0.1:7000".parse().unwrap(),
-            work_us: 0,
         });
         let e = cfg(vec![at(&b, "127.0.0.1:7000")], g)
             .check_bands()
@@ -464,15 +451,5 @@ mod tests {
         cfg(vec![at(&payload, "[::1]:7000")], lanes())
             .check_bands()
             .unwrap();
-        let e = cfg(
-            vec![BandConfig {
-                work_us: 200_000,
-                ..b
-            }],
-            lanes(),
-        )
-        .check_bands()
-        .unwrap_err();
-        assert_eq!(e.path(), "band[0].work_us");
     }
 }

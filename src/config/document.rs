@@ -42,6 +42,12 @@ pub struct Deadline {
 
 /// A built-in handler, so that a configuration file alone runs a service
 /// (`[[lane.handler]]` with `kind = "udp-echo" | "tcp-echo" | "timer"`).
+///
+/// The echoes answer each event at once. `work_us`, the busy work a benchmark adds per event
+/// to stand in for handler cost, is a key of the `lfrt` command's configuration, not of this
+/// one: the command's loader takes it out of the file and hands it to the runtime it builds
+/// (`Runtime::with_echo_work`, feature `tools`), and `lfrt::load_config` refuses it, saying
+/// so.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum HandlerConfig {
@@ -50,18 +56,12 @@ pub enum HandlerConfig {
         /// Address to bind.
         #[serde(deserialize_with = "named::bind")]
         bind: SocketAddr,
-        /// Thread CPU time burnt per datagram, standing in for handler cost (µs).
-        #[serde(default, deserialize_with = "named::work_us")]
-        work_us: u64,
     },
     /// Accept TCP connections and echo each stream's bytes back.
     TcpEcho {
         /// Address to listen on.
         #[serde(deserialize_with = "named::bind")]
         bind: SocketAddr,
-        /// Thread CPU time burnt per read, standing in for handler cost (µs).
-        #[serde(default, deserialize_with = "named::work_us")]
-        work_us: u64,
         /// Connections served at once: the listener preallocates a table of this many, each
         /// with a buffer of the lane's `buffer_bytes` for the echo its peer has not taken
         /// yet. A connection beyond it is closed unserved (`connections_refused`). Default 64.
@@ -105,7 +105,6 @@ pub(crate) mod named {
         )*};
     }
     fields!(
-        work_us: u64,
         interval_us: u64,
         count: usize,
         distance_us: u64,

@@ -21,7 +21,6 @@ fn field_of(c: &RuntimeConfig) -> String {
 fn udp(bind: &str) -> HandlerConfig {
     HandlerConfig::UdpEcho {
         bind: bind.parse().unwrap(),
-        work_us: 0,
     }
 }
 
@@ -246,7 +245,6 @@ fn port_in_use_is_found_at_validation() {
     let mut g = LaneConfig::new("a", Policy::Fifo, 10);
     g.handlers.push(HandlerConfig::UdpEcho {
         bind: held.local_addr().unwrap(),
-        work_us: 0,
     });
     let e = cfg(vec![g]).validate_with_cpus(&[0]).unwrap_err();
     assert_eq!(e.path(), "lane[0].handler[0].bind");
@@ -305,7 +303,6 @@ fn wildcard_and_specific_address_on_one_port_are_refused() {
     let mut b = LaneConfig::new("b", Policy::Fifo, 40);
     b.handlers.push(HandlerConfig::TcpEcho {
         bind: format!("127.0.0.1:{port}").parse().unwrap(),
-        work_us: 0,
         max_connections: 64,
     });
     cfg(vec![a, b]).check_settings(&[0, 1]).unwrap();
@@ -320,12 +317,10 @@ fn ephemeral_ports_never_conflict() {
     let mut b = LaneConfig::new("b", Policy::Fifo, 40);
     b.handlers.push(HandlerConfig::TcpEcho {
         bind: "127.0.0.1:0".parse().unwrap(),
-        work_us: 0,
         max_connections: 64,
     });
     b.handlers.push(HandlerConfig::TcpEcho {
         bind: "127.0.0.1:0".parse().unwrap(),
-        work_us: 0,
         max_connections: 64,
     });
     cfg(vec![a, b]).validate_on(&machine()).unwrap();

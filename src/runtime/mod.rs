@@ -137,7 +137,51 @@ impl Runtime {
     /// let control = rt.lane("control")?;
     /// # Ok::<(), lfrt::Error>(())
     /// ```
-    pub fn new(mut cfg: RuntimeConfig) -> Result<Runtime, Error> {
+    pub fn new(cfg: RuntimeConfig) -> Result<Runtime, Error> {
+        Self::build(cfg, &builtin::no_work)
+    }
+
+    /// [`new`](Self::new), with busy work in the built-in echoes: each datagram a `udp-echo`
+    /// handler or a `[[band]]`'s echo answers, and each read a `tcp-echo` connection echoes,
+    /// first burns `work_us(section)` µs of the pool thread's CPU time (as
+    /// [`handlers::cpu_work`](crate::handlers::cpu_work) does, in the echo's own loop: the
+    /// dispatch path is the one [`new`](Self::new) builds). `section` is
+    /// [`Section::Handler`](crate::Section::Handler) for a `[[lane.handler]]` and
+    /// [`Section::Band`](crate::Section::Band) for a `[[band]]` (all of its sockets); timers
+    /// are not asked. A lane added later with [`add_lane`](Self::add_lane) burns none.
+    ///
+    /// This is the `lfrt` command's `work_us` key, a benchmark's stand-in for handler cost:
+    /// the command reads it from its own configuration file and bounds it (at most 100 ms an
+    /// event); this function bounds nothing. A measurement tool's hook, not a service's API:
+    /// only with the `tools` feature. A service does its work in its own handlers.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use lfrt::{HandlerConfig, LaneConfig, Policy, Runtime, RuntimeConfig, Section};
+    /// let mut lane = LaneConfig::new("echo", Policy::Fifo, 50);
+    /// lane.handlers.push(HandlerConfig::UdpEcho { bind: "127.0.0.1:7000".parse()? });
+    /// let mut cfg = RuntimeConfig::default();
+    /// cfg.lanes.push(lane);
+    /// // 20 µs of CPU per datagram in the lane's first handler.
+    /// let rt = Runtime::with_echo_work(cfg, |at| match at {
+    ///     Section::Handler { lane: 0, handler: 0 } => 20,
+    ///     _ => 0,
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "tools")]
+    pub fn with_echo_work(
+        cfg: RuntimeConfig,
+        work_us: impl Fn(crate::Section) -> u64,
+    ) -> Result<Runtime, Error> {
+        Self::build(cfg, &work_us)
+    }
+
+    /// [`new`](Self::new) with the built-in echoes' busy work `work`.
+    fn build(mut cfg: RuntimeConfig, work: builtin::Work<'_>) -> Result<Runtime, Error> {
         if !cfg.lanes.is_empty() {
             cfg.validate()?;
         }
@@ -165,9 +209,9 @@ impl Runtime {
             relay_thread: None,
         };
         for gc in lanes {
-            rt.push_lane(gc)?;
+            rt.push_lane(gc, work)?;
         }
-        let bands = builtin::bind_bands(&rt.cfg)?;
+        let bands = builtin::bind_bands(&rt.cfg, work)?;
         if let State::Built { pending, .. } = &mut rt.state {
             pending.extend(bands);
         }
@@ -175,8 +219,9 @@ impl Runtime {
     }
 
     /// Creates lane `gc` (validated by the caller) with its telemetry rings and its built-in
-    /// handlers' sockets, and appends it. On error nothing is appended.
-    fn push_lane(&mut self, gc: LaneConfig) -> Result<Lane, Error> {
+    /// handlers' sockets (their echoes' busy work from `work`), and appends it. On error
+    /// nothing is appended.
+    fn push_lane(&mut self, gc: LaneConfig, work: builtin::Work<'_>) -> Result<Lane, Error> {
         let State::Built {
             rings,
             consumers,
@@ -208,7 +253,7 @@ impl Runtime {
             producers.push(p);
             cons.push(c);
         }
-        let handlers = builtin::bind_handlers(&gc, gi)?;
+        let handlers = builtin::bind_handlers(&gc, gi, work)?;
         rings.push(producers);
         consumers.extend(cons);
         pending.extend(handlers);
@@ -256,7 +301,7 @@ impl Runtime {
         let mut all = self.cfg.clone();
         all.lanes.push(gc.clone());
         all.validate_without_binds()?;
-        self.push_lane(gc)
+        self.push_lane(gc, &builtin::no_work)
     }
 
     /// The lane named `name`: how a service finds the lanes of a configuration it
@@ -275,7 +320,7 @@ impl Runtime {
     /// let control = rt.lane("control")?;
     /// assert_eq!(control.name(), "control");
     /// let typo = rt.lane("contrl").unwrap_err().to_string();
-    /// assert_eq!(typo, "no lane (lane) named `contrl`; the lanes are: `control`");
+    /// assert_eq!(typo, "no lane named `contrl`; the lanes are: `control`");
     /// # Ok::<(), lfrt::Error>(())
     /// ```
     pub fn lane(&self, name: &str) -> Result<Lane, Error> {
@@ -424,7 +469,7 @@ mod tests {
         match rt.lane("contrl") {
             Err(e @ Error::UnknownLane { .. }) => assert_eq!(
                 e.to_string(),
-                "no lane (lane) named `contrl`; the lanes are: `control`, `feed`"
+                "no lane named `contrl`; the lanes are: `control`, `feed`"
             ),
             other => panic!("expected UnknownLane, got {other:?}"),
         }
@@ -433,7 +478,7 @@ mod tests {
         let empty = Runtime::new(best_effort()).unwrap();
         assert_eq!(
             empty.lane("x").unwrap_err().to_string(),
-            "no lane (lane) named `x`; the lanes are: none"
+            "no lane named `x`; the lanes are: none"
         );
     }
 

@@ -27,8 +27,9 @@ use std::sync::Arc;
 
 pub use crate::sources::accept::{ACCEPT_RETRY_NS, LOG_INTERVAL_NS};
 
-/// Burns `ns` nanoseconds of the calling thread's **CPU time**: the built-in handlers' `work_us`,
-/// a bounded stand-in for handler cost that harnesses reuse so every architecture they compare
+/// Burns `ns` nanoseconds of the calling thread's **CPU time**: the built-in echoes' `work_us`
+/// (the `lfrt` command's key, [`Runtime::with_echo_work`](crate::Runtime::with_echo_work)), a
+/// bounded stand-in for handler cost that harnesses reuse so every architecture they compare
 /// burns the same work. CPU time, not wall time, so a handler preempted mid-work still costs the
 /// same CPU as one that is not. Bounded: it also returns after `ns` plus one second of
 /// wall-clock time, whatever happens.
@@ -59,12 +60,13 @@ pub(crate) fn burn_cpu(ns: u64) {
     }
 }
 
-/// `work_us` of the built-in echoes. It stays in the library, unlike `cpu_work`: it is a field
-/// of the configuration file (`[[lane.handler]]`, `[[band]]`) and of the echoes' public
-/// constructors, and putting it behind a feature would make the file format and those
-/// signatures depend on the build. It is how a configuration alone stands for a service whose
-/// handlers cost something (what `lfrt run`, the benchmarks and the inversion experiments
-/// measure), bounded by validation (at most 100 ms an event), and costs one comparison at 0.
+/// `work_us` of the built-in echoes. It stays in the library, unlike `cpu_work`: it is a
+/// parameter of the echoes' public constructors, and putting it behind a feature would make
+/// those signatures depend on the build. It is not a key of the configuration file: the `lfrt`
+/// command reads it from its own configuration (`[[lane.handler]]`, `[[band]]`), bounds it (at
+/// most 100 ms an event) and hands it to `Runtime::with_echo_work`, so that a file stands for a
+/// service whose handlers cost something (what `lfrt run`, the benchmarks and the inversion
+/// experiments measure). It costs one comparison at 0.
 fn busy_work(us: u64) {
     burn_cpu(us.saturating_mul(1000));
 }

@@ -1,5 +1,6 @@
 //! The command line (cyclictest's options) and the plan it maps to: lanes and timers.
 
+use crate::overrides::EchoWork;
 use lfrt::MAX_LANE_THREADS;
 use lfrt::{Deadline, HandlerConfig, LaneConfig, Policy, Promotion, RtMode, RuntimeConfig};
 use std::path::PathBuf;
@@ -282,6 +283,8 @@ pub struct TimerSpec {
 pub struct Plan {
     /// Lanes to start; their `kind = "timer"` handlers moved into `timers`.
     pub config: RuntimeConfig,
+    /// The busy work of `config`'s echoes (`work_us` in a `--config` file).
+    pub work: EchoWork,
     /// The timers, in report order (`T: 0`, `T: 1`, ...).
     pub timers: Vec<TimerSpec>,
     /// Cycles per timer (0 = endless).
@@ -310,9 +313,12 @@ impl Plan {
     /// # Errors
     /// A message naming the offending option.
     pub fn from_args(a: &CyclicArgs) -> Result<Plan, String> {
-        let (mut config, mut timers) = match &a.config {
+        let (mut config, mut timers, work) = match &a.config {
             Some(path) => from_file(a, path)?,
-            None => from_flags(a, &lfrt::os::available_cpus())?,
+            None => {
+                let (config, timers) = from_flags(a, &lfrt::os::available_cpus())?;
+                (config, timers, EchoWork::default())
+            }
         };
         let breaktrace = a.breaktrace.map(|us| {
             let file = a
@@ -350,6 +356,7 @@ impl Plan {
         }
         Ok(Plan {
             config,
+            work,
             timers,
             loops: a.loops,
             duration: a.duration.filter(|d| !d.is_zero()),
@@ -496,11 +503,12 @@ pub(crate) fn assign_phases(timers: &mut [TimerSpec], aligned: Option<u64>) {
     }
 }
 
-/// With `--config`: the file's lanes; each timer handler becomes measured timers.
+/// With `--config`: the file's lanes; each timer handler becomes measured timers. The other
+/// handlers stay, with their busy work.
 fn from_file(
     a: &CyclicArgs,
     path: &std::path::Path,
-) -> Result<(RuntimeConfig, Vec<TimerSpec>), String> {
+) -> Result<(RuntimeConfig, Vec<TimerSpec>, EchoWork), String> {
     let conflicting = [
         (a.priority.is_some(), "-p"),
         (a.policy.is_some(), "--policy"),
@@ -517,12 +525,11 @@ fn from_file(
     if let Some((_, flag)) = conflicting.iter().find(|(set, _)| *set) {
         return Err(format!("{flag} cannot be combined with --config: lanes, priorities and timers come from the file"));
     }
-    // The command's loader, so a file `lfrt run` takes (with its `[runtime] metrics`) is taken
-    // here too; cyclic serves no metrics.
-    let cfg = crate::overrides::load(path, &[])
-        .map_err(|e| e.to_string())?
-        .config;
-    let (mut cfg, timers) = split_timers(cfg);
+    // The command's loader, so a file `lfrt run` takes (with its `[runtime] metrics` and
+    // `work_us`) is taken here too; cyclic serves no metrics, and its echoes burn their work.
+    let loaded = crate::overrides::load(path, &[]).map_err(|e| e.to_string())?;
+    let mut work = loaded.work;
+    let (mut cfg, timers) = split_timers(loaded.config, &mut work);
     if timers.is_empty() {
         return Err(format!(
             "{}: no `kind = \"timer\"` handler to measure",
@@ -530,7 +537,7 @@ fn from_file(
         ));
     }
     cfg.lock_memory |= a.mlockall;
-    Ok((cfg, timers))
+    Ok((cfg, timers, work))
 }
 
 /// Checks that `timers` timerfds, with the runtime's own descriptors and those already open,
@@ -563,25 +570,33 @@ fn check_open_files(config: &RuntimeConfig, timers: usize) -> Result<(), String>
 }
 
 /// Moves every `kind = "timer"` handler out of the configuration, as timer specs in lane
-/// order; other handlers (e.g. an echo service as background load) stay.
-pub(crate) fn split_timers(mut cfg: RuntimeConfig) -> (RuntimeConfig, Vec<TimerSpec>) {
+/// order; other handlers (e.g. an echo service as background load) stay, and `work` follows
+/// them to their new indices.
+pub(crate) fn split_timers(
+    mut cfg: RuntimeConfig,
+    work: &mut EchoWork,
+) -> (RuntimeConfig, Vec<TimerSpec>) {
     let mut timers = Vec::new();
     for (gi, g) in cfg.lanes.iter_mut().enumerate() {
-        g.handlers.retain(|h| match *h {
-            HandlerConfig::Timer {
+        let mut hi = 0;
+        while hi < g.handlers.len() {
+            let HandlerConfig::Timer {
                 interval_us,
                 count,
                 distance_us,
-            } => {
-                timers.extend((0..count as u64).map(|k| TimerSpec {
-                    lane: gi,
-                    interval_us: interval_us + k * distance_us,
-                    phase_us: 0,
-                }));
-                false
-            }
-            _ => true,
-        });
+            } = g.handlers[hi]
+            else {
+                hi += 1;
+                continue;
+            };
+            timers.extend((0..count as u64).map(|k| TimerSpec {
+                lane: gi,
+                interval_us: interval_us + k * distance_us,
+                phase_us: 0,
+            }));
+            g.handlers.remove(hi);
+            work.remove_handler(gi, hi);
+        }
     }
     (cfg, timers)
 }
@@ -846,19 +861,39 @@ mod tests {
             name = "lo"
             priority = 20
             [[lane.handler]]
+            kind = "timer"
+            interval_us = 2000
+            [[lane.handler]]
             kind = "udp-echo"
             bind = "127.0.0.1:0"
             [[lane.handler]]
             kind = "timer"
-            interval_us = 2000
+            interval_us = 3000
             "#,
         )
         .unwrap();
-        let (cfg, timers) = split_timers(cfg);
+        let (echo, moved) = (
+            lfrt::Section::Handler {
+                lane: 1,
+                handler: 1,
+            },
+            lfrt::Section::Handler {
+                lane: 1,
+                handler: 0,
+            },
+        );
+        let mut work = EchoWork::default();
+        work.set(echo, 7);
+        let (cfg, timers) = split_timers(cfg, &mut work);
         let intervals: Vec<(usize, u64)> = timers.iter().map(|t| (t.lane, t.interval_us)).collect();
-        assert_eq!(intervals, [(0, 500), (0, 600), (1, 2000)]);
+        assert_eq!(intervals, [(0, 500), (0, 600), (1, 2000), (1, 3000)]);
         assert!(cfg.lanes[0].handlers.is_empty());
         assert_eq!(cfg.lanes[1].handlers.len(), 1, "the echo service stays");
+        assert_eq!(
+            (work.at(moved), work.at(echo)),
+            (7, 0),
+            "with its busy work, at its new index"
+        );
     }
 
     #[test]

@@ -85,7 +85,6 @@ pub use json::FILE_VERSION;
 pub use report::{Buckets, LaneResult, TimerResult};
 
 use lfrt::Policy;
-use lfrt::Runtime;
 use lfrt::Timer;
 use report::{LaneInfo, Status, TimerKey};
 use std::io::{IsTerminal, Write};
@@ -264,7 +263,7 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
     });
 
     let cfg = plan.config.clone();
-    let mut rt = Runtime::new(cfg.clone())?;
+    let mut rt = plan.work.runtime(cfg.clone())?;
     let started = rt.start()?;
 
     // Histograms first (hundreds of KiB each, written once so their pages are resident):

@@ -278,7 +278,7 @@ fn check_handler(here: Section, h: &HandlerConfig, seen: &mut Seen<'_>) -> Resul
         message,
     };
     match h {
-        HandlerConfig::UdpEcho { bind, work_us } | HandlerConfig::TcpEcho { bind, work_us, .. } => {
+        HandlerConfig::UdpEcho { bind } | HandlerConfig::TcpEcho { bind, .. } => {
             if let HandlerConfig::TcpEcho {
                 max_connections, ..
             } = h
@@ -293,12 +293,6 @@ fn check_handler(here: Section, h: &HandlerConfig, seen: &mut Seen<'_>) -> Resul
                         ),
                     ));
                 }
-            }
-            if *work_us > 100_000 {
-                return Err(hbad(
-                    "work_us",
-                    format!("{work_us}: at most 100000 µs of busy work per event"),
-                ));
             }
             let tcp = matches!(h, HandlerConfig::TcpEcho { .. });
             if let Some((_, other, at)) = seen
