@@ -158,7 +158,7 @@ pub mod os {
         parse_cpu_list, read_back, set_current as set_current_sched, set_current_affinity,
         RtPrivilege, Sched,
     };
-    pub use crate::sys::signal::{block_termination, wait_termination};
+    pub use crate::sys::signal::{block_termination, wait_termination, TRACE_SIGNAL};
     pub use crate::sys::tracefs::KernelTrace;
     pub use crate::sys::{gettid, now_ns};
 }

@@ -457,9 +457,14 @@ const MAX_REQUEST: usize = 8 * 1024;
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Binds `addr` and serves `GET /metrics` from a new thread (`lfrt-metrics`), one request per
-/// connection (HTTP/1.0 style, `Connection: close`), one connection at a time. Returns the
+/// connection (HTTP/1.0 style, `Connection: close`), one connection at a time, and `GET /trace`:
+/// asks the flight recorder of `telemetry` for a window (as `kill -USR2` does). Returns the
 /// bound address. The thread runs until the process exits.
-pub fn serve(addr: SocketAddr, shared: Shared) -> std::io::Result<SocketAddr> {
+pub fn serve(
+    addr: SocketAddr,
+    shared: Shared,
+    telemetry: Arc<lfrt::telemetry::Telemetry>,
+) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let local = listener.local_addr()?;
     std::thread::Builder::new()
@@ -468,7 +473,7 @@ pub fn serve(addr: SocketAddr, shared: Shared) -> std::io::Result<SocketAddr> {
             for conn in listener.incoming() {
                 match conn {
                     Ok(stream) => {
-                        if let Err(e) = answer(stream, &shared) {
+                        if let Err(e) = answer(stream, &shared, &telemetry) {
                             tracing::debug!("metrics client: {e}");
                         }
                     }
@@ -483,7 +488,11 @@ pub fn serve(addr: SocketAddr, shared: Shared) -> std::io::Result<SocketAddr> {
 }
 
 /// Reads one request (bounded in size and time) and answers it.
-fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+fn answer(
+    mut stream: TcpStream,
+    shared: &Shared,
+    telemetry: &lfrt::telemetry::Telemetry,
+) -> std::io::Result<()> {
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut req = Vec::with_capacity(1024);
@@ -515,10 +524,28 @@ fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             encode(shared),
         ),
+        (true, Some("GET"), Some("/trace")) => {
+            let before = telemetry.recorder_stats();
+            telemetry.trace_now();
+            (
+                "202 Accepted",
+                "text/plain",
+                format!(
+                    "flight recorder: window requested; it is written after [trace] after_ms \
+                     unless one was written less than min_interval_ms ago ({} written so far, \
+                     last: {})\n",
+                    before.written,
+                    before
+                        .last
+                        .as_ref()
+                        .map_or("none".into(), |p| p.display().to_string())
+                ),
+            )
+        }
         (true, Some("GET"), Some(_)) => (
             "404 Not Found",
             "text/plain",
-            "lfrt serves /metrics\n".into(),
+            "lfrt serves /metrics and /trace\n".into(),
         ),
         _ => (
             "405 Method Not Allowed",

@@ -533,9 +533,9 @@ fn run(
     // port taken since fails before any RT thread exists. The exporter thread is spawned here,
     // by this time-shared thread.
     if let Some(addr) = metrics {
-        let bound = lfrt_tools::live::serve(addr, shared.clone())
+        let bound = lfrt_tools::live::serve(addr, shared.clone(), rt.telemetry().clone())
             .map_err(|e| format!("metrics: cannot serve {addr}: {e}"))?;
-        println!("# metrics: http://{bound}/metrics");
+        println!("# metrics: http://{bound}/metrics (GET /trace: a flight-recorder window)");
     }
     let report = rt.start()?;
     let started = Instant::now();
@@ -572,9 +572,13 @@ fn run(
         } else {
             Duration::from_secs(1)
         });
-        if let Some(sig) = lfrt::os::wait_termination(wait.max(Duration::from_millis(1)))? {
-            signal = Some(sig);
-            break;
+        match lfrt::os::wait_termination(wait.max(Duration::from_millis(1)))? {
+            Some(lfrt::os::TRACE_SIGNAL) => rt.telemetry().trace_now(),
+            Some(sig) => {
+                signal = Some(sig);
+                break;
+            }
+            None => {}
         }
     }
     let elapsed = started.elapsed();

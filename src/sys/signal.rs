@@ -1,4 +1,5 @@
-//! Termination signals handled synchronously: block them, then wait with a timeout.
+//! Termination signals, and the flight recorder's on-demand signal, handled synchronously:
+//! block them, then wait with a timeout.
 
 use std::io;
 use std::time::Duration;
@@ -10,11 +11,17 @@ fn term_set() -> libc::sigset_t {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, TRACE_SIGNAL);
         set
     }
 }
 
-/// Blocks SIGINT and SIGTERM in the calling thread. Threads spawned afterwards inherit the
+/// The signal that asks the flight recorder for a window (`kill -USR2 PID`): the `lfrt`
+/// command's loops take it from [`wait_termination`] and call
+/// [`Telemetry::trace_now`](crate::telemetry::Telemetry::trace_now) instead of stopping.
+pub const TRACE_SIGNAL: i32 = libc::SIGUSR2;
+
+/// Blocks SIGINT, SIGTERM and [`TRACE_SIGNAL`] in the calling thread. Threads spawned afterwards inherit the
 /// mask, so the signals stay pending until [`wait_termination`] takes them.
 ///
 /// # Examples
@@ -35,7 +42,8 @@ pub fn block_termination() -> io::Result<()> {
     Ok(())
 }
 
-/// Waits up to `timeout` for SIGINT or SIGTERM; returns the signal number if one came.
+/// Waits up to `timeout` for SIGINT, SIGTERM or [`TRACE_SIGNAL`]; returns the signal number if
+/// one came (the caller tells a request for a window from a termination).
 ///
 /// # Examples
 #[doc = os_example!()]

@@ -338,8 +338,10 @@ pub fn measure(plan: &Plan) -> Result<CyclicReport, Box<dyn std::error::Error>> 
             }
         }
         let wait = deadline.map_or(POLL, |d| d.saturating_duration_since(now).min(POLL));
-        if lfrt::os::wait_termination(wait)?.is_some() {
-            break "signal";
+        match lfrt::os::wait_termination(wait)? {
+            Some(lfrt::os::TRACE_SIGNAL) => rt.telemetry().trace_now(),
+            Some(_) => break "signal",
+            None => {}
         }
     };
     let elapsed = began.elapsed();
