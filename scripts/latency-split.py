@@ -72,7 +72,7 @@ def syscall_names():
                 for line in f:
                     m = re.match(r"#define __NR_(\w+)\s+(\d+)", line)
                     if m:
-                        names[int(m.lane(2))] = m.lane(1)
+                        names[int(m.group(2))] = m.group(1)
             break
         except OSError:
             continue
@@ -101,7 +101,7 @@ def parse(data):
         m = LINE.match(line)
         if not m:
             continue
-        comm, tid, cpu, s, ns, ev, rest = m.lanes()
+        comm, tid, cpu, s, ns, ev, rest = m.groups()
         ns = ns.ljust(9, "0")[:9]
         yield comm, int(tid), int(cpu), int(s) * 1_000_000_000 + int(ns), ev, rest
 

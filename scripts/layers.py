@@ -71,8 +71,8 @@ def clean(text):
             i = j
         elif (m := re.compile(r'b?r(#*)"').match(text, i)) and (i == 0 or not
                                                                  re.match(r"\w", text[i - 1])):
-            end = text.find('"' + m.lane(1), m.end())
-            j = n if end < 0 else end + 1 + len(m.lane(1))
+            end = text.find('"' + m.group(1), m.end())
+            j = n if end < 0 else end + 1 + len(m.group(1))
             out.append(blank(text[i:j]))
             i = j
         elif c == '"' or (c == "b" and text.startswith('b"', i)):
@@ -82,7 +82,7 @@ def clean(text):
             out.append(blank(text[i:j + 1]))
             i = j + 1
         elif c == "'" and (m := re.compile(r"'(?:\\u\{[0-9a-fA-F]+\}|\\.|[^\\'\n])'").match(text, i)):
-            out.append(blank(m.lane(0)))
+            out.append(blank(m.group(0)))
             i = m.end()
         else:
             out.append(c)
@@ -128,7 +128,7 @@ def test_only(expr):
     if not m:
         return False
     args, depth, cur = [], 0, ""
-    for c in m.lane(2):
+    for c in m.group(2):
         if c == "(":
             depth += 1
         elif c == ")":
@@ -139,7 +139,7 @@ def test_only(expr):
         else:
             cur += c
     args = [a for a in args + [cur] if a.strip()]
-    if m.lane(1) == "all":
+    if m.group(1) == "all":
         return any(test_only(a) for a in args)
     return bool(args) and all(test_only(a) for a in args)
 
@@ -153,7 +153,7 @@ def strip_tests(text):
     whole = False
     m = re.match(r"\s*(?:#!\[[^\]]*\]\s*)*", text)
     for inner in re.finditer(r"#!\[\s*cfg\s*\((.*?)\)\s*\]", text[: m.end()], re.S):
-        whole = whole or test_only(inner.lane(1))
+        whole = whole or test_only(inner.group(1))
     test_mods, pos = set(), 0
     while (m := CFG.search(text, pos)):
         close = matching(text, m.end() - 1, "(", ")")
@@ -167,7 +167,7 @@ def strip_tests(text):
         end = item_end(text, j)
         decl = re.match(r"\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*;", text[j:end])
         if decl:
-            test_mods.add(decl.lane(1))
+            test_mods.add(decl.group(1))
         text = text[: m.start()] + re.sub(r"[^\n]", " ", text[m.start():end]) + text[end:]
         pos = end
     return text, test_mods, whole
@@ -178,7 +178,7 @@ SYSTEM_CRATE = re.compile(r"(?<![\w$:])(?:::\s*)?(libc|nix)\s*::|\bextern\s+crat
 
 def system_crates(rel, text):
     """(file, line, crate) for every path through `libc` or `nix` in a cleaned text."""
-    return [(rel, text.count("\n", 0, m.start()) + 1, m.lane(1) or m.lane(2))
+    return [(rel, text.count("\n", 0, m.start()) + 1, m.group(1) or m.group(2))
             for m in SYSTEM_CRATE.finditer(text)]
 
 
@@ -244,7 +244,7 @@ def inline_mods(text):
     """(start, end, name) of every inline `mod name { … }` block."""
     out = []
     for m in re.finditer(r"(?<!\w)mod\s+(" + IDENT + r")\s*\{", text):
-        out.append((m.end() - 1, matching(text, m.end() - 1), m.lane(1)))
+        out.append((m.end() - 1, matching(text, m.end() - 1), m.group(1)))
     return out
 
 
@@ -347,7 +347,7 @@ class Crate:
             inline = re.compile(r"(?<![\w:])\$?(" + "|".join(map(re.escape, heads)) +
                                 r")((?:\s*::\s*" + IDENT + r")+)")
             for x in inline.finditer(text):
-                paths.append((x.start(), [x.lane(1)] + re.findall(IDENT, x.lane(2))))
+                paths.append((x.start(), [x.group(1)] + re.findall(IDENT, x.group(2))))
             for pos, segs in paths:
                 scope = scope_at(m, mods, pos)
                 target = self.absolute(segs, scope, aliases, m)
@@ -364,7 +364,7 @@ class Crate:
                       re.S)
         if not m:
             return None
-        return {t for t in re.findall(r"`([A-Za-z_][A-Za-z0-9_:]*)`", m.lane(1))
+        return {t for t in re.findall(r"`([A-Za-z_][A-Za-z0-9_:]*)`", m.group(1))
                 if t.split("::")[0] in RANK}
 
 
