@@ -139,14 +139,14 @@ pub fn load(file: &Path, overrides: &[Override]) -> Result<Loaded, Error> {
             })
         }
     };
-    // A file that still writes `[[lane]]`: lfrt's loader reads it as `[[lane]]` (and refuses
+    // A file that still writes `[[group]]`: lfrt's loader reads it as `[[lane]]` (and refuses
     // both at once); overrides name lanes by the new key.
-    if doc.contains_key("lane") && !doc.contains_key("lane") {
-        if let Some(lanes) = doc.remove("lane") {
-            tracing::warn!("`[[lane]]` is deprecated, write `[[lane]]`; read as `[[lane]]`");
+    if doc.contains_key("group") && !doc.contains_key("lane") {
+        if let Some(lanes) = doc.remove("group") {
+            tracing::warn!("`[[group]]` is deprecated, write `[[lane]]`; read as `[[lane]]`");
             doc.insert("lane".into(), lanes);
         }
-    } else if doc.contains_key("lane") {
+    } else if doc.contains_key("group") {
         return lfrt::parse_config(&src)
             .map_err(of_file)
             .map(|config| Loaded {
@@ -268,8 +268,8 @@ fn apply(doc: &mut toml::Table, text: &str) -> Result<String, String> {
         .and_then(|mut t| t.remove("v"))
         .unwrap_or_else(|| toml::Value::String(value.to_string()));
     let mut parts: Vec<&str> = path.trim().split('.').collect();
-    if parts.first() == Some(&"lane") {
-        tracing::warn!("`--set lane.…` is deprecated, write `lane.…`");
+    if parts.first() == Some(&"group") {
+        tracing::warn!("`--set group.…` is deprecated, write `lane.…`");
         parts[0] = "lane";
     }
     match parts.as_slice() {

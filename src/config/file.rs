@@ -118,7 +118,7 @@ fn deserialize(src: &str) -> Result<(RuntimeConfig, Places), Located> {
 
 /// Top-level keys that were renamed, old name first. A file that writes the old name is read
 /// as if it wrote the new one, with a warning naming both; one that writes both is refused.
-pub(crate) const RENAMED_KEYS: [(&str, &str); 1] = [("lane", "lane")];
+pub(crate) const RENAMED_KEYS: [(&str, &str); 1] = [("group", "lane")];
 
 /// Applies [`RENAMED_KEYS`] to the parsed document, before anything else reads it, so every
 /// error and the plan name the new key. Returns the renames made, each with the line of the

@@ -578,8 +578,8 @@ fn named_handler_errors_split_back() {
 }
 
 #[test]
-fn the_old_lane_key_reads_as_lane_and_both_at_once_are_refused() {
-    let old = "[[lane]]\nname = \"a\"\npolicy = \"other\"\nthreads = 1\n";
+fn the_old_group_key_reads_as_lane_and_both_at_once_are_refused() {
+    let old = "[[group]]\nname = \"a\"\npolicy = \"other\"\nthreads = 1\n";
     let cfg = crate::parse_config(old).unwrap();
     assert_eq!(cfg.lanes.len(), 1);
     assert_eq!(cfg.lanes[0].name, "a");
@@ -592,7 +592,7 @@ fn the_old_lane_key_reads_as_lane_and_both_at_once_are_refused() {
             message,
             ..
         }) => {
-            assert_eq!((line, field.as_str()), (Some(1), "lane"));
+            assert_eq!((line, field.as_str()), (Some(1), "group"));
             assert!(message.contains("old name of `[[lane]]`"), "{message}");
         }
         other => panic!("{other:?}"),
