@@ -158,5 +158,6 @@ pub mod os {
         RtPrivilege, Sched,
     };
     pub use crate::sys::signal::{block_termination, wait_termination};
+    pub use crate::sys::tracefs::KernelTrace;
     pub use crate::sys::{gettid, now_ns};
 }

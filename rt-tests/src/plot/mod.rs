@@ -29,6 +29,7 @@
 //! * `canvas.rs`: the drawing primitives every chart uses: layout, titles, legend, fitted text;
 //! * `draw.rs`: what is plotted: the latency and the inversion charts, on a canvas;
 //! * `render.rs` and `glyph_bitmap.rs`: the SVG and PNG backends (PNG text with ab_glyph);
+//!
 //! A flight-recorder trace is drawn as a timeline by [`timeline`](crate::timeline)
 //! ([`timeline::plot_files`](crate::timeline::plot_files) tells it from these).
 //!
