@@ -135,7 +135,7 @@ pub use error::Error;
 pub use observe::alloc_count::{
     is_active as counting_alloc_active, thread_allocations, CountingAlloc,
 };
-pub use observe::metrics::{Incident, LaneMetrics};
+pub use observe::metrics::{Incident, LaneMetrics, OverrunCauses};
 pub use runtime::{Lane, MetricsHandle, Runtime, StartReport, Stopper, SHUTDOWN_TIMEOUT};
 pub use sources::source::{Notifier, Timer};
 pub use sync::pi_mutex::{PiMutex, PiMutexGuard};

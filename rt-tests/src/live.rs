@@ -145,6 +145,18 @@ pub fn drops(m: &LaneMetrics) -> u64 {
         + m.tasks.map_or(0, |t| t.refused_full + t.refused_too_large)
 }
 
+/// A lane's overruns per cause (`cause` label, count), in the order the docs give them.
+pub fn overrun_causes(m: &LaneMetrics) -> [(&'static str, u64); 5] {
+    let c = m.overrun_causes;
+    [
+        ("handler", c.handler),
+        ("preempted", c.preempted),
+        ("hypervisor", c.hypervisor),
+        ("blocked", c.blocked),
+        ("unknown", c.unknown),
+    ]
+}
+
 /// Encodes the snapshot on each scrape (prometheus-client's [`Collector`]).
 #[derive(Debug)]
 struct SnapshotCollector(Shared);
@@ -358,6 +370,23 @@ impl Collector for SnapshotCollector {
                 let labels = [("lane", g.metrics.name.as_str())];
                 m.encode_family(&labels)?
                     .encode_counter::<NoLabelSet, _, f64>(&get(&g.metrics), None)?;
+            }
+        }
+        {
+            // The same overruns by the cause the watchdog measured, a sample per cause.
+            let mut m = enc.encode_descriptor(
+                "lfrt_lane_overrun_causes",
+                "Budget overruns by cause: the handler ran, was preempted, lost its CPU to the \
+                 hypervisor (steal), blocked, or unknown",
+                None,
+                MetricType::Counter,
+            )?;
+            for g in &snap.lanes {
+                for (cause, n) in overrun_causes(&g.metrics) {
+                    let labels = [("lane", g.metrics.name.as_str()), ("cause", cause)];
+                    m.encode_family(&labels)?
+                        .encode_counter::<NoLabelSet, _, f64>(&n, None)?;
+                }
             }
         }
         // Only lanes with a task table have these (a family with no sample is left out).

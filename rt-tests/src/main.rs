@@ -662,6 +662,15 @@ fn run(
     for m in &metrics {
         println!("{:<12} kernel: {}", m.name, m.kernel_sched.join(", "));
     }
+    // Why the overruns overran (the watchdog's measurement): only for a lane that had some.
+    for m in metrics.iter().filter(|m| m.budget_overruns > 0) {
+        let causes: Vec<String> = lfrt_tools::live::overrun_causes(m)
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(cause, n)| format!("{cause}={n}"))
+            .collect();
+        println!("{:<12} overruns by cause: {}", m.name, causes.join(" "));
+    }
     // Work the handlers dropped or deferred: printed only for a lane where something was.
     for m in &metrics {
         let stream = m.frames_oversize

@@ -183,6 +183,14 @@ fn metrics_scraped_during_a_run_parse_with_prometheus_client() {
             let family = format!("lfrt_lane_{counter}");
             value(&family, &format!("{family}_total"), &lg);
         }
+        for cause in ["handler", "preempted", "hypervisor", "blocked", "unknown"] {
+            let f = "lfrt_lane_overrun_causes";
+            value(
+                f,
+                &format!("{f}_total"),
+                &format!("{{cause={cause},lane={g}}}"),
+            );
+        }
         let h = "lfrt_lane_dispatch_latency_seconds";
         let count = value(h, &format!("{h}_count"), &lg);
         let inf = value(h, &format!("{h}_bucket"), &format!("{{lane={g},le=+Inf}}"));

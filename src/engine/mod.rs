@@ -24,6 +24,7 @@ pub(crate) mod handler;
 pub(crate) mod lane;
 pub(crate) mod leader;
 mod lend;
+pub(crate) mod overrun;
 pub(crate) mod slot;
 #[cfg(all(test, not(loom)))]
 mod testing;

@@ -13,10 +13,13 @@
 //! for other reasons anyway (budgets); a deferring lane without a budget costs one wake-up of
 //! it per period, on a CPU that is not running a lane (it is time-shared).
 //!
-//! **Overruns**: an overrun is reported once per dispatch (tracing warning + `budget_overruns` metric). With
-//! `on_overrun = "demote"` the thread is moved to SCHED_OTHER until its handler returns, so a
-//! runaway handler cannot hold a CPU at real-time priority; the thread restores its own policy
-//! when the handler returns.
+//! **Overruns**: an overrun is counted once per dispatch (`budget_overruns`) as soon as it is
+//! seen, and reported in one log line saying where its time went (`overrun.rs`: the handler
+//! ran, waited for a CPU, slept, or lost its CPU to the hypervisor; counted in
+//! `overrun_causes`) when its dispatch ends, or [`REPORT_WAIT_NS`] later if it still runs.
+//! With `on_overrun = "demote"` the thread is moved to SCHED_OTHER until its handler returns,
+//! so a runaway handler cannot hold a CPU at real-time priority; the thread restores its own
+//! policy when the handler returns.
 //!
 //! A handler whose work goes on across dispatches (the task executor while its lane's ready set
 //! never empties) backdates its stamp to the stretch's start (`Context::backdate_dispatch`):
@@ -35,9 +38,10 @@
 
 use crate::engine::follower_queue::Promotion;
 use crate::engine::lane::{LanePool, OnOverrun};
+use crate::engine::overrun::{Cause, Split, Watch, REPORT_WAIT_NS};
 use crate::engine::word::Token;
 use crate::observe::metrics::Counters;
-use crate::sys::{self, sched::Sched};
+use crate::sys::{self, sched::Sched, schedstat};
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,16 +58,41 @@ fn defers(g: &LanePool) -> bool {
 /// A lane the watchdog looks at: its handler budget (ns), if any, and whether it defers.
 type Watched = (Arc<LanePool>, Option<u64>);
 
+/// What the watchdog keeps between its looks: every lane (to name a preemptor), and per
+/// watched lane the start of the dispatch last counted on each thread (an overrun is counted
+/// once) and what it follows of each thread's dispatch.
+struct State {
+    all: Vec<Arc<LanePool>>,
+    counted: Vec<Vec<u64>>,
+    watches: Vec<Vec<Watch>>,
+}
+
+impl State {
+    fn new(all: Vec<Arc<LanePool>>, watched: &[Watched]) -> State {
+        State {
+            all,
+            counted: watched
+                .iter()
+                .map(|(g, _)| vec![0; g.threads.len()])
+                .collect(),
+            watches: watched
+                .iter()
+                .map(|(g, _)| g.threads.iter().map(|_| Watch::default()).collect())
+                .collect(),
+        }
+    }
+}
+
 pub(crate) fn spawn(
     lanes: Vec<Arc<LanePool>>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<Option<std::thread::JoinHandle<()>>> {
     let watched: Vec<Watched> = lanes
-        .into_iter()
+        .iter()
         .filter(|g| g.spec.budget_us.is_some() || defers(g))
         .map(|g| {
             let budget = g.spec.budget_us.map(|b| b * 1000);
-            (g, budget)
+            (g.clone(), budget)
         })
         .collect();
     let Some(period) = watched
@@ -85,61 +114,200 @@ pub(crate) fn spawn(
     std::thread::Builder::new()
         .name("lfrt-watchdog".into())
         .spawn(move || {
-            let mut last: Vec<Vec<u64>> = watched
-                .iter()
-                .map(|(g, _)| vec![0; g.threads.len()])
-                .collect();
+            let mut state = State::new(lanes, &watched);
             while !stop.load(Acquire) {
-                scan(&watched, &mut last, sys::now_ns());
+                scan(&watched, &mut state, sys::now_ns());
                 std::thread::sleep(period);
             }
+            // Overruns whose report is still due (their threads have exited by now): with
+            // what was read while they ran.
+            flush(&watched, &mut state);
         })
         .map(Some)
 }
 
 /// One look at every watched lane (`(lane, budget in ns)`) at instant `now`: a leader that
 /// kept its role for `promote_after` or longer is relieved (a deferring lane); a handler
-/// that started more than its budget ago is an overrun, counted and reported once
-/// (`last[lane][thread]` keeps the start of the dispatch last reported), and demoted if its
-/// lane says so.
-fn scan(watched: &[Watched], last: &mut [Vec<u64>], now: u64) {
-    for ((g, budget), last) in watched.iter().zip(last) {
+/// that started more than its budget ago is an overrun, counted once (`state.counted[lane]
+/// [thread]` keeps the start of the dispatch last counted) and demoted if its lane says so,
+/// and reported once its dispatch has ended, or [`REPORT_WAIT_NS`] after it was counted.
+///
+/// From half its budget on, a dispatch is read ([`Watch::read`]) at every look until its
+/// overrun is reported, or until it ends within its budget; a dispatch that ends before half
+/// its budget costs the watchdog only the load of its stamp.
+fn scan(watched: &[Watched], state: &mut State, now: u64) {
+    for (li, (g, budget)) in watched.iter().enumerate() {
         if defers(g) {
             g.protocol.relieve(now, g.spec.promote_after_ns);
         }
-        let Some(budget) = budget else { continue };
+        let Some(budget) = *budget else { continue };
         for (i, slot) in g.threads.iter().enumerate() {
             let start = slot.busy_since.load(SeqCst);
-            if start == 0 || now.saturating_sub(start) <= *budget {
+            let tid = slot.tid.load(Relaxed);
+            if state.watches[li][i].start != start {
+                let w = std::mem::take(&mut state.watches[li][i]);
+                if w.due.is_some() {
+                    report(g, budget, i, tid, &w, true, &state.all);
+                }
+                state.watches[li][i].start = start;
+            }
+            if start == 0 {
                 continue;
             }
+            let age = now.saturating_sub(start);
+            let over = age > budget;
             // Counted once per overrun, whichever thread it is seen on: a stretch of work that
             // spans dispatches (an executor streak, backdated to its start) may move between
-            // the lane's threads.
-            if !last.contains(&start) {
-                last[i] = start;
+            // the lane's threads. The thread that counts it reports it.
+            if over && !state.counted[li].contains(&start) {
+                state.counted[li][i] = start;
                 Counters::add(&g.counters.budget_overruns, 1);
-                let token = Token::from_raw(slot.busy_token.load(Relaxed));
-                tracing::warn!(
-                    lane = %g.spec.name,
-                    thread = i,
-                    handle = token.index(),
-                    running_us = now.saturating_sub(start) / 1000,
-                    budget_us = budget / 1000,
-                    "handler overran its budget"
-                );
+                let w = &mut state.watches[li][i];
+                w.due = Some(now);
+                w.token = slot.busy_token.load(Relaxed);
+            }
+            let w = &mut state.watches[li][i];
+            let due = w.due.is_some();
+            if age.saturating_mul(2) >= budget && (!over || due) && w.read(tid, due) {
+                w.others = others(&state.all, tid);
             }
             // Demoted whenever it is seen running at its own policy: also when a stretch
             // counted earlier goes on in a later dispatch (the thread restored itself when the
             // earlier one returned).
-            if g.spec.on_overrun == OnOverrun::Demote
+            if over
+                && g.spec.on_overrun == OnOverrun::Demote
                 && slot.sched != Sched::Other
                 && !slot.demoted.load(SeqCst)
                 && slot.demote(start)
             {
                 Counters::add(&g.counters.demotions, 1);
             }
+            let w = &mut state.watches[li][i];
+            if w.due
+                .is_some_and(|at| now.saturating_sub(at) >= REPORT_WAIT_NS)
+            {
+                report(g, budget, i, tid, w, false, &state.all);
+                w.due = None;
+            }
         }
+    }
+}
+
+/// Reports every overrun still due, as it stood at its last reading.
+fn flush(watched: &[Watched], state: &mut State) {
+    for (li, (g, budget)) in watched.iter().enumerate() {
+        for (i, w) in state.watches[li].iter_mut().enumerate() {
+            if w.due.is_some() {
+                let tid = g.threads[i].tid.load(Relaxed);
+                report(g, budget.unwrap_or(0), i, tid, w, false, &state.all);
+                w.due = None;
+            }
+        }
+    }
+}
+
+/// The CPU time so far of every other lane thread (of every lane, the overrunning thread's
+/// own included): (lane, tid, ns).
+fn others(all: &[Arc<LanePool>], own_tid: i32) -> Vec<(usize, i32, u64)> {
+    let mut v = Vec::new();
+    for (li, g) in all.iter().enumerate() {
+        for t in g.threads.iter() {
+            let tid = t.tid.load(Relaxed);
+            if tid == own_tid || tid <= 0 {
+                continue;
+            }
+            if let Ok(ns) = schedstat::thread_cpu_time_ns(tid) {
+                v.push((li, tid, ns));
+            }
+        }
+    }
+    v
+}
+
+/// Who held the CPU an overrunning thread waited for: the lane whose thread ran the most on
+/// that CPU since the first reading, if that is at least half the wait; else someone
+/// outside lfrt's lanes.
+fn preemptor(w: &Watch, cpu: usize, waited_ns: u64, all: &[Arc<LanePool>]) -> String {
+    let best = w
+        .others
+        .iter()
+        .filter_map(|&(li, tid, before)| {
+            let ran = schedstat::thread_cpu_time_ns(tid)
+                .ok()?
+                .saturating_sub(before);
+            let on = schedstat::thread_times(tid).ok()?.cpu;
+            (ran > 0 && on == cpu).then_some((ran, li))
+        })
+        .max();
+    match best {
+        Some((ran, li)) if ran.saturating_mul(2) >= waited_ns => {
+            format!("lane {}", all[li].spec.name)
+        }
+        _ => "another thread or process".to_owned(),
+    }
+}
+
+/// Logs the overrun `w` follows on thread `i` of `g` (one line) and counts its cause: the
+/// span it measured, and, if its dispatch `ended`, up to now.
+fn report(
+    g: &LanePool,
+    budget: u64,
+    i: usize,
+    tid: i32,
+    w: &Watch,
+    ended: bool,
+    all: &[Arc<LanePool>],
+) {
+    let (split, cpu) = match w.split(tid, ended) {
+        Some((s, end)) => (s, Some(end.times.cpu)),
+        None => (Split::default(), None),
+    };
+    let cause = split.cause();
+    Counters::add(&g.counters.overrun_causes[cause as usize], 1);
+    let token = Token::from_raw(w.token);
+    let seen = w.last.map_or(w.due.unwrap_or(0), |r| r.at_ns);
+    let (lane, handle) = (&g.spec.name, token.index());
+    let running_us = seen.saturating_sub(w.start) / 1000;
+    let budget_us = budget / 1000;
+    let (span_us, ran_us, waited_us, steal_us) = (
+        split.span_ns / 1000,
+        split.ran_ns / 1000,
+        split.waited_ns / 1000,
+        split.steal_ns / 1000,
+    );
+    let cause_name = cause.name();
+    match cause {
+        Cause::Hypervisor => tracing::info!(
+            lane = %lane, thread = i, handle, running_us, budget_us, span_us, ran_us, waited_us,
+            steal_us, cause = cause_name,
+            "the VM took the CPU (steal {steal_us} us); the handler ran {ran_us} us"
+        ),
+        Cause::Handler => tracing::warn!(
+            lane = %lane, thread = i, handle, running_us, budget_us, span_us, ran_us, waited_us,
+            steal_us, cause = cause_name,
+            "handler overran its budget: it ran {ran_us} us of {span_us} us"
+        ),
+        Cause::Preempted => {
+            let by = cpu.map_or_else(
+                || "another thread or process".to_owned(),
+                |c| preemptor(w, c, split.waited_ns, all),
+            );
+            tracing::warn!(
+                lane = %lane, thread = i, handle, running_us, budget_us, span_us, ran_us,
+                waited_us, steal_us, cause = cause_name, by = %by,
+                "handler overran its budget waiting {waited_us} us for a CPU held by {by}"
+            )
+        }
+        Cause::Blocked => tracing::warn!(
+            lane = %lane, thread = i, handle, running_us, budget_us, span_us, ran_us, waited_us,
+            steal_us, cause = cause_name,
+            "handler overran its budget blocked: asleep, off the CPU, most of {span_us} us"
+        ),
+        Cause::Unknown => tracing::warn!(
+            lane = %lane, thread = i, handle, running_us, budget_us, span_us, ran_us, waited_us,
+            steal_us, cause = cause_name,
+            "handler overran its budget (where its time went could not be read)"
+        ),
     }
 }
 
@@ -168,10 +336,24 @@ mod tests {
         (c.budget_overruns.load(Relaxed), c.demotions.load(Relaxed))
     }
 
+    /// The watchdog's state for `w`, whose lanes are all there is.
+    fn state(w: &[Watched]) -> State {
+        State::new(w.iter().map(|(g, _)| g.clone()).collect(), w)
+    }
+
+    /// Reported overruns by cause: handler, preempted, hypervisor, blocked, unknown.
+    fn causes(w: &[Watched]) -> [u64; 5] {
+        w[0].0
+            .counters
+            .overrun_causes
+            .each_ref()
+            .map(|c| c.load(Relaxed))
+    }
+
     #[test]
     fn an_overrun_is_counted_once_per_dispatch() {
         let w = watched(OnOverrun::Report, Sched::Fifo(10));
-        let mut last = vec![vec![0; 2]];
+        let mut last = state(&w);
         let busy = &w[0].0.threads[1];
         scan(&w, &mut last, 10 * BUDGET_NS);
         assert_eq!(count(&w), (0, 0), "idle threads never overrun");
@@ -187,9 +369,31 @@ mod tests {
         busy.busy_since.store(60 * BUDGET_NS, SeqCst); // the next dispatch
         scan(&w, &mut last, 60 * BUDGET_NS + 1);
         assert_eq!(count(&w), (1, 0));
+        // The first overrun was reported at the look 10 ms after it was counted (at 50 ms),
+        // not again when its dispatch ended. Its thread (tid 0: never started) could not be
+        // read, so its cause is unknown.
+        assert_eq!(causes(&w), [0, 0, 0, 0, 1]);
         scan(&w, &mut last, 62 * BUDGET_NS);
         assert_eq!(count(&w), (2, 0), "reported: no demotion asked for");
         assert!(!busy.demoted.load(SeqCst));
+        assert_eq!(causes(&w), [0, 0, 0, 0, 1], "counted, its report due");
+        // Still running 10 ms after it was counted: reported without waiting for its end.
+        scan(&w, &mut last, 62 * BUDGET_NS + REPORT_WAIT_NS - 1);
+        assert_eq!(causes(&w), [0, 0, 0, 0, 1]);
+        scan(&w, &mut last, 62 * BUDGET_NS + REPORT_WAIT_NS);
+        assert_eq!(causes(&w), [0, 0, 0, 0, 2]);
+        scan(&w, &mut last, 100 * BUDGET_NS);
+        busy.busy_since.store(0, SeqCst);
+        scan(&w, &mut last, 101 * BUDGET_NS);
+        assert_eq!(causes(&w), [0, 0, 0, 0, 2], "reported once");
+        assert_eq!(count(&w), (2, 0));
+        // One that ends before then is reported at the first look that finds it ended.
+        busy.busy_since.store(110 * BUDGET_NS, SeqCst);
+        scan(&w, &mut last, 112 * BUDGET_NS);
+        assert_eq!((count(&w), causes(&w)[4]), ((3, 0), 2));
+        busy.busy_since.store(0, SeqCst);
+        scan(&w, &mut last, 113 * BUDGET_NS);
+        assert_eq!((count(&w), causes(&w)[4]), ((3, 0), 3));
     }
 
     #[test]
@@ -197,7 +401,7 @@ mod tests {
         // Thread 1 is configured FIFO; its tid is this (time-shared) test thread, which may be
         // moved to SCHED_OTHER without privilege.
         let w = watched(OnOverrun::Demote, Sched::Fifo(10));
-        let mut last = vec![vec![0; 2]];
+        let mut last = state(&w);
         let busy = &w[0].0.threads[1];
         busy.tid.store(gettid(), Relaxed);
         busy.busy_since.store(BUDGET_NS, SeqCst);
@@ -212,7 +416,7 @@ mod tests {
         let busy = &w[0].0.threads[0];
         busy.tid.store(gettid(), Relaxed);
         busy.busy_since.store(BUDGET_NS, SeqCst);
-        scan(&w, &mut [vec![0; 2]], 3 * BUDGET_NS);
+        scan(&w, &mut state(&w), 3 * BUDGET_NS);
         assert_eq!(count(&w), (1, 0));
         assert!(!busy.demoted.load(SeqCst));
     }
@@ -250,9 +454,9 @@ mod tests {
         }
         assert!(matches!(p.lead(0), Lead::Wait { .. }));
         assert_eq!(p.keep(0, &[], 1_000), Kept::Keeping);
-        scan(&w, &mut [vec![0; 2]], 1_000 + 49_999);
+        scan(&w, &mut state(&w), 1_000 + 49_999);
         assert_eq!(p.relieved(), 0, "not before promote_after");
-        scan(&w, &mut [vec![0; 2]], 1_000 + 50_000);
+        scan(&w, &mut state(&w), 1_000 + 50_000);
         assert_eq!(p.relieved(), 1);
         assert_eq!(
             follower.join().unwrap(),
@@ -260,7 +464,7 @@ mod tests {
             "the follower leads"
         );
         assert_eq!(p.lead(0), Lead::Lost, "the old leader finds out");
-        scan(&w, &mut [vec![0; 2]], u64::MAX);
+        scan(&w, &mut state(&w), u64::MAX);
         assert_eq!(p.relieved(), 1, "only a kept role is relieved");
     }
 }

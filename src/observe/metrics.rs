@@ -14,6 +14,9 @@ pub(crate) struct Counters {
     pub(crate) panics: AtomicU64,
     pub(crate) closed_by_handler: AtomicU64,
     pub(crate) budget_overruns: AtomicU64,
+    /// Overruns by the cause the watchdog measured, in the order of its causes
+    /// (`engine::overrun::Cause::ALL`: handler, preempted, hypervisor, blocked, unknown).
+    pub(crate) overrun_causes: [AtomicU64; 5],
     pub(crate) demotions: AtomicU64,
     pub(crate) restore_failures: AtomicU64,
     /// A lent thread's raise to a borrower's priority refused by the kernel, and whether that
@@ -115,6 +118,10 @@ pub struct LaneMetrics {
     /// Handler runs that exceeded `budget_us` (overrun watchdog). Not to be confused with a
     /// timer's missed periods, which the harnesses report as `missed_periods`.
     pub budget_overruns: u64,
+    /// The same overruns by their cause: whether the handler ran, or waited, and for what.
+    /// Each is counted when it is reported (when its dispatch ends, or 10 ms after it overran;
+    /// at the latest at shutdown), so for a moment the causes may add up to fewer.
+    pub overrun_causes: OverrunCauses,
     /// Threads demoted to SCHED_OTHER by the watchdog.
     pub demotions: u64,
     /// Times a demoted thread could not restore its own policy after its handler returned (it
@@ -197,6 +204,51 @@ pub struct LaneMetrics {
     /// The lane's async task counters (`lfrt::task`: spawns, completions, panics,
     /// cancellations, refusals); `None` for a lane without a task table (`max_tasks = 0`).
     pub tasks: Option<TaskStats>,
+}
+
+/// A lane's overruns by the cause the watchdog measured ([`LaneMetrics::overrun_causes`]):
+/// over the part of each overrunning dispatch it watched, where most of the time went
+/// (docs/operations.md, "Reading an overrun report").
+///
+/// # Examples
+/// ```
+/// # use lfrt::{LaneConfig, Policy, Runtime, RuntimeConfig};
+/// let mut rt = Runtime::new(RuntimeConfig::default())?;
+/// rt.add_lane(LaneConfig::new("control", Policy::Fifo, 80))?;
+/// let c = rt.metrics()[0].overrun_causes;
+/// println!("{} overruns were the handler's own, {} the VM's", c.handler, c.hypervisor);
+/// # Ok::<(), lfrt::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct OverrunCauses {
+    /// The handler ran: its thread was on a CPU for most of the span.
+    pub handler: u64,
+    /// It waited on a runqueue for a CPU another thread held (a higher lane's, another
+    /// process's).
+    pub preempted: u64,
+    /// The hypervisor took the CPU (steal time): the VM's doing, not the handler's.
+    pub hypervisor: u64,
+    /// It slept, off the CPU: a blocking call in the handler.
+    pub blocked: u64,
+    /// Nothing could be measured: the watchdog saw the dispatch running at one look only
+    /// before it ended, or the thread's `/proc` files could not be read.
+    pub unknown: u64,
+}
+
+impl OverrunCauses {
+    /// From the counters, in the order of `engine::overrun::Cause::ALL`.
+    pub(crate) fn of(c: &[AtomicU64; 5]) -> OverrunCauses {
+        let [handler, preempted, hypervisor, blocked, unknown] =
+            c.each_ref().map(|a| a.load(Relaxed));
+        OverrunCauses {
+            handler,
+            preempted,
+            hypervisor,
+            blocked,
+            unknown,
+        }
+    }
 }
 
 impl LaneMetrics {

@@ -30,7 +30,7 @@ use crate::engine::slot::{Applied, ThreadSlot};
 use crate::engine::thread::{pool_thread, Setup};
 use crate::error::Error;
 use crate::observe::alloc_count;
-use crate::observe::metrics::LaneMetrics;
+use crate::observe::metrics::{LaneMetrics, OverrunCauses};
 use crate::observe::telemetry::{self, Sample, Telemetry};
 use crate::sys::{self, futex, mem};
 use crate::task::executor::Budget;

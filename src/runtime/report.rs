@@ -131,6 +131,7 @@ fn snapshot(
                 stale_events: g.handles.stale.load(Relaxed),
                 handles: g.handles.len(),
                 budget_overruns: c.budget_overruns.load(Relaxed),
+                overrun_causes: OverrunCauses::of(&c.overrun_causes),
                 restore_failures: c.restore_failures.load(Relaxed),
                 raise_failures: c.raise_failures.load(Relaxed),
                 demotions: c.demotions.load(Relaxed),

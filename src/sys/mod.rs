@@ -54,6 +54,7 @@ pub(crate) mod pthread;
 pub(crate) mod reuseport;
 #[cfg_attr(not(feature = "tools"), allow(unreachable_pub))]
 pub(crate) mod sched;
+pub(crate) mod schedstat;
 #[cfg_attr(not(feature = "tools"), allow(unreachable_pub))]
 pub(crate) mod signal;
 #[cfg_attr(not(feature = "tools"), allow(unreachable_pub))]
