@@ -3,9 +3,13 @@
 # background load, and under it real cyclictest and `lfrt cyclic` alternately with the same
 # options; prints each round's ratios lfrt/cyclictest for avg, p99, p99.9 and max.
 #
-# Usage: scripts/rteval.sh [-D SECONDS] [-r ROUNDS] [-- CYCLICTEST OPTIONS...]
+# Usage: scripts/rteval.sh [-D SECONDS] [-r ROUNDS] [-b US -T FILE] [-- CYCLICTEST OPTIONS...]
 #   -D SECONDS   length of each cyclictest / lfrt cyclic run (default 20)
 #   -r ROUNDS    cyclictest-then-lfrt rounds (default 1)
+#   -b US        after the rounds, one more `lfrt cyclic` under the same load with -b US: it
+#                stops at the first cycle later than US and writes the flight recorder's
+#                window (with the kernel's events, as root) to FILE (-T, default
+#                lfrt-rteval-trace.json); then `lfrt explain FILE` says why it was late
 #   OPTIONS      default: -m -p 80 -t 2 -i 1000 (plus -D); the histogram is 5000 µs (-h 5000),
 #                kept in ns (HIST_NS=5000000) by scripts/compare-cyclictest.sh, which runs
 #                both programs and computes every percentile the same way from the histograms.
@@ -17,11 +21,15 @@ cd "$(dirname "$0")"/..
 
 DURATION=20
 ROUNDS=1
-while getopts "D:r:h" opt; do
+BREAK=
+TRACE=lfrt-rteval-trace.json
+while getopts "D:r:b:T:h" opt; do
     case $opt in
         D) DURATION=$OPTARG ;;
         r) ROUNDS=$OPTARG ;;
-        *) sed -n '2,14p' "$0"; exit 2 ;;
+        b) BREAK=$OPTARG ;;
+        T) TRACE=$OPTARG ;;
+        *) sed -n '2,19p' "$0"; exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
@@ -58,4 +66,9 @@ for r in $(seq 1 "$ROUNDS"); do
     echo "# round $r of $ROUNDS"
     scripts/compare-cyclictest.sh "${OPTS[@]}" -D "$DURATION"
 done
+if [ -n "$BREAK" ]; then
+    echo "# flight recorder: lfrt cyclic ${OPTS[*]} -D $DURATION -q -b $BREAK --trace $TRACE"
+    "$LFRT" cyclic "${OPTS[@]}" -D "$DURATION" -q -b "$BREAK" --trace "$TRACE" | grep '^# \(Break\|Trace\|No cycle\)' || true
+    if [ -f "$TRACE" ]; then "$LFRT" explain "$TRACE"; fi
+fi
 echo "# uptime after: $(uptime)"

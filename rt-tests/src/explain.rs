@@ -142,10 +142,13 @@ pub enum Occupant {
     },
     /// The idle task: the CPU was coming out of idle.
     Idle,
-    /// The RT throttle's signature: a SCHED_OTHER task ran while the real-time lane thread was
-    /// runnable (and no real-time task ran), which happens only when the real-time tasks of
-    /// the CPU used up their `sched_rt_runtime_us`.
-    RtThrottle {
+    /// A SCHED_OTHER task kept the CPU while the real-time lane thread was runnable (and no
+    /// real-time task ran). The scheduler would have switched at once, so the task was where
+    /// it could not be switched: kernel code with preemption off (all of a kernel's code under
+    /// `preempt=none`, long sections under `voluntary`), or the RT throttle had stopped the
+    /// CPU's real-time tasks (they used up `sched_rt_runtime_us`). The trace alone does not
+    /// tell the two apart.
+    NotPreempted {
         /// The SCHED_OTHER task that ran.
         comm: String,
         /// Its tid.
@@ -544,7 +547,7 @@ fn occupants(
                 tid: t,
             }
         } else if rt_lane && prio >= 100 {
-            Occupant::RtThrottle { comm, tid: t, prio }
+            Occupant::NotPreempted { comm, tid: t, prio }
         } else {
             Occupant::Process { comm, tid: t, prio }
         };
@@ -615,10 +618,9 @@ impl Occupant {
             }
             Occupant::Irq { irq, name } => format!("irq {irq} ({name})"),
             Occupant::Idle => "idle (the CPU was leaving idle)".into(),
-            Occupant::RtThrottle { comm, tid, prio } => format!(
-                "RT throttle: {comm}:{tid} ({}) ran while the lane thread was runnable",
-                prio_text(*prio)
-            ),
+            Occupant::NotPreempted { comm, tid, prio } => {
+                format!("{comm}:{tid} ({}), not preempted", prio_text(*prio))
+            }
         }
     }
 }
@@ -768,13 +770,15 @@ impl fmt::Display for Explanation {
             .ran_instead
             .iter()
             .chain(&self.during_handler)
-            .any(|r| matches!(r.what, Occupant::RtThrottle { .. }))
+            .any(|r| matches!(r.what, Occupant::NotPreempted { .. }))
         {
             writeln!(
                 f,
-                "  RT throttle: a SCHED_OTHER task ran while the real-time lane thread was \
-                 runnable: the real-time tasks of the CPU had used up sched_rt_runtime_us \
-                 (lfrt doctor checks the throttle)"
+                "  not preempted: a SCHED_OTHER task kept the CPU while the real-time lane \
+                 thread was runnable. Either it ran kernel code that cannot be preempted (a \
+                 kernel with preempt=none or voluntary; see `lfrt doctor`, a PREEMPT_RT or \
+                 preempt=full kernel removes most of it), or the RT throttle had stopped the \
+                 CPU's real-time tasks (they used up sched_rt_runtime_us)"
             )?;
         }
         if let Some(steal) = self.steal_ns {
@@ -1129,7 +1133,7 @@ mod tests {
         let e = explain(&w).unwrap();
         assert_eq!(
             e.ran_instead[0].what,
-            Occupant::RtThrottle {
+            Occupant::NotPreempted {
                 comm: "make".into(),
                 tid: 4242,
                 prio: 120
@@ -1137,7 +1141,7 @@ mod tests {
         );
         let text = e.to_string();
         assert!(
-            text.contains("RT throttle: make:4242 (other, nice 0)"),
+            text.contains("make:4242 (other, nice 0), not preempted"),
             "{text}"
         );
         assert!(text.contains("sched_rt_runtime_us"), "{text}");

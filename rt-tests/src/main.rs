@@ -84,7 +84,7 @@ enum Cmd {
     /// wake-up, the wake-up of the lane thread, the thread running, the leader's wait
     /// returning, handler entry and end. It names the step that dominated, and what ran on the
     /// thread's CPU instead of it while it was runnable: another lane's thread, another process
-    /// (comm:tid and priority), an IRQ, the idle task, or the RT throttle.
+    /// (comm:tid and priority), an IRQ, the idle task, or a time-shared task that could not be preempted (or the RT throttle).
     #[command(
         after_help = "Without kernel events in the trace (the kernel recorder was off: \
         [trace] kernel = true records them) only lfrt's own steps are shown: due, the wait \

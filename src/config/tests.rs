@@ -598,3 +598,28 @@ fn the_old_group_key_reads_as_lane_and_both_at_once_are_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn the_trace_table_is_read_and_its_errors_name_their_line() {
+    let lane = "[[lane]]\nname = \"a\"\npolicy = \"other\"\ntrace_over_us = 300\n";
+    let cfg =
+        crate::parse_config(&format!("{lane}[trace]\nwindow_ms = 50\nkernel = true\n")).unwrap();
+    assert_eq!((cfg.trace.window_ms, cfg.trace.kernel), (50, true));
+    assert_eq!(cfg.lanes[0].trace_over_us, Some(300));
+    let refused = |src: &str| match crate::parse_config(src) {
+        Err(crate::Error::Config { line, field, .. }) => (line, field),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        refused(&format!("{lane}[trace]\nwindow_ms = 20000\n")),
+        (Some(6), "trace.window_ms".to_string())
+    );
+    assert_eq!(
+        refused(&format!("{lane}[trace]\nwindow_ms = 0\n")),
+        (Some(4), "lane[0].trace_over_us".to_string())
+    );
+    assert_eq!(
+        refused(&format!("{lane}[trace]\nwindows_ms = 10\n")),
+        (Some(6), "trace.windows_ms".to_string())
+    );
+}

@@ -27,7 +27,7 @@ mod lend;
 pub(crate) mod overrun;
 pub(crate) mod slot;
 #[cfg(all(test, not(loom)))]
-mod testing;
+pub(crate) mod testing;
 pub(crate) mod thread;
 pub(crate) mod watchdog;
 pub(crate) mod word;

@@ -88,28 +88,34 @@ impl EventHandler for Recorder {
 #[derive(Debug)]
 pub(crate) struct RtLock(#[allow(dead_code)] File);
 
+/// Skips a test as the integration tests do: `line` on stderr and in
+/// `/tmp/lfrt-skipped-tests.log`, which `.ci/run` prints. Under CI, which runs as root,
+/// nothing may skip: it panics with `line` instead.
+pub(crate) fn skip(line: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "under CI nothing skips: {line}"
+    );
+    eprintln!("{line}");
+    if let Ok(mut log) = File::options()
+        .create(true)
+        .append(true)
+        .open("/tmp/lfrt-skipped-tests.log")
+    {
+        let _ = writeln!(log, "{line}");
+    }
+}
+
 /// Takes the RT test lock if this process may use SCHED_FIFO at `priority`. Otherwise the test
 /// skips as the integration tests do (a line in `/tmp/lfrt-skipped-tests.log`, which `.ci/run`
 /// prints) and this returns `None`; under CI, which runs as root, it fails instead.
 pub(crate) fn fifo_allowed(test: &str, priority: u8) -> Option<RtLock> {
     let p = sched::RtPrivilege::probe();
     if !p.allows(priority) {
-        let line = format!(
+        skip(&format!(
             "SKIP {test}: SCHED_FIFO {priority} not permitted (no CAP_SYS_NICE, RLIMIT_RTPRIO {})",
             p.rlimit_rtprio
-        );
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "under CI nothing skips: {line}"
-        );
-        eprintln!("{line}");
-        if let Ok(mut log) = File::options()
-            .create(true)
-            .append(true)
-            .open("/tmp/lfrt-skipped-tests.log")
-        {
-            let _ = writeln!(log, "{line}");
-        }
+        ));
         return None;
     }
     let f = File::create("/tmp/lfrt-tools.lock").expect("create the RT test lock file");

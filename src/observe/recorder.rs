@@ -286,6 +286,9 @@ pub(crate) struct Recorder {
     describe: DescribeLanes,
     shared: std::sync::Arc<RecorderShared>,
     written: u64,
+    /// When the last freeze began: a written window's log line says how long freezing
+    /// (reading the kernel's buffer included) and writing took.
+    froze_at: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -318,6 +321,7 @@ impl Recorder {
             describe,
             shared,
             written: 0,
+            froze_at: None,
         }
     }
 
@@ -376,6 +380,7 @@ impl Recorder {
     }
 
     fn freeze(&mut self, trigger: Trigger, from_ns: u64, to_ns: u64) -> Window {
+        self.froze_at = Some(std::time::Instant::now());
         let span = from_ns..=to_ns;
         let mut samples: Vec<Sample> = self
             .rings
@@ -422,6 +427,7 @@ impl Recorder {
                     trigger = ?w.trigger.kind,
                     samples = w.samples.len(),
                     kernel_events = w.kernel.len(),
+                    took_ms = self.froze_at.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3),
                     path = %path.display(),
                     "flight recorder: window written (open it in Perfetto, or `lfrt explain`)"
                 );
