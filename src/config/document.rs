@@ -466,6 +466,7 @@ impl LaneConfig {
 ///     lock_memory: true,
 ///     lanes: vec![LaneConfig::new("control", Policy::Fifo, 80)],
 ///     bands: Vec::new(), // [[band]]: priority bands on one port
+///     trace: Default::default(), // [trace]: the flight recorder, on with its defaults
 /// };
 /// # let _ = cfg;
 /// ```

@@ -289,7 +289,17 @@ pub(crate) struct Recorder {
     /// When the last freeze began: a written window's log line says how long freezing
     /// (reading the kernel's buffer included) and writing took.
     froze_at: Option<std::time::Instant>,
+    /// The system's steal time (`/proc/stat`) read every [`STEAL_PERIOD_NS`]: `(when, ns)`,
+    /// oldest first, the last [`STEAL_MARKS`]; a window's steal is counted from the last mark
+    /// at or before its start.
+    steal_marks: std::collections::VecDeque<(u64, u64)>,
 }
+
+/// How often the recorder reads the system's steal time.
+const STEAL_PERIOD_NS: u64 = 25_000_000;
+/// Steal readings kept: enough to reach back over the longest window (10 s) is not needed;
+/// a window older than the marks counts steal from the oldest one.
+const STEAL_MARKS: usize = 64;
 
 impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -322,6 +332,7 @@ impl Recorder {
             shared,
             written: 0,
             froze_at: None,
+            steal_marks: std::collections::VecDeque::with_capacity(STEAL_MARKS),
         }
     }
 
@@ -365,6 +376,18 @@ impl Recorder {
     /// Takes an on-demand trigger, and freezes the pending window once `after_ms` have passed
     /// since its trigger. Returns the frozen window (the caller writes it).
     pub(crate) fn poll(&mut self, now_ns: u64) -> Option<Window> {
+        if self
+            .steal_marks
+            .back()
+            .is_none_or(|&(at, _)| now_ns.saturating_sub(at) >= STEAL_PERIOD_NS)
+        {
+            if let Ok(st) = crate::sys::schedstat::steal(0) {
+                if self.steal_marks.len() == STEAL_MARKS {
+                    self.steal_marks.pop_front();
+                }
+                self.steal_marks.push_back((now_ns, st.total_ns));
+            }
+        }
         if self.shared.demand.swap(false, Relaxed) {
             self.fire(TriggerKind::Demand, now_ns, None, now_ns);
         }
@@ -408,8 +431,21 @@ impl Recorder {
             samples,
             overwritten,
             kernel,
-            steal_ns: None,
+            steal_ns: self.steal_since(from_ns),
         }
+    }
+
+    /// Steal time from the last reading at or before `from_ns` (else the oldest) to now: a
+    /// span that covers the window, in `USER_HZ` steps (10 ms); `None` without a reading.
+    fn steal_since(&self, from_ns: u64) -> Option<u64> {
+        let start = self
+            .steal_marks
+            .iter()
+            .rev()
+            .find(|&&(at, _)| at <= from_ns)
+            .or(self.steal_marks.front())?;
+        let now = crate::sys::schedstat::steal(0).ok()?;
+        Some(now.total_ns.saturating_sub(start.1))
     }
 
     /// Writes `w` into the configured directory and counts it. Returns the path.

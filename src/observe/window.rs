@@ -1,8 +1,11 @@
 //! A flight-recorder window: what a trigger froze, as the trace writer and `lfrt explain`
 //! read it.
 //!
-//! SKELETON: the types are the contract between the recorder (collector thread), the trace
-//! writer and the tools; the recorder is still to be written.
+//! The recorder (`recorder.rs`, on the collector thread) builds a [`Window`] when a trigger
+//! fires; the trace writer (`chrome.rs`) writes it as a Chrome trace with the window itself
+//! under one key, which `read_window` reads back for `lfrt explain` and `lfrt plot`. Times are
+//! `CLOCK_MONOTONIC` ns throughout, the clock of every [`Sample`] and, through the ftrace
+//! instance's `mono` clock, of every [`KernelEvent`].
 
 use super::sample::Sample;
 pub use crate::sys::tracefs::{KernelEvent, KernelEventKind};
@@ -26,8 +29,8 @@ pub struct Window {
     /// The kernel's events for the lanes' CPUs in the window, oldest first; empty unless the
     /// kernel recorder is on (`[trace] kernel = true`).
     pub kernel: Vec<KernelEvent>,
-    /// Steal time the hypervisor took in the window, summed over CPUs, in ns, if known
-    /// (`/proc/stat`).
+    /// Steal time the hypervisor took, summed over CPUs, in ns, if known (`/proc/stat`, in
+    /// 10 ms ticks, over a span of up to 25 ms more than the window that covers it).
     pub steal_ns: Option<u64>,
 }
 

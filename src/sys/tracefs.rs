@@ -715,7 +715,7 @@ pub enum KernelEventKind {
     LocalTimer,
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use crate::sys::{gettid, now_ns};

@@ -75,7 +75,7 @@ impl Input {
         };
         if field(root, "thread").is_some() {
             parse_latency(root).map(Input::Latency)
-        } else if field(root, "lanes").is_some() {
+        } else if lanes_of(root).is_some() {
             parse_run(root).map(Input::Latency)
         } else if field(root, "experiments").is_some() {
             parse_inversion(root).map(Input::Inversion)
@@ -101,6 +101,12 @@ fn kind_name(v: &Value) -> &'static str {
 /// Looks up `key`, also accepting real cyclictest's spelling with a trailing colon.
 fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     obj.get(key).or_else(|| obj.get(&format!("{key}:")))
+}
+
+/// The `lanes` array of an `lfrt run --json` file, or `groups` in one written before the lane
+/// rename (issue 30).
+fn lanes_of(root: &Map<String, Value>) -> Option<&Value> {
+    field(root, "lanes").or_else(|| field(root, "groups"))
 }
 
 fn clean_text(s: &str) -> String {
@@ -244,7 +250,9 @@ fn parse_latency(root: &Map<String, Value>) -> Result<LatencyRun, String> {
         };
 
         let mut label = format!("T{}", clean_text(key));
+        // `group`: files written before the lane rename (issue 30).
         let lane = field(thread, "lane")
+            .or_else(|| field(thread, "group"))
             .and_then(Value::as_str)
             .map(clean_text);
         let prio = field(thread, "priority").and_then(Value::as_i64);
@@ -293,7 +301,7 @@ fn parse_latency(root: &Map<String, Value>) -> Result<LatencyRun, String> {
 
 /// `lfrt run --json`: each lane's `latency_histogram`, labelled with its name and priority.
 fn parse_run(root: &Map<String, Value>) -> Result<LatencyRun, String> {
-    let lanes = match field(root, "lanes") {
+    let lanes = match lanes_of(root) {
         Some(Value::Array(g)) if !g.is_empty() => g,
         Some(Value::Array(_)) => return Err("\"lanes\" is empty; nothing to plot".to_string()),
         Some(other) => {
