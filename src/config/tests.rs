@@ -623,3 +623,17 @@ fn the_trace_table_is_read_and_its_errors_name_their_line() {
         (Some(6), "trace.windows_ms".to_string())
     );
 }
+
+#[test]
+fn a_kernel_recorder_without_tracefs_access_is_refused_as_start_would() {
+    let mut c = cfg(vec![LaneConfig::new("a", Policy::Other, 0)]);
+    c.trace.kernel = true;
+    assert_eq!(c.check_kernel_trace(Ok(())), Ok(()));
+    let denied = std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        "permission denied writing /sys/kernel/tracing/instances",
+    );
+    let e = c.check_kernel_trace(Err(denied)).unwrap_err();
+    assert_eq!(e.path(), "trace.kernel");
+    assert!(e.message.contains("run as root"), "{}", e.message);
+}

@@ -350,6 +350,14 @@ impl Drop for KernelTrace {
     }
 }
 
+/// Whether [`KernelTrace::open`] may create an instance here: tracefs is mounted and this
+/// process may write its `instances` directory. What `check` asks before `run` would open one.
+pub(crate) fn may_open() -> io::Result<()> {
+    let instances = tracefs_root()?.join("instances");
+    nix::unistd::access(&instances, nix::unistd::AccessFlags::W_OK)
+        .map_err(|e| failed("writing", &instances, io::Error::from(e)))
+}
+
 /// The tracefs mount: the first of [`MOUNTS`] that has `instances`.
 fn tracefs_root() -> io::Result<PathBuf> {
     let mut denied = None;

@@ -111,6 +111,19 @@ impl Machine {
 }
 
 impl RuntimeConfig {
+    /// `[trace] kernel = true` needs an ftrace instance, which `Runtime::start` creates: refused
+    /// here, as start would, when tracefs is missing or not writable (`may_open`'s error).
+    pub(crate) fn check_kernel_trace(&self, may_open: std::io::Result<()>) -> Result<(), Invalid> {
+        may_open.map_err(|e| Invalid {
+            section: Section::Trace,
+            field: "kernel",
+            message: format!(
+                "the kernel recorder needs a private ftrace instance, and {e}; run as root, or \
+                 set kernel = false"
+            ),
+        })
+    }
+
     /// Checks everything that can be checked without starting anything: ranges, distinct
     /// priorities, existing CPUs, addresses that do not collide with each other, memory that
     /// fits the machine (and `RLIMIT_MEMLOCK` with `lock_memory`), and that every address binds
@@ -155,6 +168,9 @@ impl RuntimeConfig {
         )?;
         self.check_borrowing()?;
         self.check_lender_privilege(sched::RtPrivilege::probe())?;
+        if self.trace.kernel && self.trace.window_ms > 0 {
+            self.check_kernel_trace(crate::sys::tracefs::may_open())?;
+        }
         self.check_memory(machine)
     }
 }
