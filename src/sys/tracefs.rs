@@ -112,6 +112,18 @@ pub struct KernelTrace {
 }
 
 impl KernelTrace {
+    /// Whether [`open`](Self::open) may create an instance here: tracefs is mounted and this
+    /// process may write its `instances` directory (root's). What `check` asks before `run`
+    /// opens one, and what `lfrt cyclic -b` asks before it turns the kernel recorder on.
+    ///
+    /// # Errors
+    /// Which mount is missing, or which directory this process may not write.
+    pub fn may_open() -> io::Result<()> {
+        let instances = tracefs_root()?.join("instances");
+        nix::unistd::access(&instances, nix::unistd::AccessFlags::W_OK)
+            .map_err(|e| failed("writing", &instances, io::Error::from(e)))
+    }
+
     /// Creates the instance `lfrt-PID` (under `/sys/kernel/tracing/instances`, or
     /// `/sys/kernel/debug/tracing/instances` where tracefs is mounted only there), replacing
     /// a stale one left by a dead process of the same PID, and starts recording on `cpus`:
@@ -348,14 +360,6 @@ impl Drop for KernelTrace {
         let _ =
             OPEN_PID.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Acquire);
     }
-}
-
-/// Whether [`KernelTrace::open`] may create an instance here: tracefs is mounted and this
-/// process may write its `instances` directory. What `check` asks before `run` would open one.
-pub(crate) fn may_open() -> io::Result<()> {
-    let instances = tracefs_root()?.join("instances");
-    nix::unistd::access(&instances, nix::unistd::AccessFlags::W_OK)
-        .map_err(|e| failed("writing", &instances, io::Error::from(e)))
 }
 
 /// The tracefs mount: the first of [`MOUNTS`] that has `instances`.

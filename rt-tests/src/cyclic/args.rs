@@ -164,24 +164,6 @@ pub struct CyclicArgs {
 /// Where `-b` writes its window without `--trace`.
 pub const DEFAULT_TRACE: &str = "lfrt-cyclic-trace.json";
 
-/// Whether this process may create an ftrace instance (tracefs's directories are root's).
-fn tracefs_writable() -> bool {
-    [
-        "/sys/kernel/tracing/instances",
-        "/sys/kernel/debug/tracing/instances",
-    ]
-    .iter()
-    .any(|d| {
-        std::fs::metadata(d).is_ok()
-            && std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("Uid:"))
-                    .and_then(|l| l.split_whitespace().nth(2))
-                    == Some("0")
-            })
-    })
-}
-
 fn parse_promotion(s: &str) -> Result<Promotion, String> {
     match s {
         "priority" => Ok(Promotion::Priority),
@@ -346,7 +328,7 @@ impl Plan {
                 ));
             }
             config.trace.dir = dir;
-            config.trace.kernel = tracefs_writable();
+            config.trace.kernel = lfrt::os::KernelTrace::may_open().is_ok();
             config.trace.window_ms = config.trace.window_ms.max(1);
         }
         assign_phases(&mut timers, a.aligned);

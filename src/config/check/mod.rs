@@ -112,7 +112,7 @@ impl Machine {
 
 impl RuntimeConfig {
     /// `[trace] kernel = true` needs an ftrace instance, which `Runtime::start` creates: refused
-    /// here, as start would, when tracefs is missing or not writable (`may_open`'s error).
+    /// here, as start would, when tracefs is missing or not writable (`KernelTrace::may_open`'s error).
     pub(crate) fn check_kernel_trace(&self, may_open: std::io::Result<()>) -> Result<(), Invalid> {
         may_open.map_err(|e| Invalid {
             section: Section::Trace,
@@ -169,7 +169,7 @@ impl RuntimeConfig {
         self.check_borrowing()?;
         self.check_lender_privilege(sched::RtPrivilege::probe())?;
         if self.trace.kernel && self.trace.window_ms > 0 {
-            self.check_kernel_trace(crate::sys::tracefs::may_open())?;
+            self.check_kernel_trace(crate::sys::tracefs::KernelTrace::may_open())?;
         }
         self.check_memory(machine)
     }
